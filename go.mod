@@ -1,0 +1,3 @@
+module github.com/tokenfair/ratelimit
+
+go 1.24

@@ -1,0 +1,151 @@
+package ratelimit
+
+import (
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Middleware is the HTTP side of a [Limiter], shared by every framework
+// adapter: it finds the key and cost of a request, takes a decision, writes
+// the rate-limit header fields and, when the request may not proceed, the
+// whole answer. Adapters (package nethttp, and the ginlimit and echolimit
+// modules) only plumb a framework's request and response into [Middleware.Admit],
+// so every framework behaves the same. A Middleware is safe for concurrent use.
+type Middleware struct {
+	limiter *Limiter
+	key     KeyFunc
+	cfg     config
+}
+
+// NewMiddleware returns a Middleware that limits requests with l, keyed by
+// key. Options change the cost of a request, the header fields, and how
+// refusals and errors are answered.
+func NewMiddleware(l *Limiter, key KeyFunc, opts ...Option) (*Middleware, error) {
+	if l == nil {
+		return nil, errors.New("ratelimit: NewMiddleware: nil limiter")
+	}
+	if key == nil {
+		return nil, errors.New("ratelimit: NewMiddleware: nil key function")
+	}
+	m := &Middleware{limiter: l, key: key, cfg: config{
+		headers: HeadersIETF,
+		deny:    denyProblem,
+		onError: DefaultErrorHandler,
+	}}
+	for _, opt := range opts {
+		if err := opt(&m.cfg); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Admit decides whether r may proceed and reports it. It sets the rate-limit
+// header fields on w. When the request is refused, or cannot be decided, Admit
+// has already written the whole response (through the deny or the error
+// handler) and returns false: the caller must not run the next handler.
+func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request) bool {
+	key, err := m.key(r)
+	if err != nil {
+		m.cfg.onError(w, r, err)
+		return false
+	}
+	cost := int64(1)
+	if m.cfg.cost != nil {
+		if cost, err = m.cfg.cost(r); err != nil {
+			m.cfg.onError(w, r, errors.Join(ErrInvalidCost, err))
+			return false
+		}
+	}
+	res, err := m.limiter.Take(r.Context(), key, cost)
+	if err != nil {
+		m.cfg.onError(w, r, err)
+		return false
+	}
+	if !res.Allowed && m.cfg.jitter > 0 {
+		j := time.Duration(rand.Int64N(int64(m.cfg.jitter)))
+		res.RetryAfter += j
+		res.ResetAfter = max(res.ResetAfter, res.RetryAfter)
+	}
+	h := w.Header()
+	writeHeaders(h, m.cfg.headers, res)
+	if res.Allowed {
+		return true
+	}
+	h.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10))
+	m.cfg.deny(w, r, res)
+	return false
+}
+
+// ErrInvalidCost wraps an error returned by the cost function.
+var ErrInvalidCost = errors.New("ratelimit: cost function failed")
+
+func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
+	writeProblem(w, http.StatusTooManyRequests, problemQuotaExceeded, "Quota Exceeded",
+		"Too many requests; retry after "+strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10)+" s.",
+		res.Policy)
+}
+
+// DefaultErrorHandler answers a request that could not be decided with a
+// problem body that never contains the error's text:
+//   - ErrMissingKey (no credentials): 401 Unauthorized;
+//   - ErrNoClientIP, ErrInvalidCost, ErrNegativeCost, ErrCostExceedsBurst:
+//     400 Bad Request;
+//   - ErrStore: 503 Service Unavailable with Retry-After: 1;
+//   - anything else: 500 Internal Server Error.
+//
+// Errors answered with a 5xx status are logged with slog.Default.
+func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	status, title := http.StatusInternalServerError, "Internal Server Error"
+	switch {
+	case errors.Is(err, ErrMissingKey):
+		status, title = http.StatusUnauthorized, "Missing Credentials"
+	case errors.Is(err, ErrCostExceedsBurst):
+		status, title = http.StatusBadRequest, "Request Cost Exceeds Capacity"
+	case errors.Is(err, ErrNoClientIP), errors.Is(err, ErrInvalidCost), errors.Is(err, ErrNegativeCost):
+		status, title = http.StatusBadRequest, "Bad Request"
+	case errors.Is(err, ErrStore):
+		status, title = http.StatusServiceUnavailable, "Service Unavailable"
+		w.Header().Set("Retry-After", "1")
+	}
+	if status >= 500 {
+		slog.Default().ErrorContext(r.Context(), "ratelimit: cannot decide request",
+			"method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+	}
+	writeProblem(w, status, "about:blank", title, "", "")
+}
+
+const problemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// writeProblem writes an RFC 9457 problem body. Every string it is given is
+// a constant or a validated policy name, so it needs no JSON escaping.
+func writeProblem(w http.ResponseWriter, status int, typ, title, detail, policy string) {
+	b := make([]byte, 0, 256)
+	b = append(b, `{"type":"`...)
+	b = append(b, typ...)
+	b = append(b, `","title":"`...)
+	b = append(b, title...)
+	b = append(b, `","status":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	if detail != "" {
+		b = append(b, `,"detail":"`...)
+		b = append(b, detail...)
+		b = append(b, '"')
+	}
+	if policy != "" {
+		b = append(b, `,"violated-policies":["`...)
+		b = append(b, policy...)
+		b = append(b, `"]`...)
+	}
+	b = append(b, "}\n"...)
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}

@@ -1,0 +1,85 @@
+package ratelimit
+
+import (
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Option configures a [Middleware].
+type Option func(*config) error
+
+type config struct {
+	cost    func(*http.Request) (int64, error)
+	headers HeaderFormat
+	deny    func(http.ResponseWriter, *http.Request, Result)
+	onError func(http.ResponseWriter, *http.Request, error)
+	jitter  time.Duration
+}
+
+// WithCost sets the function that tells how many tokens a request costs, for
+// example the number of addresses in a batch request. The default costs 1.
+// An error from f is answered by the error handler with 400 Bad Request.
+func WithCost(f func(*http.Request) (int64, error)) Option {
+	return func(c *config) error {
+		if f == nil {
+			return errors.New("ratelimit: WithCost: nil function")
+		}
+		c.cost = f
+		return nil
+	}
+}
+
+// WithHeaders selects the rate-limit header fields written on every
+// decided response. The default is HeadersIETF.
+func WithHeaders(f HeaderFormat) Option {
+	return func(c *config) error {
+		if f > HeadersNone {
+			return errors.New("ratelimit: WithHeaders: unknown format")
+		}
+		c.headers = f
+		return nil
+	}
+}
+
+// WithDenyHandler sets the function that answers a refused request. When it
+// runs, the rate-limit header fields and Retry-After are already set on w.
+// The default answers 429 Too Many Requests with Cache-Control: no-store and
+// an application/problem+json body of the IETF quota-exceeded problem type
+// that names the violated policies.
+func WithDenyHandler(h func(w http.ResponseWriter, r *http.Request, res Result)) Option {
+	return func(c *config) error {
+		if h == nil {
+			return errors.New("ratelimit: WithDenyHandler: nil handler")
+		}
+		c.deny = h
+		return nil
+	}
+}
+
+// WithErrorHandler sets the function that answers a request that could not
+// be decided: the key or cost function failed, the cost can never pass, or
+// the store failed. The default is [DefaultErrorHandler].
+func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, err error)) Option {
+	return func(c *config) error {
+		if h == nil {
+			return errors.New("ratelimit: WithErrorHandler: nil handler")
+		}
+		c.onError = h
+		return nil
+	}
+}
+
+// WithRetryJitter adds a random duration in [0, max) to the wait reported to
+// refused clients (Retry-After and the reset parameter), so that clients
+// refused together do not all come back in the same second. The default is
+// no jitter.
+func WithRetryJitter(max time.Duration) Option {
+	return func(c *config) error {
+		if max < 0 {
+			return errors.New("ratelimit: WithRetryJitter: negative duration")
+		}
+		c.jitter = max
+		return nil
+	}
+}
