@@ -1,0 +1,311 @@
+// Package storetest is a conformance suite for implementations of
+// [ratelimit.Store]. Every store in this project passes it, and so should
+// yours:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
+//			return mystore.New(mystore.WithClock(now))
+//		})
+//	}
+//
+// The suite drives time through the clock it hands to the factory, so the
+// store must read time only from it. It checks exact decisions (refill to
+// the nanosecond, costs, refusals that spend nothing), that keys and
+// policies are independent, and that concurrent requests on one key admit
+// exactly the burst.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+// NewStore returns a fresh, empty store that reads time from now. It may
+// register cleanups with t.
+type NewStore func(t *testing.T, now func() time.Time) ratelimit.Store
+
+// Clock is a fake clock safe for concurrent use. Its zero value reads
+// 2026-01-01T00:00:00Z.
+type Clock struct{ ns atomic.Int64 }
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time { return epoch.Add(time.Duration(c.ns.Load())) }
+
+// Advance moves the clock by d, which may be negative.
+func (c *Clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// Run runs the conformance suite against stores made by newStore.
+func Run(t *testing.T, newStore NewStore) {
+	t.Helper()
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, *Clock, ratelimit.Store)
+	}{
+		{"NewKeyStartsFull", testNewKeyStartsFull},
+		{"RefillToTheNanosecond", testRefill},
+		{"WorkedExample", testWorkedExample},
+		{"Exercise", testExercise},
+		{"Cost", testCost},
+		{"RefusalSpendsNothing", testRefusalSpendsNothing},
+		{"KeysAndPoliciesIndependent", testIndependent},
+		{"FullBucketForgotten", testFullBucketForgotten},
+		{"ClockBackwards", testClockBackwards},
+		{"LongLimits", testLongLimits},
+		{"ConcurrentOneKey", testConcurrentOneKey},
+		{"ConcurrentManyKeys", testConcurrentManyKeys},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := new(Clock)
+			tc.fn(t, c, newStore(t, c.Now))
+		})
+	}
+}
+
+func policy(name string, l ratelimit.Limit) ratelimit.Policy {
+	return ratelimit.Policy{Name: name, Limit: l}
+}
+
+type step struct {
+	advance time.Duration
+	key     string
+	cost    int64
+	want    ratelimit.Result // Policy and Limit are filled in by run
+}
+
+func take(t *testing.T, s ratelimit.Store, p ratelimit.Policy, key string, cost int64) ratelimit.Result {
+	t.Helper()
+	res, err := s.Take(context.Background(), p, key, cost)
+	require.NoError(t, err, "Take(%q, %q, %d)", p.Name, key, cost)
+	return res
+}
+
+func run(t *testing.T, c *Clock, s ratelimit.Store, p ratelimit.Policy, steps []step) {
+	t.Helper()
+	for i, st := range steps {
+		c.Advance(st.advance)
+		key := st.key
+		if key == "" {
+			key = "k"
+		}
+		st.want.Policy, st.want.Limit = p.Name, p.Limit
+		got := take(t, s, p, key, st.cost)
+		assert.Equal(t, st.want, got, "step %d: Take(%q, %q, %d) after %v", i, p.Name, key, st.cost, st.advance)
+	}
+}
+
+func allowed(remaining int64, resetAfter time.Duration) ratelimit.Result {
+	return ratelimit.Result{Allowed: true, Remaining: remaining, ResetAfter: resetAfter}
+}
+
+func refused(remaining int64, retryAfter, resetAfter time.Duration) ratelimit.Result {
+	return ratelimit.Result{Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter}
+}
+
+const ms = time.Millisecond
+
+// 5 per second, burst 10: one token every 200 ms.
+var fivePerSecond = ratelimit.PerSecond(5).WithBurst(10)
+
+func testNewKeyStartsFull(t *testing.T, c *Clock, s ratelimit.Store) {
+	var steps []step
+	for i := int64(1); i <= 10; i++ {
+		steps = append(steps, step{cost: 1, want: allowed(10-i, time.Duration(i)*200*ms)})
+	}
+	steps = append(steps, step{cost: 1, want: refused(0, 200*ms, 2*time.Second)})
+	run(t, c, s, policy("p", fivePerSecond), steps)
+}
+
+func testRefill(t *testing.T, c *Clock, s ratelimit.Store) {
+	p := policy("p", fivePerSecond)
+	run(t, c, s, p, []step{
+		{cost: 10, want: allowed(0, 2*time.Second)},
+		{advance: 200*ms - 1, cost: 1, want: refused(0, 1, 2*time.Second-200*ms+1)},
+		{advance: 1, cost: 1, want: allowed(0, 2*time.Second)},
+		{advance: 400*ms - 1, cost: 2, want: refused(1, 1, 1600*ms+1)},
+		{advance: 1, cost: 2, want: allowed(0, 2*time.Second)},
+	})
+}
+
+// testWorkedExample is the seed's example: 5 per second, capacity 10, twelve
+// requests at once: ten pass, two are refused with 200 ms to wait
+// (Retry-After: 1); one second later five more pass.
+func testWorkedExample(t *testing.T, c *Clock, s ratelimit.Store) {
+	p := policy("p", fivePerSecond)
+	var admitted, refusedN int
+	for range 12 {
+		res := take(t, s, p, "client", 1)
+		if res.Allowed {
+			admitted++
+		} else {
+			refusedN++
+			assert.Equal(t, 200*ms, res.RetryAfter)
+		}
+	}
+	assert.Equal(t, 10, admitted)
+	assert.Equal(t, 2, refusedN)
+	c.Advance(time.Second)
+	admitted = 0
+	for range 6 {
+		if take(t, s, p, "client", 1).Allowed {
+			admitted++
+		}
+	}
+	assert.Equal(t, 5, admitted, "one second later")
+}
+
+// testExercise: refill 2 per second, capacity 5, starting empty at T=0 (the
+// bucket is drained at T=0); ten requests at T=3 s: the bucket has refilled
+// to its capacity, five pass and five are refused.
+func testExercise(t *testing.T, c *Clock, s ratelimit.Store) {
+	p := policy("p", ratelimit.PerSecond(2).WithBurst(5))
+	require.True(t, take(t, s, p, "k", 5).Allowed, "drain at T=0")
+	c.Advance(3 * time.Second)
+	var got []bool
+	for range 10 {
+		got = append(got, take(t, s, p, "k", 1).Allowed)
+	}
+	assert.Equal(t, []bool{true, true, true, true, true, false, false, false, false, false}, got)
+}
+
+func testCost(t *testing.T, c *Clock, s ratelimit.Store) {
+	run(t, c, s, policy("p", fivePerSecond), []step{
+		{cost: 0, want: allowed(10, 0)},
+		{cost: 3, want: allowed(7, 600*ms)},
+		{cost: 0, want: allowed(7, 600*ms)},
+		{cost: 8, want: refused(7, 200*ms, 600*ms)},
+		{cost: 7, want: allowed(0, 2*time.Second)},
+		{cost: 0, want: allowed(0, 2*time.Second)},
+		{advance: 2 * time.Second, cost: 10, want: allowed(0, 2*time.Second)},
+	})
+}
+
+func testRefusalSpendsNothing(t *testing.T, c *Clock, s ratelimit.Store) {
+	p := policy("p", fivePerSecond)
+	take(t, s, p, "k", 10)
+	for range 100 {
+		require.False(t, take(t, s, p, "k", 1).Allowed)
+	}
+	c.Advance(200 * ms)
+	assert.True(t, take(t, s, p, "k", 1).Allowed, "the first token earned after refusals")
+}
+
+func testIndependent(t *testing.T, c *Clock, s ratelimit.Store) {
+	a, b := policy("a", fivePerSecond), policy("b", fivePerSecond)
+	keys := []string{"k", "k:1", "k:", ":k", "1:k", "ключ", "k\x00", "\x00", "🙂", string(make([]byte, 1000))}
+	for _, k := range keys {
+		assert.Equal(t, int64(0), take(t, s, a, k, 10).Remaining, "drain %q", k)
+	}
+	for _, k := range keys {
+		assert.False(t, take(t, s, a, k, 1).Allowed, "policy a, key %q drained", k)
+		assert.Equal(t, int64(9), take(t, s, b, k, 1).Remaining, "policy b, key %q untouched", k)
+	}
+}
+
+func testFullBucketForgotten(t *testing.T, c *Clock, s ratelimit.Store) {
+	p := policy("p", fivePerSecond)
+	take(t, s, p, "k", 10)
+	c.Advance(2 * time.Second)
+	run(t, c, s, p, []step{
+		{cost: 0, want: allowed(10, 0)},
+		{advance: time.Hour, cost: 10, want: allowed(0, 2*time.Second)},
+	})
+}
+
+func testClockBackwards(t *testing.T, c *Clock, s ratelimit.Store) {
+	p := policy("p", fivePerSecond)
+	c.Advance(time.Hour)
+	take(t, s, p, "k", 10)
+	c.Advance(-time.Minute)
+	res := take(t, s, p, "k", 1)
+	assert.False(t, res.Allowed, "a clock that went back grants nothing")
+	assert.Equal(t, int64(0), res.Remaining)
+	c.Advance(time.Minute + 200*ms)
+	assert.True(t, take(t, s, p, "k", 1).Allowed)
+	assert.False(t, take(t, s, p, "k", 1).Allowed)
+}
+
+func testLongLimits(t *testing.T, c *Clock, s ratelimit.Store) {
+	day := policy("day", ratelimit.PerDay(10000))
+	run(t, c, s, day, []step{
+		{cost: 10000, want: allowed(0, 24*time.Hour)},
+		{cost: 1, want: refused(0, 8640*ms, 24*time.Hour)},
+		{advance: 8640*ms - 1, cost: 1, want: refused(0, 1, 24*time.Hour-8640*ms+1)},
+		{advance: 1, cost: 1, want: allowed(0, 24*time.Hour)},
+	})
+	seven := policy("seven", ratelimit.Every(7*time.Second))
+	run(t, c, s, seven, []step{
+		{cost: 1, want: allowed(0, 7*time.Second)},
+		{advance: 3 * time.Second, cost: 1, want: refused(0, 4*time.Second, 4*time.Second)},
+	})
+}
+
+func testConcurrentOneKey(t *testing.T, c *Clock, s ratelimit.Store) {
+	p := policy("p", ratelimit.PerSecond(1).WithBurst(100))
+	const goroutines, each = 8, 50
+	var admitted atomic.Int64
+	errs := make(chan error, goroutines)
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				res, err := s.Take(context.Background(), p, "hot", 1)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if res.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	assert.Equal(t, int64(100), admitted.Load(), "%d goroutines × %d requests on one key with burst 100", goroutines, each)
+}
+
+func testConcurrentManyKeys(t *testing.T, c *Clock, s ratelimit.Store) {
+	p := policy("p", ratelimit.PerSecond(1).WithBurst(5))
+	const keys, goroutines = 20, 4
+	counts := make([]atomic.Int64, keys)
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range keys * 10 {
+				k := (i + g) % keys
+				res, err := s.Take(context.Background(), p, fmt.Sprint("key-", k), 1)
+				if err != nil {
+					failed.Store(true)
+					return
+				}
+				if res.Allowed {
+					counts[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.False(t, failed.Load(), "Take failed")
+	for k := range counts {
+		assert.Equal(t, int64(5), counts[k].Load(), "key-%d", k)
+	}
+}
