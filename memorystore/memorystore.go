@@ -74,8 +74,10 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// WithMaxKeys caps the number of keys held (default 1 048 576). The package
-// documentation says what happens at the cap.
+// WithMaxKeys caps the number of keys held (default 1 048 576). The cap is
+// kept per shard (n divided by the number of shards), so eviction may begin
+// slightly before n keys when keys hash unevenly, and never after. The
+// package documentation says what happens at the cap.
 func WithMaxKeys(n int) Option {
 	return func(o *options) error {
 		if n < 1 {

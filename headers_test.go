@@ -1,0 +1,472 @@
+package ratelimit
+
+import (
+	"errors"
+	"math"
+	"net/http"
+	"net/textproto"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Field names as a client would spell them; http.Header.Get canonicalises.
+var allRateLimitFields = []string{
+	"RateLimit-Policy", "RateLimit",
+	"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset",
+	"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+}
+
+type headerCase struct {
+	name string
+	res  Result
+	// Expected values per format, in the order of the format's fields:
+	// ietf: RateLimit-Policy, RateLimit; legacy and x: Limit, Remaining, Reset.
+	ietf   [2]string
+	legacy [3]string
+}
+
+var headerCases = []headerCase{
+	{
+		name:   "allowed full bucket",
+		res:    Result{Allowed: true, Policy: "default", Limit: Limit{Interval: 200 * time.Millisecond, Burst: 10}, Remaining: 10},
+		ietf:   [2]string{`"default";q=10;w=2`, `"default";r=10`},
+		legacy: [3]string{"10", "10", "0"},
+	},
+	{
+		// DESIGN.md, Contract 1: 5/s burst 10 after one request.
+		name:   "allowed partial (design example)",
+		res:    Result{Allowed: true, Policy: "default", Limit: Limit{Interval: 200 * time.Millisecond, Burst: 10}, Remaining: 9, ResetAfter: 200 * time.Millisecond},
+		ietf:   [2]string{`"default";q=10;w=2`, `"default";r=9;t=1`},
+		legacy: [3]string{"10", "9", "1"},
+	},
+	{
+		// Next token in 0.7 s, bucket full in 2.7 s.
+		name:   "allowed partial, t is the next token not the full reset",
+		res:    Result{Allowed: true, Policy: "api", Limit: Limit{Interval: time.Second, Burst: 5}, Remaining: 2, ResetAfter: 2700 * time.Millisecond},
+		ietf:   [2]string{`"api";q=5;w=5`, `"api";r=2;t=1`},
+		legacy: [3]string{"5", "2", "3"},
+	},
+	{
+		name:   "allowed partial, remainder zero waits a whole interval",
+		res:    Result{Allowed: true, Policy: "slow", Limit: Every(7 * time.Second).WithBurst(3), Remaining: 1, ResetAfter: 14 * time.Second},
+		ietf:   [2]string{`"slow";q=3;w=21`, `"slow";r=1;t=7`},
+		legacy: [3]string{"3", "1", "14"},
+	},
+	{
+		name:   "refused cost 1",
+		res:    Result{Policy: "default", Limit: Limit{Interval: 200 * time.Millisecond, Burst: 10}, RetryAfter: 200 * time.Millisecond, ResetAfter: 2 * time.Second},
+		ietf:   [2]string{`"default";q=10;w=2`, `"default";r=0;t=1`},
+		legacy: [3]string{"10", "0", "2"},
+	},
+	{
+		name:   "refused large RetryAfter",
+		res:    Result{Policy: "default", Limit: Limit{Interval: 200 * time.Millisecond, Burst: 10}, Remaining: 3, RetryAfter: 7300 * time.Millisecond, ResetAfter: 9 * time.Second},
+		ietf:   [2]string{`"default";q=10;w=2`, `"default";r=3;t=8`},
+		legacy: [3]string{"10", "3", "9"},
+	},
+	{
+		name:   "100 per minute",
+		res:    Result{Allowed: true, Policy: "per-min", Limit: PerMinute(100), Remaining: 42, ResetAfter: 34*time.Second + 800*time.Millisecond},
+		ietf:   [2]string{`"per-min";q=100;w=60`, `"per-min";r=42;t=1`},
+		legacy: [3]string{"100", "42", "35"},
+	},
+	{
+		name:   "10000 per day",
+		res:    Result{Allowed: true, Policy: "daily", Limit: PerDay(10000), Remaining: 9999, ResetAfter: 8640 * time.Millisecond},
+		ietf:   [2]string{`"daily";q=10000;w=86400`, `"daily";r=9999;t=9`},
+		legacy: [3]string{"10000", "9999", "9"},
+	},
+	{
+		name:   "every 7s burst 1 refused",
+		res:    Result{Policy: "p", Limit: Every(7 * time.Second), RetryAfter: 6500 * time.Millisecond, ResetAfter: 6500 * time.Millisecond},
+		ietf:   [2]string{`"p";q=1;w=7`, `"p";r=0;t=7`},
+		legacy: [3]string{"1", "0", "7"},
+	},
+	{
+		name:   "sub-second span",
+		res:    Result{Allowed: true, Policy: "fast", Limit: Limit{Interval: time.Millisecond, Burst: 5}, Remaining: 4, ResetAfter: time.Millisecond},
+		ietf:   [2]string{`"fast";q=5;w=1`, `"fast";r=4;t=1`},
+		legacy: [3]string{"5", "4", "1"},
+	},
+	{
+		// standards.md V15 emit vector: "default", 100 per 60 s, 50 left. Its
+		// t=30 assumes a fixed window; a token bucket earns the next token
+		// within one interval (0.6 s), so t=1.
+		name:   "V15 default 100 per 60s, 50 left",
+		res:    Result{Allowed: true, Policy: "default", Limit: Limit{Interval: 600 * time.Millisecond, Burst: 100}, Remaining: 50, ResetAfter: 30 * time.Second},
+		ietf:   [2]string{`"default";q=100;w=60`, `"default";r=50;t=1`},
+		legacy: [3]string{"100", "50", "30"},
+	},
+	{
+		// 60s/9 rounds up to 6666666667ns; the extra 3ns must not make w=61.
+		name:   "9 per minute interval rounding",
+		res:    Result{Allowed: true, Policy: "default", Limit: PerMinute(9), Remaining: 9},
+		ietf:   [2]string{`"default";q=9;w=60`, `"default";r=9`},
+		legacy: [3]string{"9", "9", "0"},
+	},
+	{
+		name:   "1.5s interval rounds up",
+		res:    Result{Policy: "default", Limit: Every(1500 * time.Millisecond), RetryAfter: 1400 * time.Millisecond, ResetAfter: 1400 * time.Millisecond},
+		ietf:   [2]string{`"default";q=1;w=2`, `"default";r=0;t=2`},
+		legacy: [3]string{"1", "0", "2"},
+	},
+	{
+		// Burst beyond the 15 digits of an sf-integer is clamped in ietf only.
+		name:   "huge burst",
+		res:    Result{Allowed: true, Policy: "default", Limit: Limit{Interval: 1, Burst: 3_000_000_000_000_000_000}, Remaining: 2_000_000_000_000_000_000, ResetAfter: time.Duration(1_000_000_000_000_000_000)},
+		ietf:   [2]string{`"default";q=999999999999999;w=3000000000`, `"default";r=999999999999999;t=1`},
+		legacy: [3]string{"3000000000000000000", "2000000000000000000", "1000000000"},
+	},
+}
+
+func TestWriteHeaders(t *testing.T) {
+	for _, tc := range headerCases {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, tc.res.Limit.Validate(), "precondition: valid limit")
+			checkHeaders(t, HeadersIETF, tc.res, map[string]string{
+				"RateLimit-Policy": tc.ietf[0],
+				"RateLimit":        tc.ietf[1],
+			})
+			checkHeaders(t, HeadersLegacy, tc.res, map[string]string{
+				"RateLimit-Limit":     tc.legacy[0],
+				"RateLimit-Remaining": tc.legacy[1],
+				"RateLimit-Reset":     tc.legacy[2],
+			})
+			checkHeaders(t, HeadersX, tc.res, map[string]string{
+				"X-RateLimit-Limit":     tc.legacy[0],
+				"X-RateLimit-Remaining": tc.legacy[1],
+				"X-RateLimit-Reset":     tc.legacy[2],
+			})
+			checkHeaders(t, HeadersNone, tc.res, map[string]string{})
+		})
+	}
+}
+
+// checkHeaders writes res twice in format f on a header that already holds
+// an unrelated field, and checks that exactly the fields in want are set,
+// each to one value, and nothing else is touched.
+func checkHeaders(t *testing.T, f HeaderFormat, res Result, want map[string]string) {
+	t.Helper()
+	h := http.Header{"Content-Type": {"text/plain"}}
+	writeHeaders(h, f, res)
+	writeHeaders(h, f, res)
+	for _, name := range allRateLimitFields {
+		got := h.Values(name)
+		if v, ok := want[name]; ok {
+			assert.Equal(t, []string{v}, got, "writeHeaders(%v, %+v): %s", f, res, name)
+		} else {
+			assert.Empty(t, got, "writeHeaders(%v, %+v) wrote %s, want no such field", f, res, name)
+		}
+	}
+	assert.Len(t, h, len(want)+1, "writeHeaders(%v, %+v) fields = %v", f, res, h)
+	assert.Equal(t, []string{"text/plain"}, h.Values("Content-Type"), "writeHeaders(%v) touched Content-Type", f)
+}
+
+// formatFields lists the fields each format writes, as a client spells them.
+var formatFields = map[HeaderFormat][]string{
+	HeadersIETF:   {"RateLimit-Policy", "RateLimit"},
+	HeadersLegacy: {"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"},
+	HeadersX:      {"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"},
+	HeadersNone:   nil,
+}
+
+func TestWriteHeadersReplacesEarlierValues(t *testing.T) {
+	res := headerCases[1].res
+	for f, own := range formatFields {
+		h := http.Header{}
+		for _, name := range allRateLimitFields {
+			h.Add(name, "stale")
+			h.Add(name, "stale2")
+		}
+		writeHeaders(h, f, res)
+		assert.Len(t, h, len(allRateLimitFields), "writeHeaders(%v) fields = %v", f, h)
+		for _, name := range allRateLimitFields {
+			got := h.Values(name)
+			if slices.Contains(own, name) {
+				if assert.Len(t, got, 1, "writeHeaders(%v): %s = %q, want one value", f, name, got) {
+					assert.NotEqual(t, "stale", got[0], "writeHeaders(%v): %s", f, name)
+				}
+			} else {
+				assert.Equal(t, []string{"stale", "stale2"}, got, "writeHeaders(%v) touched %s", f, name)
+			}
+		}
+	}
+}
+
+// A later Add on one field must not overwrite another field's value, even
+// though the values share one backing array.
+func TestWriteHeadersAddAfterwards(t *testing.T) {
+	for f, own := range formatFields {
+		for _, added := range own {
+			h := http.Header{}
+			writeHeaders(h, f, headerCases[1].res)
+			want := h.Clone()
+			h.Add(added, "extra")
+			want.Add(added, "extra")
+			assert.Equal(t, want, h, "writeHeaders(%v); Add(%q, \"extra\")", f, added)
+		}
+	}
+}
+
+// w names the period of a limit built by Per with a whole number of seconds,
+// despite the interval being rounded to the nanosecond.
+func TestHeadersWindowOfPer(t *testing.T) {
+	for _, n := range []int64{1, 3, 7, 9, 11, 13, 60, 97, 100, 999, 7_000_000, 999_999_999} {
+		for _, p := range []time.Duration{time.Second, 7 * time.Second, time.Minute, time.Hour, 24 * time.Hour, 30 * 24 * time.Hour} {
+			l := Per(n, p)
+			if l.Validate() != nil {
+				continue
+			}
+			assert.Equal(t, int64(p/time.Second), windowSeconds(l), "windowSeconds(Per(%d, %v) = %+v)", n, p, l)
+		}
+	}
+	for _, tc := range []struct {
+		l    Limit
+		want int64
+	}{
+		{Limit{Interval: time.Second + 1, Burst: 1}, 2},
+		{Limit{Interval: 1500 * time.Millisecond, Burst: 3}, 5},
+		{Limit{Interval: time.Nanosecond, Burst: 1}, 1},
+		{Limit{}, 1},
+		{Limit{Interval: math.MaxInt64, Burst: math.MaxInt64}, 9223372037},
+	} {
+		assert.Equal(t, tc.want, windowSeconds(tc.l), "windowSeconds(%+v)", tc.l)
+	}
+}
+
+func TestHeaderKeysAreCanonical(t *testing.T) {
+	for _, keys := range [][]string{ietfKeys[:], legacyKeys[:], xKeys[:]} {
+		for _, k := range keys {
+			assert.Equal(t, textproto.CanonicalMIMEHeaderKey(k), k, "header key %q is not canonical", k)
+		}
+	}
+}
+
+func TestWriteHeadersUnknownFormat(t *testing.T) {
+	h := http.Header{}
+	writeHeaders(h, HeadersNone+1, headerCases[1].res)
+	assert.Empty(t, h, "writeHeaders(HeaderFormat(4)) wrote fields")
+}
+
+// With a refusal, Retry-After (as the middleware computes it) is never
+// earlier than t.
+func TestRetryAfterNotBeforeT(t *testing.T) {
+	for _, tc := range headerCases {
+		if tc.res.Allowed {
+			continue
+		}
+		h := http.Header{}
+		writeHeaders(h, HeadersIETF, tc.res)
+		items, err := parseSFList(h.Get("RateLimit"))
+		require.NoError(t, err, "%s: RateLimit %q", tc.name, h.Get("RateLimit"))
+		require.Len(t, items, 1)
+		tv, ok := items[0].params["t"]
+		require.True(t, ok, "%s: refusal without t", tc.name)
+		assert.GreaterOrEqual(t, retryAfterSeconds(tc.res.RetryAfter), tv, "%s: Retry-After before t", tc.name)
+	}
+}
+
+func TestRetryAfterSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{0, 1},
+		{-time.Second, 1},
+		{1, 1},
+		{200 * time.Millisecond, 1},
+		{time.Second, 1},
+		{time.Second + 1, 2},
+		{1200 * time.Millisecond, 2},
+		{1400 * time.Millisecond, 2},
+		{7300 * time.Millisecond, 8},
+		{time.Hour, 3600},
+		{math.MaxInt64, 9223372037},
+	} {
+		assert.Equal(t, tc.want, retryAfterSeconds(tc.d), "retryAfterSeconds(%v)", tc.d)
+	}
+}
+
+// The ietf values are Structured Field Lists of a String with Integer
+// parameters, with exactly the parameters the draft defines.
+func TestIETFHeadersAreSFLists(t *testing.T) {
+	for _, tc := range headerCases {
+		h := http.Header{}
+		writeHeaders(h, HeadersIETF, tc.res)
+		for _, f := range []struct {
+			name     string
+			required []string
+			optional []string
+		}{
+			{"RateLimit-Policy", []string{"q", "w"}, nil},
+			{"RateLimit", []string{"r"}, []string{"t"}},
+		} {
+			v := h.Get(f.name)
+			items, err := parseSFList(v)
+			require.NoError(t, err, "%s: parseSFList(%s: %s)", tc.name, f.name, v)
+			require.Len(t, items, 1, "%s: %s: %s", tc.name, f.name, v)
+			it := items[0]
+			assert.Equal(t, tc.res.Policy, it.name, "%s: %s name", tc.name, f.name)
+			for _, k := range f.required {
+				assert.Contains(t, it.params, k, "%s: %s: %s", tc.name, f.name, v)
+			}
+			for k, n := range it.params {
+				assert.Contains(t, append(f.required, f.optional...), k, "%s: %s: unexpected parameter", tc.name, f.name)
+				assert.GreaterOrEqual(t, n, int64(0), "%s: %s: %s", tc.name, f.name, v)
+			}
+			if w, ok := it.params["w"]; ok {
+				assert.Positive(t, w, "%s: w must be non-zero", tc.name)
+			}
+		}
+	}
+}
+
+// The test-only parser itself, on the draft's own examples.
+func TestHeadersSFListParser(t *testing.T) {
+	items, err := parseSFList(`"permin";q=50;w=60, "perhr";q=1000;w=3600`)
+	require.NoError(t, err)
+	assert.Equal(t, []sfItem{
+		{"permin", map[string]int64{"q": 50, "w": 60}},
+		{"perhr", map[string]int64{"q": 1000, "w": 3600}},
+	}, items)
+	items, err = parseSFList(`"x"; q=10; w=1`)
+	require.NoError(t, err)
+	assert.Equal(t, []sfItem{{"x", map[string]int64{"q": 10, "w": 1}}}, items)
+	for _, bad := range []string{
+		``, `default;r=1`, `"x" ;r=1`, `"x";R=1`, `"x";r=`, `"x";r=1,`, `"x";r=1000000000000000`,
+		`"x";r=1;r=2`, `"x"r=1`, `"a"b"`, `"x";r=1 "y"`,
+	} {
+		_, err := parseSFList(bad)
+		assert.Error(t, err, "parseSFList(%q)", bad)
+	}
+}
+
+func TestHeaderFormatString(t *testing.T) {
+	for _, tc := range []struct {
+		f    HeaderFormat
+		want string
+	}{
+		{HeadersIETF, "ietf"},
+		{HeadersLegacy, "legacy"},
+		{HeadersX, "x"},
+		{HeadersNone, "none"},
+		{HeadersNone + 1, "HeaderFormat(4)"},
+	} {
+		assert.Equal(t, tc.want, tc.f.String(), "HeaderFormat(%d).String()", uint8(tc.f))
+	}
+}
+
+func TestParseHeaderFormat(t *testing.T) {
+	for _, f := range []HeaderFormat{HeadersIETF, HeadersLegacy, HeadersX, HeadersNone} {
+		got, err := ParseHeaderFormat(f.String())
+		require.NoError(t, err, "ParseHeaderFormat(%q)", f.String())
+		assert.Equal(t, f, got, "ParseHeaderFormat(%q)", f.String())
+	}
+	for _, bad := range []string{"", "IETF", "draft-10", " ietf", "HeaderFormat(4)"} {
+		_, err := ParseHeaderFormat(bad)
+		if assert.Error(t, err, "ParseHeaderFormat(%q)", bad) {
+			assert.Contains(t, err.Error(), strconv.Quote(bad), "ParseHeaderFormat(%q) error", bad)
+			assert.Contains(t, err.Error(), "ietf, legacy, x or none", "ParseHeaderFormat(%q) error", bad)
+		}
+	}
+}
+
+func BenchmarkWriteHeaders(b *testing.B) {
+	res := Result{
+		Allowed: true, Policy: "default", Limit: Limit{Interval: 200 * time.Millisecond, Burst: 10},
+		Remaining: 9, ResetAfter: 200 * time.Millisecond,
+	}
+	for _, f := range []HeaderFormat{HeadersIETF, HeadersLegacy, HeadersX, HeadersNone} {
+		b.Run(f.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				h := make(http.Header, 8)
+				n := 0
+				for pb.Next() {
+					writeHeaders(h, f, res)
+					n++
+				}
+				if want := len(formatFields[f]); n > 0 && len(h) != want {
+					b.Errorf("writeHeaders(%v) wrote %d fields, want %d", f, len(h), want)
+				}
+			})
+		})
+	}
+}
+
+// sfItem is one member of a Structured Field List whose Item is a String and
+// whose parameters are all Integers, the shape of the draft -10 fields.
+type sfItem struct {
+	name   string
+	params map[string]int64
+}
+
+// parseSFList parses the subset of RFC 9651 sf-list that the ietf fields
+// use: members `"string";key=int…` separated by OWS "," OWS, with optional
+// spaces after each ";". It is strict about everything else.
+func parseSFList(s string) ([]sfItem, error) {
+	var items []sfItem
+	for {
+		if len(s) == 0 || s[0] != '"' {
+			return nil, errors.New("want a quoted string")
+		}
+		end := strings.IndexByte(s[1:], '"')
+		if end < 0 {
+			return nil, errors.New("unterminated string")
+		}
+		it := sfItem{name: s[1 : 1+end], params: map[string]int64{}}
+		for _, c := range []byte(it.name) {
+			if c == '\\' || c < 0x20 || c > 0x7e {
+				return nil, errors.New("string needs escaping")
+			}
+		}
+		s = s[end+2:]
+		for len(s) > 0 && s[0] == ';' {
+			s = strings.TrimLeft(s[1:], " ")
+			i := 0
+			for i < len(s) && (s[i] >= 'a' && s[i] <= 'z' || s[i] == '*' || i > 0 && (s[i] >= '0' && s[i] <= '9' || strings.IndexByte("_-.", s[i]) >= 0)) {
+				i++
+			}
+			if i == 0 || i >= len(s) || s[i] != '=' {
+				return nil, errors.New("want key=integer")
+			}
+			key := s[:i]
+			s = s[i+1:]
+			j := 0
+			if j < len(s) && s[j] == '-' {
+				j++
+			}
+			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+				j++
+			}
+			digits := strings.TrimPrefix(s[:j], "-")
+			if len(digits) == 0 || len(digits) > 15 {
+				return nil, errors.New("want an integer of 1 to 15 digits")
+			}
+			n, err := strconv.ParseInt(s[:j], 10, 64)
+			if err != nil {
+				return nil, err
+			}
+			if _, dup := it.params[key]; dup {
+				return nil, errors.New("duplicate parameter " + key)
+			}
+			it.params[key] = n
+			s = s[j:]
+		}
+		items = append(items, it)
+		if len(s) == 0 {
+			return items, nil
+		}
+		s = strings.TrimLeft(s, " \t")
+		if len(s) == 0 || s[0] != ',' {
+			return nil, errors.New("want ',' between members")
+		}
+		s = strings.TrimLeft(s[1:], " \t")
+	}
+}

@@ -1,0 +1,104 @@
+package memorystore
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+// A policy that never refuses in a benchmark (a billion tokens) and keeps
+// every key held (each request leaves the bucket short of full).
+var benchPolicy = ratelimit.Policy{Name: "bench", Limit: ratelimit.PerSecond(1_000_000).WithBurst(1_000_000_000)}
+
+func benchStore(b *testing.B, opts ...Option) *Store {
+	s, err := New(append([]Option{WithSweepInterval(0)}, opts...)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// keys returns n keys shaped like the output of ratelimit.KeyByAPIKey.
+func keys(n int) []string {
+	ks := make([]string, n)
+	for i := range ks {
+		ks[i] = fmt.Sprintf("ak:%022d", i)
+	}
+	return ks
+}
+
+func BenchmarkTakeOneKey(b *testing.B) {
+	s := benchStore(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	allowed := 0
+	for b.Loop() {
+		if res, _ := s.Take(ctx, benchPolicy, "ak:one", 1); res.Allowed {
+			allowed++
+		}
+	}
+	if allowed == 0 {
+		b.Fatal("nothing allowed")
+	}
+}
+
+func BenchmarkTake100kKeys(b *testing.B) {
+	s := benchStore(b)
+	ks := keys(100_000)
+	ctx := context.Background()
+	for _, k := range ks {
+		s.Take(ctx, benchPolicy, k, 1)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if res, _ := s.Take(ctx, benchPolicy, ks[i%len(ks)], 1); !res.Allowed {
+			b.Fatal("refused")
+		}
+		i++
+	}
+}
+
+func BenchmarkTakeParallel1kKeys(b *testing.B) {
+	s := benchStore(b)
+	ks := keys(1000)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if res, _ := s.Take(ctx, benchPolicy, ks[i%len(ks)], 1); !res.Allowed {
+				panic("refused")
+			}
+			i += 7
+		}
+	})
+}
+
+// BenchmarkBytesPerKey reports the heap held per key, key bytes included,
+// after 1 000 000 keys (run it with -benchtime=1x).
+func BenchmarkBytesPerKey(b *testing.B) {
+	const n = 1_000_000
+	for b.Loop() {
+		ks := keys(n)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := benchStore(b, WithMaxKeys(2*n))
+		for _, k := range ks {
+			s.Take(context.Background(), benchPolicy, k, 1)
+		}
+		ks = nil
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if s.Len() != n {
+			b.Fatalf("held %d keys, want %d", s.Len(), n)
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/key")
+		runtime.KeepAlive(s)
+	}
+}
