@@ -1,0 +1,150 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config holds the server's settings, one field per flag of the demo server
+// contract (DESIGN.md, "Contract 1").
+type config struct {
+	addr           string
+	framework      string
+	algorithm      string
+	rate           float64
+	burst          int64
+	key            string
+	trustedProxies string
+	globalRate     float64
+	globalBurst    int64
+	headers        string
+	store          string
+	redisURL       string
+	onStoreError   string
+	instances      int
+	dryRun         bool
+	count          string
+	skipPath       string
+	maxInflight    int
+
+	// clock, when not nil, is the time source of the store instead of the
+	// system's monotonic clock. Only tests set it; main leaves it nil.
+	clock func() time.Time
+}
+
+// newFlagSet returns the flag set that fills cfg. Its defaults are those of
+// the contract.
+func newFlagSet(cfg *config) *flag.FlagSet {
+	fs := flag.NewFlagSet("geocoding", flag.ContinueOnError)
+	fs.StringVar(&cfg.addr, "addr", ":8080", "listen `address`")
+	fs.StringVar(&cfg.framework, "framework", "nethttp", "HTTP framework: nethttp, gin or echo")
+	fs.StringVar(&cfg.algorithm, "algorithm", "token-bucket", "algorithm: token-bucket, leaky-police or leaky-shape")
+	fs.Float64Var(&cfg.rate, "rate", 5, "tokens earned per second by each client")
+	fs.Int64Var(&cfg.burst, "burst", 10, "bucket capacity: the most requests a client may make at once")
+	fs.StringVar(&cfg.key, "key", "api-key", "what identifies a client: api-key (header X-API-Key) or ip")
+	fs.StringVar(&cfg.trustedProxies, "trusted-proxies", "", "comma-separated `CIDRs` of the reverse proxies whose X-Forwarded-For is believed (with -key ip)")
+	fs.Float64Var(&cfg.globalRate, "global-rate", 0, "tokens per second shared by all clients (0: no global limit)")
+	fs.Int64Var(&cfg.globalBurst, "global-burst", 0, "capacity of the global limit (0: no global limit)")
+	fs.StringVar(&cfg.headers, "headers", "ietf", "rate-limit header fields: ietf, legacy, x or none")
+	fs.StringVar(&cfg.store, "store", "memory", "where limits are kept: memory or redis")
+	fs.StringVar(&cfg.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL` (with -store redis)")
+	fs.StringVar(&cfg.onStoreError, "on-store-error", "open", "when the store fails: open, closed or local")
+	fs.IntVar(&cfg.instances, "instances", 1, "number of server instances, to share the quota of the local fallback")
+	fs.BoolVar(&cfg.dryRun, "dry-run", false, "decide and count, but never refuse")
+	fs.StringVar(&cfg.count, "count", "all", "which responses spend the budget: all, failed or successful")
+	fs.StringVar(&cfg.skipPath, "skip-path", "", "path `prefix` that is never limited nor counted")
+	fs.IntVar(&cfg.maxInflight, "max-inflight", 0, "concurrent requests per client (0: no limit)")
+	return fs
+}
+
+// choices lists, for each flag that takes one of a fixed set of values, the
+// values that this version implements (supported) and the other values that
+// the contract defines (later).
+var choices = []struct {
+	flag      string
+	value     func(*config) string
+	supported []string
+	later     []string
+}{
+	{"framework", func(c *config) string { return c.framework }, []string{"nethttp"}, []string{"gin", "echo"}},
+	{"algorithm", func(c *config) string { return c.algorithm }, []string{"token-bucket"}, []string{"leaky-police", "leaky-shape"}},
+	{"key", func(c *config) string { return c.key }, []string{"api-key", "ip"}, nil},
+	{"headers", func(c *config) string { return c.headers }, []string{"ietf", "legacy", "x", "none"}, nil},
+	{"store", func(c *config) string { return c.store }, []string{"memory"}, []string{"redis"}},
+	{"on-store-error", func(c *config) string { return c.onStoreError }, []string{"open"}, []string{"closed", "local"}},
+	{"count", func(c *config) string { return c.count }, []string{"all"}, []string{"failed", "successful"}},
+}
+
+// check reports every flag whose value is invalid or not implemented yet, one
+// error per flag. The rate, burst and trusted proxies are validated by the
+// library, in newHandler.
+func (c *config) check() error {
+	var errs []error
+	invalid := func(name, value, want string) {
+		errs = append(errs, fmt.Errorf("-%s %s: %s", name, value, want))
+	}
+	unsupported := func(name, value string) {
+		errs = append(errs, fmt.Errorf("-%s %s is not supported yet", name, value))
+	}
+	for _, ch := range choices {
+		v := ch.value(c)
+		switch {
+		case slices.Contains(ch.supported, v):
+		case slices.Contains(ch.later, v):
+			unsupported(ch.flag, v)
+		default:
+			invalid(ch.flag, v, "want "+orList(append(slices.Clip(ch.supported), ch.later...)))
+		}
+	}
+	switch r := c.globalRate; {
+	case math.IsNaN(r) || math.IsInf(r, 0) || r < 0:
+		invalid("global-rate", formatFloat(r), "want a finite number of tokens per second, or 0 for no global limit")
+	case r > 0:
+		unsupported("global-rate", formatFloat(r))
+	}
+	switch b := c.globalBurst; {
+	case b < 0:
+		invalid("global-burst", strconv.FormatInt(b, 10), "want a capacity of at least 1, or 0 for no global limit")
+	case b > 0:
+		unsupported("global-burst", strconv.FormatInt(b, 10))
+	}
+	switch n := c.instances; {
+	case n < 1:
+		invalid("instances", strconv.Itoa(n), "want at least 1")
+	case n > 1:
+		unsupported("instances", strconv.Itoa(n))
+	}
+	if c.dryRun {
+		unsupported("dry-run", "true")
+	}
+	switch p := c.skipPath; {
+	case p == "":
+	case !strings.HasPrefix(p, "/"):
+		invalid("skip-path", p, "want a path prefix starting with /")
+	default:
+		unsupported("skip-path", p)
+	}
+	switch n := c.maxInflight; {
+	case n < 0:
+		invalid("max-inflight", strconv.Itoa(n), "want a number of requests, or 0 for no limit")
+	case n > 0:
+		unsupported("max-inflight", strconv.Itoa(n))
+	}
+	return errors.Join(errs...)
+}
+
+// orList returns "a, b or c".
+func orList(vs []string) string {
+	if len(vs) < 2 {
+		return strings.Join(vs, "")
+	}
+	return strings.Join(vs[:len(vs)-1], ", ") + " or " + vs[len(vs)-1]
+}
+
+func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/memorystore"
+	"github.com/tokenfair/ratelimit/nethttp"
+)
+
+// apiKeyHeader is the request header field that carries the API key.
+const apiKeyHeader = "X-API-Key"
+
+// newHandler returns the server's handler and a function that releases what
+// it holds (the store's background sweep). /healthz is answered before the
+// limiter; every other request goes through it. cfg must have passed check;
+// newHandler reports invalid rates, bursts and trusted proxies, naming the
+// flag.
+func newHandler(cfg config) (http.Handler, func(), error) {
+	format, err := ratelimit.ParseHeaderFormat(cfg.headers)
+	if err != nil {
+		return nil, nil, fmt.Errorf("-headers: %w", err)
+	}
+	// The trusted proxies are validated even with -key api-key, which does
+	// not use them, so that a typo never goes unnoticed.
+	byIP, err := ratelimit.KeyByIP(ratelimit.TrustedProxies(strings.Split(cfg.trustedProxies, ",")...))
+	if err != nil {
+		return nil, nil, fmt.Errorf("-trusted-proxies: %w", err)
+	}
+	var key ratelimit.KeyFunc
+	switch cfg.key {
+	case "api-key":
+		key = ratelimit.KeyByAPIKey(apiKeyHeader)
+	case "ip":
+		key = byIP
+	default:
+		return nil, nil, fmt.Errorf("-key %s: want api-key or ip", cfg.key)
+	}
+
+	var opts []memorystore.Option
+	if cfg.clock != nil {
+		opts = append(opts, memorystore.WithClock(cfg.clock))
+	}
+	store, err := memorystore.New(opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	cleanup := func() { store.Close() }
+	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Rate(cfg.rate).WithBurst(cfg.burst)})
+	if err != nil {
+		cleanup()
+		return nil, nil, fmt.Errorf("-rate %s -burst %d: %w", formatFloat(cfg.rate), cfg.burst, err)
+	}
+	mw, err := ratelimit.NewMiddleware(limiter, key, ratelimit.WithHeaders(format))
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+
+	api := http.NewServeMux()
+	api.HandleFunc("GET /geocode", geocode)
+	api.HandleFunc("/geocode", methodNotAllowed)
+	api.HandleFunc("/", notFound)
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.HandleFunc("/healthz", methodNotAllowed)
+	mux.Handle("/", nethttp.Middleware(mw)(api))
+	return mux, cleanup, nil
+}
+
+// geocodeResult is the body of a successful GET /geocode.
+type geocodeResult struct {
+	Query string  `json:"query"`
+	Name  string  `json:"name"`
+	Lat   float64 `json:"lat"`
+	Lon   float64 `json:"lon"`
+}
+
+// geocode answers GET /geocode?q=NAME with the coordinates of the place.
+func geocode(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query().Get("q")
+	if strings.TrimSpace(q) == "" {
+		writeProblem(w, http.StatusBadRequest, "missing query parameter q")
+		return
+	}
+	p, ok := lookup(q)
+	if !ok {
+		writeProblem(w, http.StatusNotFound, "unknown place")
+		return
+	}
+	writeJSON(w, http.StatusOK, "application/json", geocodeResult{Query: q, Name: p.Name, Lat: p.Lat, Lon: p.Lon})
+}
+
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Write([]byte("ok\n"))
+}
+
+func methodNotAllowed(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Allow", "GET, HEAD")
+	writeProblem(w, http.StatusMethodNotAllowed, "only GET and HEAD are allowed")
+}
+
+func notFound(w http.ResponseWriter, _ *http.Request) {
+	writeProblem(w, http.StatusNotFound, "no such endpoint; try GET /geocode?q=paris")
+}
+
+// problem is an RFC 9457 problem body, as the limiter writes for 401 and 429.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+func writeProblem(w http.ResponseWriter, status int, detail string) {
+	writeJSON(w, status, "application/problem+json",
+		problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+}
+
+func writeJSON(w http.ResponseWriter, status int, contentType string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil { // cannot happen with the types above
+		http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+		return
+	}
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}

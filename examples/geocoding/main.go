@@ -1,0 +1,200 @@
+// Geocoding is the demo server of github.com/tokenfair/ratelimit: a small
+// geocoding API over a built-in table of well-known places, behind the rate
+// limiter. It needs no setup; limits are kept in memory.
+//
+// From the repository root:
+//
+//	go run ./examples/geocoding
+//
+// and in another terminal:
+//
+//	curl -s -H 'X-API-Key: demo' 'localhost:8080/geocode?q=paris'
+//	{"query":"paris","name":"Paris","lat":48.8566,"lon":2.3522}
+//
+// Every API key may make 10 requests at once (-burst) and earns 5 more each
+// second (-rate), so a quick loop of twelve requests gets ten 200s and then
+// two 429 Too Many Requests:
+//
+//	for i in $(seq 12); do curl -s -o /dev/null -w '%{http_code}\n' -H 'X-API-Key: demo' 'localhost:8080/geocode?q=paris'; done
+//
+// Another key has a bucket of its own, a request without a key is refused
+// with 401, and curl -i shows the rate-limit header fields, and on a 429 the
+// Retry-After field and the problem body:
+//
+//	curl -i -H 'X-API-Key: demo' 'localhost:8080/geocode?q=tokyo'
+//	HTTP/1.1 200 OK
+//	Content-Type: application/json
+//	Ratelimit: "default";r=9;t=1
+//	Ratelimit-Policy: "default";q=10;w=2
+//	...
+//
+//	HTTP/1.1 429 Too Many Requests
+//	Cache-Control: no-store
+//	Content-Type: application/problem+json
+//	Ratelimit: "default";r=0;t=1
+//	Ratelimit-Policy: "default";q=10;w=2
+//	Retry-After: 1
+//
+//	{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,"detail":"Too many requests; retry after 1 s.","violated-policies":["default"]}
+//
+// To limit by client IP address instead, behind a proxy in 10.0.0.0/8:
+//
+//	go run ./examples/geocoding -key ip -trusted-proxies 10.0.0.0/8
+//
+// # Endpoints
+//
+//   - GET /geocode?q=NAME: 200 with {"query","name","lat","lon"} for a known
+//     place (case is ignored: paris, Tokyo, new york, ...); 404 for an
+//     unknown one; 400 without q. Errors are application/problem+json.
+//     Other methods get 405.
+//   - GET /healthz: 200 "ok", never limited.
+//
+// Every request except /healthz goes through the limiter, including those
+// that end in 404 or 405.
+//
+// # Flags
+//
+//	-addr            listen address [:8080]
+//	-framework       nethttp|gin|echo [nethttp]
+//	-algorithm       token-bucket|leaky-police|leaky-shape [token-bucket]
+//	-rate            tokens per second for each client [5]
+//	-burst           capacity of each client's bucket [10]
+//	-key             api-key|ip [api-key]; the API key is read from X-API-Key
+//	-trusted-proxies comma-separated CIDRs of trusted reverse proxies [none];
+//	                 with -key ip the client is then the rightmost
+//	                 X-Forwarded-For entry that is not a trusted proxy;
+//	                 without, forwarding headers are ignored
+//	-global-rate     tokens per second shared by all clients [0: none]
+//	-global-burst    capacity of the global limit [0: none]
+//	-headers         ietf|legacy|x|none [ietf]
+//	-store           memory|redis [memory]
+//	-redis-url       Redis URL for -store redis [redis://127.0.0.1:6379/0]
+//	-on-store-error  open|closed|local [open]
+//	-instances       instance count for the local fallback [1]
+//	-dry-run         decide and count, never refuse [false]
+//	-count           all|failed|successful: responses that spend the budget [all]
+//	-skip-path       path prefix never limited nor counted [none]
+//	-max-inflight    concurrent requests per client [0: no limit]
+//
+// This version implements -framework nethttp, -algorithm token-bucket,
+// -store memory, no global limit, -instances 1, -count all, no -dry-run,
+// -skip-path or -max-inflight; -on-store-error open is accepted (the memory
+// store never fails). Other values that the contract defines are refused with
+// "geocoding: -FLAG VALUE is not supported yet". Invalid values are refused
+// with a message naming the flag. Either way the exit status is 2.
+//
+// The server logs to standard error and shuts down gracefully, within five
+// seconds, on SIGINT or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// shutdownTimeout bounds the graceful shutdown.
+const shutdownTimeout = 5 * time.Second
+
+// run is the whole program: it parses args, serves until ctx is cancelled,
+// then shuts down gracefully, and returns the exit status: 0 after a clean
+// shutdown or -h (whose usage goes to stdout), 2 for a bad command line, 1
+// when the server cannot listen or serve.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var cfg config
+	fs := newFlagSet(&cfg)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: go run ./examples/geocoding [flags]\n\nServes GET /geocode?q=NAME behind the rate limiter.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return 0
+		}
+		report(stderr, err)
+		fs.SetOutput(stderr)
+		fs.Usage()
+		return 2
+	}
+	if fs.NArg() > 0 {
+		report(stderr, fmt.Errorf("unexpected argument %q: the server takes only flags", fs.Arg(0)))
+		return 2
+	}
+	if err := cfg.check(); err != nil {
+		report(stderr, err)
+		return 2
+	}
+	handler, cleanup, err := newHandler(cfg)
+	if err != nil {
+		report(stderr, err)
+		return 2
+	}
+	defer cleanup()
+
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		logger.Error("geocoding: cannot listen", "addr", cfg.addr, "err", err)
+		return 1
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       time.Minute,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger.Info("geocoding: listening on http://"+ln.Addr().String(),
+		"key", cfg.key, "rate", cfg.rate, "burst", cfg.burst, "headers", cfg.headers)
+
+	select {
+	case err := <-served:
+		logger.Error("geocoding: serve failed", "err", err)
+		return 1
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		logger.Error("geocoding: graceful shutdown failed; closing", "err", err)
+		srv.Close()
+		<-served
+		return 1
+	}
+	<-served // http.ErrServerClosed
+	logger.Info("geocoding: stopped")
+	return 0
+}
+
+// report writes err to w, one "geocoding: " line per line of its text.
+func report(w io.Writer, err error) {
+	for line := range strings.Lines(err.Error()) {
+		fmt.Fprintf(w, "geocoding: %s", line)
+		if !strings.HasSuffix(line, "\n") {
+			fmt.Fprintln(w)
+		}
+	}
+}

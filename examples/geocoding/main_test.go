@@ -1,0 +1,629 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeClock is a clock that moves only when told to.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// newTestHandler builds the server's handler from command-line args, as run
+// does, with a fake clock that stands still until advanced.
+func newTestHandler(t *testing.T, args ...string) (http.Handler, *fakeClock) {
+	t.Helper()
+	var cfg config
+	fs := newFlagSet(&cfg)
+	fs.SetOutput(io.Discard)
+	require.NoError(t, fs.Parse(args))
+	require.NoError(t, cfg.check())
+	clock := &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	cfg.clock = clock.Now
+	h, cleanup, err := newHandler(cfg)
+	require.NoError(t, err)
+	t.Cleanup(cleanup)
+	return h, clock
+}
+
+// request describes one in-process request.
+type request struct {
+	method, target string
+	apiKey         string // X-API-Key, if not empty
+	remoteAddr     string // if not empty
+	forwardedFor   string // X-Forwarded-For, if not empty
+}
+
+func serve(h http.Handler, req request) *httptest.ResponseRecorder {
+	method := req.method
+	if method == "" {
+		method = http.MethodGet
+	}
+	r := httptest.NewRequest(method, req.target, nil)
+	if req.apiKey != "" {
+		r.Header.Set("X-API-Key", req.apiKey)
+	}
+	if req.remoteAddr != "" {
+		r.RemoteAddr = req.remoteAddr
+	}
+	if req.forwardedFor != "" {
+		r.Header.Set("X-Forwarded-For", req.forwardedFor)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// statuses serves req n times and returns the status codes.
+func statuses(h http.Handler, req request, n int) []int {
+	codes := make([]int, n)
+	for i := range codes {
+		codes[i] = serve(h, req).Code
+	}
+	return codes
+}
+
+func repeat(code, n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = code
+	}
+	return s
+}
+
+func decode(t *testing.T, w *httptest.ResponseRecorder) map[string]any {
+	t.Helper()
+	var v map[string]any
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &v), "body %q", w.Body.String())
+	return v
+}
+
+func TestGeocode(t *testing.T) {
+	h, _ := newTestHandler(t)
+	for _, tc := range []struct {
+		name        string
+		req         request
+		wantStatus  int
+		wantType    string
+		wantPlace   string
+		wantLat     float64
+		wantLon     float64
+		wantDetail  string
+		wantAllowed string
+	}{
+		{name: "known place", req: request{target: "/geocode?q=Paris"}, wantStatus: 200, wantType: "application/json", wantPlace: "Paris", wantLat: 48.8566, wantLon: 2.3522},
+		{name: "case and spaces ignored", req: request{target: "/geocode?q=%20NEW%20%20york"}, wantStatus: 200, wantType: "application/json", wantPlace: "New York", wantLat: 40.7128, wantLon: -74.0060},
+		{name: "lower case", req: request{target: "/geocode?q=tokyo"}, wantStatus: 200, wantType: "application/json", wantPlace: "Tokyo", wantLat: 35.6762, wantLon: 139.6503},
+		{name: "unknown place", req: request{target: "/geocode?q=atlantis"}, wantStatus: 404, wantType: "application/problem+json", wantDetail: "unknown place"},
+		{name: "missing q", req: request{target: "/geocode"}, wantStatus: 400, wantType: "application/problem+json", wantDetail: "missing query parameter q"},
+		{name: "empty q", req: request{target: "/geocode?q=%20"}, wantStatus: 400, wantType: "application/problem+json", wantDetail: "missing query parameter q"},
+		{name: "POST", req: request{method: "POST", target: "/geocode?q=paris"}, wantStatus: 405, wantType: "application/problem+json", wantAllowed: "GET, HEAD"},
+		{name: "DELETE", req: request{method: "DELETE", target: "/geocode?q=paris"}, wantStatus: 405, wantType: "application/problem+json", wantAllowed: "GET, HEAD"},
+		{name: "unknown path", req: request{target: "/nowhere"}, wantStatus: 404, wantType: "application/problem+json"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.req.apiKey = "key-" + tc.name // a bucket of its own
+			w := serve(h, tc.req)
+			require.Equal(t, tc.wantStatus, w.Code, "body %q", w.Body.String())
+			assert.Equal(t, tc.wantType, w.Header().Get("Content-Type"))
+			assert.Equal(t, tc.wantAllowed, w.Header().Get("Allow"))
+			assert.NotEmpty(t, w.Header().Get("RateLimit"), "every limited route carries RateLimit")
+			body := decode(t, w)
+			if tc.wantStatus != 200 {
+				assert.EqualValues(t, tc.wantStatus, body["status"])
+				if tc.wantDetail != "" {
+					assert.Equal(t, tc.wantDetail, body["detail"])
+				}
+				return
+			}
+			assert.Equal(t, tc.wantPlace, body["name"])
+			assert.Equal(t, tc.wantLat, body["lat"])
+			assert.Equal(t, tc.wantLon, body["lon"])
+		})
+	}
+}
+
+func TestGeocodeBodyShape(t *testing.T) {
+	h, _ := newTestHandler(t)
+	w := serve(h, request{target: "/geocode?q=Paris", apiKey: "demo"})
+	require.Equal(t, http.StatusOK, w.Code)
+	assert.Equal(t, `{"query":"Paris","name":"Paris","lat":48.8566,"lon":2.3522}`+"\n", w.Body.String())
+}
+
+func TestGeocodeHEAD(t *testing.T) {
+	h, _ := newTestHandler(t)
+	w := serve(h, request{method: http.MethodHead, target: "/geocode?q=london", apiKey: "demo"})
+	assert.Equal(t, http.StatusOK, w.Code)
+	assert.Equal(t, "application/json", w.Header().Get("Content-Type"))
+}
+
+func TestPlacesTable(t *testing.T) {
+	assert.GreaterOrEqual(t, len(places), 20)
+	for _, name := range []string{"paris", "tokyo", "new york", "london", "sydney"} {
+		p, ok := lookup(name)
+		if assert.True(t, ok, "lookup(%q)", name) {
+			assert.True(t, -90 <= p.Lat && p.Lat <= 90 && -180 <= p.Lon && p.Lon <= 180, "lookup(%q) = %+v", name, p)
+		}
+	}
+}
+
+func TestHealthzNeverLimited(t *testing.T) {
+	h, _ := newTestHandler(t, "-rate", "1", "-burst", "2")
+	spent := request{target: "/geocode?q=paris", apiKey: "demo"}
+	require.Equal(t, []int{200, 200, 429}, statuses(h, spent, 3))
+
+	for _, req := range []request{
+		{target: "/healthz", apiKey: "demo"},
+		{target: "/healthz"}, // no key: no 401 either
+		{method: http.MethodHead, target: "/healthz"},
+	} {
+		for i := range 20 {
+			w := serve(h, req)
+			require.Equal(t, http.StatusOK, w.Code, "%s %s #%d", req.method, req.target, i)
+			assert.Empty(t, w.Header().Get("RateLimit"))
+			assert.Empty(t, w.Header().Get("Retry-After"))
+		}
+	}
+	w := serve(h, request{target: "/healthz"})
+	assert.Equal(t, "ok\n", w.Body.String())
+
+	w = serve(h, request{method: http.MethodPost, target: "/healthz"})
+	assert.Equal(t, http.StatusMethodNotAllowed, w.Code)
+	assert.Equal(t, "GET, HEAD", w.Header().Get("Allow"))
+
+	assert.Equal(t, http.StatusTooManyRequests, serve(h, spent).Code, "/healthz must not refill the bucket")
+}
+
+func TestMissingAPIKey(t *testing.T) {
+	h, _ := newTestHandler(t)
+	for _, key := range []string{"", "   "} {
+		r := httptest.NewRequest(http.MethodGet, "/geocode?q=paris", nil)
+		if key != "" {
+			r.Header.Set("X-API-Key", key)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		assert.Equal(t, http.StatusUnauthorized, w.Code, "X-API-Key %q", key)
+		assert.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
+		assert.EqualValues(t, 401, decode(t, w)["status"])
+	}
+}
+
+// TestWorkedExample is the example of the design over HTTP: 5 tokens per
+// second, burst 10, twelve requests at once, then one second later.
+func TestWorkedExample(t *testing.T) {
+	h, clock := newTestHandler(t, "-rate", "5", "-burst", "10")
+	req := request{target: "/geocode?q=paris", apiKey: "alice"}
+
+	var ws []*httptest.ResponseRecorder
+	for range 12 {
+		ws = append(ws, serve(h, req))
+	}
+	codes := make([]int, len(ws))
+	for i, w := range ws {
+		codes[i] = w.Code
+	}
+	require.Equal(t, append(repeat(200, 10), 429, 429), codes)
+
+	first := ws[0].Header()
+	assert.Equal(t, `"default";q=10;w=2`, first.Get("RateLimit-Policy"))
+	assert.Equal(t, `"default";r=9;t=1`, first.Get("RateLimit"))
+	assert.Equal(t, `"default";r=0;t=1`, ws[9].Header().Get("RateLimit"))
+	assert.Empty(t, first.Get("Retry-After"))
+
+	for _, w := range ws[10:] {
+		assert.Equal(t, "1", w.Header().Get("Retry-After"))
+		assert.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
+		assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
+		assert.Equal(t, `"default";q=10;w=2`, w.Header().Get("RateLimit-Policy"))
+		assert.Equal(t, `"default";r=0;t=1`, w.Header().Get("RateLimit"))
+		body := decode(t, w)
+		assert.EqualValues(t, 429, body["status"])
+		assert.Equal(t, []any{"default"}, body["violated-policies"])
+	}
+
+	clock.Advance(time.Second)
+	assert.Equal(t, append(repeat(200, 5), 429), statuses(h, req, 6), "one second later")
+}
+
+func TestOtherAPIKeyUnaffected(t *testing.T) {
+	h, _ := newTestHandler(t, "-rate", "5", "-burst", "10")
+	alice := request{target: "/geocode?q=paris", apiKey: "alice"}
+	bob := request{target: "/geocode?q=paris", apiKey: "bob"}
+	require.Equal(t, append(repeat(200, 10), 429), statuses(h, alice, 11))
+
+	w := serve(h, bob)
+	assert.Equal(t, http.StatusOK, w.Code)
+	assert.Equal(t, `"default";r=9;t=1`, w.Header().Get("RateLimit"))
+	assert.Equal(t, append(repeat(200, 9), 429), statuses(h, bob, 10))
+}
+
+// TestConcurrentRequests checks that requests racing for one bucket are
+// admitted exactly up to the burst.
+func TestConcurrentRequests(t *testing.T) {
+	h, _ := newTestHandler(t, "-rate", "5", "-burst", "10")
+	const n = 100
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i] = serve(h, request{target: "/geocode?q=sydney", apiKey: "racer"}).Code
+		}()
+	}
+	wg.Wait()
+	count := map[int]int{}
+	for _, c := range codes {
+		count[c]++
+	}
+	assert.Equal(t, map[int]int{200: 10, 429: n - 10}, count)
+}
+
+func TestKeyByIPTrustedProxies(t *testing.T) {
+	h, _ := newTestHandler(t, "-key", "ip", "-trusted-proxies", "10.0.0.0/8", "-rate", "1", "-burst", "2")
+	const proxy = "10.1.2.3:40000"
+	viaProxy := func(xff string) request {
+		return request{target: "/geocode?q=rome", remoteAddr: proxy, forwardedFor: xff}
+	}
+
+	// Two clients behind the proxy have buckets of their own.
+	assert.Equal(t, []int{200, 200, 429}, statuses(h, viaProxy("203.0.113.7"), 3))
+	assert.Equal(t, []int{200, 200, 429}, statuses(h, viaProxy("198.51.100.8"), 3))
+
+	// The client is the rightmost entry that is not a trusted proxy: a forged
+	// leftmost entry, or more trusted hops, do not give it a fresh bucket.
+	for _, xff := range []string{
+		"192.0.2.99, 203.0.113.7",
+		"1.1.1.1, 8.8.8.8, 203.0.113.7, 10.9.9.9",
+	} {
+		assert.Equal(t, http.StatusTooManyRequests, serve(h, viaProxy(xff)).Code, "X-Forwarded-For: %s", xff)
+	}
+
+	// An API key is not needed with -key ip.
+	w := serve(h, viaProxy("192.0.2.1"))
+	assert.Equal(t, http.StatusOK, w.Code)
+
+	// A peer that is not a trusted proxy is the client, whatever it forwards.
+	direct := request{target: "/geocode?q=rome", remoteAddr: "192.0.2.50:1234"}
+	direct.forwardedFor = "203.0.113.77"
+	assert.Equal(t, []int{200, 200, 429}, statuses(h, direct, 3))
+	direct.forwardedFor = "203.0.113.78"
+	assert.Equal(t, http.StatusTooManyRequests, serve(h, direct).Code)
+}
+
+func TestKeyByIPIgnoresForwardedWithoutTrustedProxies(t *testing.T) {
+	h, _ := newTestHandler(t, "-key", "ip", "-rate", "1", "-burst", "2")
+	req := func(xff string) request {
+		return request{target: "/geocode?q=cairo", remoteAddr: "10.1.2.3:40000", forwardedFor: xff}
+	}
+	assert.Equal(t, []int{200, 200}, []int{serve(h, req("203.0.113.7")).Code, serve(h, req("198.51.100.8")).Code})
+	assert.Equal(t, http.StatusTooManyRequests, serve(h, req("192.0.2.1")).Code, "every X-Forwarded-For is the same client: the peer")
+	assert.Equal(t, http.StatusTooManyRequests, serve(h, req("")).Code)
+
+	other := request{target: "/geocode?q=cairo", remoteAddr: "10.1.2.4:40000"}
+	assert.Equal(t, http.StatusOK, serve(h, other).Code, "another peer")
+}
+
+func TestHeaderFormats(t *testing.T) {
+	all := []string{
+		"RateLimit-Policy", "RateLimit",
+		"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset",
+		"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+	}
+	for _, tc := range []struct {
+		format        string
+		want, want429 map[string]string
+	}{
+		{
+			format:  "ietf",
+			want:    map[string]string{"RateLimit-Policy": `"default";q=2;w=2`, "RateLimit": `"default";r=1;t=1`},
+			want429: map[string]string{"RateLimit-Policy": `"default";q=2;w=2`, "RateLimit": `"default";r=0;t=1`},
+		},
+		{
+			format:  "legacy",
+			want:    map[string]string{"RateLimit-Limit": "2", "RateLimit-Remaining": "1", "RateLimit-Reset": "1"},
+			want429: map[string]string{"RateLimit-Limit": "2", "RateLimit-Remaining": "0", "RateLimit-Reset": "2"},
+		},
+		{
+			format:  "x",
+			want:    map[string]string{"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "1"},
+			want429: map[string]string{"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "2"},
+		},
+		{format: "none", want: map[string]string{}, want429: map[string]string{}},
+	} {
+		t.Run(tc.format, func(t *testing.T) {
+			h, _ := newTestHandler(t, "-headers", tc.format, "-rate", "1", "-burst", "2")
+			req := request{target: "/geocode?q=berlin", apiKey: "demo"}
+			for i, want := range []map[string]string{tc.want, {}, tc.want429} {
+				w := serve(h, req)
+				if i == 1 {
+					continue // the second 200
+				}
+				got := map[string]string{}
+				for _, name := range all {
+					if v := w.Header().Get(name); v != "" {
+						got[name] = v
+					}
+				}
+				assert.Equal(t, want, got, "response %d", i+1)
+				if i == 2 {
+					assert.Equal(t, http.StatusTooManyRequests, w.Code)
+					assert.Equal(t, "1", w.Header().Get("Retry-After"))
+				} else {
+					assert.Empty(t, w.Header().Get("Retry-After"))
+				}
+			}
+		})
+	}
+}
+
+// TestFlagDefaults checks the flags and defaults of the contract.
+func TestFlagDefaults(t *testing.T) {
+	want := map[string]string{
+		"addr":            ":8080",
+		"framework":       "nethttp",
+		"algorithm":       "token-bucket",
+		"rate":            "5",
+		"burst":           "10",
+		"key":             "api-key",
+		"trusted-proxies": "",
+		"global-rate":     "0",
+		"global-burst":    "0",
+		"headers":         "ietf",
+		"store":           "memory",
+		"redis-url":       "redis://127.0.0.1:6379/0",
+		"on-store-error":  "open",
+		"instances":       "1",
+		"dry-run":         "false",
+		"count":           "all",
+		"skip-path":       "",
+		"max-inflight":    "0",
+	}
+	var cfg config
+	fs := newFlagSet(&cfg)
+	got := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { got[f.Name] = f.DefValue })
+	assert.Equal(t, want, got)
+	require.NoError(t, fs.Parse(nil))
+	assert.NoError(t, cfg.check(), "the defaults are supported")
+}
+
+// runExit calls run with args and returns its exit status and standard error.
+func runExit(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // a command line that is accepted must not keep serving
+	code := run(ctx, args, &stdout, &stderr)
+	return code, stderr.String()
+}
+
+func TestRunInvalidFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-rate", "-1"}, "geocoding: -rate -1 -burst 10: "},
+		{[]string{"-rate", "0"}, "geocoding: -rate 0 "},
+		{[]string{"-rate", "NaN"}, "geocoding: -rate NaN "},
+		{[]string{"-rate", "+Inf"}, "geocoding: -rate +Inf "},
+		{[]string{"-rate", "fast"}, `invalid value "fast" for flag -rate`},
+		{[]string{"-burst", "0"}, "-burst 0: "},
+		{[]string{"-burst", "-3"}, "-burst -3: "},
+		{[]string{"-burst", "1.5"}, "flag -burst"},
+		{[]string{"-headers", "bogus"}, "geocoding: -headers bogus: want ietf, legacy, x or none"},
+		{[]string{"-key", "foo"}, "geocoding: -key foo: want api-key or ip"},
+		{[]string{"-key", "ip", "-trusted-proxies", "10.0.0.0/33"}, "geocoding: -trusted-proxies: "},
+		{[]string{"-key", "ip", "-trusted-proxies", "10.0.0.0/8,proxy.local"}, `-trusted-proxies: ratelimit: TrustedProxies: invalid entry "proxy.local"`},
+		{[]string{"-trusted-proxies", "nonsense"}, "geocoding: -trusted-proxies: "},
+		{[]string{"-framework", "bogus"}, "geocoding: -framework bogus: want nethttp, gin or echo"},
+		{[]string{"-algorithm", "fixed-window"}, "geocoding: -algorithm fixed-window: want token-bucket, leaky-police or leaky-shape"},
+		{[]string{"-store", "etcd"}, "geocoding: -store etcd: want memory or redis"},
+		{[]string{"-on-store-error", "panic"}, "geocoding: -on-store-error panic: want open, closed or local"},
+		{[]string{"-count", "some"}, "geocoding: -count some: want all, failed or successful"},
+		{[]string{"-global-rate", "-1"}, "geocoding: -global-rate -1: "},
+		{[]string{"-global-rate", "NaN"}, "geocoding: -global-rate NaN: "},
+		{[]string{"-global-burst", "-1"}, "geocoding: -global-burst -1: "},
+		{[]string{"-instances", "0"}, "geocoding: -instances 0: want at least 1"},
+		{[]string{"-max-inflight", "-1"}, "geocoding: -max-inflight -1: "},
+		{[]string{"-skip-path", "static"}, "geocoding: -skip-path static: want a path prefix starting with /"},
+		{[]string{"-nosuchflag"}, "flag provided but not defined: -nosuchflag"},
+		{[]string{"extra"}, `geocoding: unexpected argument "extra"`},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stderr := runExit(t, tc.args...)
+			assert.Equal(t, 2, code)
+			assert.Contains(t, stderr, tc.want)
+			assert.NotContains(t, stderr, "listening")
+		})
+	}
+}
+
+func TestRunUnsupportedFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // FLAG VALUE
+	}{
+		{[]string{"-framework", "gin"}, "-framework gin"},
+		{[]string{"-framework", "echo"}, "-framework echo"},
+		{[]string{"-algorithm", "leaky-police"}, "-algorithm leaky-police"},
+		{[]string{"-algorithm", "leaky-shape"}, "-algorithm leaky-shape"},
+		{[]string{"-store", "redis"}, "-store redis"},
+		{[]string{"-global-rate", "100"}, "-global-rate 100"},
+		{[]string{"-global-burst", "50"}, "-global-burst 50"},
+		{[]string{"-on-store-error", "closed"}, "-on-store-error closed"},
+		{[]string{"-on-store-error", "local"}, "-on-store-error local"},
+		{[]string{"-instances", "3"}, "-instances 3"},
+		{[]string{"-dry-run"}, "-dry-run true"},
+		{[]string{"-dry-run=true"}, "-dry-run true"},
+		{[]string{"-count", "failed"}, "-count failed"},
+		{[]string{"-count", "successful"}, "-count successful"},
+		{[]string{"-skip-path", "/static"}, "-skip-path /static"},
+		{[]string{"-max-inflight", "4"}, "-max-inflight 4"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, stderr := runExit(t, tc.args...)
+			assert.Equal(t, 2, code)
+			assert.Equal(t, "geocoding: "+tc.want+" is not supported yet\n", stderr)
+		})
+	}
+
+	t.Run("accepted", func(t *testing.T) {
+		var cfg config
+		fs := newFlagSet(&cfg)
+		require.NoError(t, fs.Parse([]string{"-on-store-error", "open", "-instances", "1", "-dry-run=false",
+			"-count", "all", "-global-rate", "0", "-global-burst", "0", "-max-inflight", "0", "-skip-path", "",
+			"-redis-url", "redis://example:6379/1", "-key", "ip", "-headers", "none"}))
+		assert.NoError(t, cfg.check())
+	})
+
+	t.Run("all at once", func(t *testing.T) {
+		code, stderr := runExit(t, "-framework", "echo", "-store", "redis", "-dry-run")
+		assert.Equal(t, 2, code)
+		assert.Equal(t, "geocoding: -framework echo is not supported yet\n"+
+			"geocoding: -store redis is not supported yet\n"+
+			"geocoding: -dry-run true is not supported yet\n", stderr)
+	})
+}
+
+func TestRunHelp(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"-h"}, &stdout, &stderr)
+	assert.Equal(t, 0, code)
+	assert.Empty(t, stderr.String())
+	for _, name := range []string{"-addr", "-rate", "-burst", "-key", "-trusted-proxies", "-headers", "-max-inflight"} {
+		assert.Contains(t, stdout.String(), name)
+	}
+}
+
+func TestRunListenError(t *testing.T) {
+	code, stderr := runExit(t, "-addr", "127.0.0.1:-1")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "cannot listen")
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader at a time.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+var listeningRE = regexp.MustCompile(`geocoding: listening on (http://[^"\s]+)`)
+
+// TestRunEndToEnd runs the real server on a free loopback port, with the
+// real clock, and stops it as SIGINT would.
+func TestRunEndToEnd(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout bytes.Buffer
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	// A slow refill: no token comes back during the test.
+	go func() {
+		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-rate", "0.01", "-burst", "3"}, &stdout, &stderr)
+	}()
+
+	var base string
+	require.Eventually(t, func() bool {
+		m := listeningRE.FindStringSubmatch(stderr.String())
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil
+	}, 5*time.Second, 10*time.Millisecond, "no listening line; stderr:\n%s", &stderr)
+
+	transport := &http.Transport{}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport, Timeout: 5 * time.Second}
+	get := func(path, apiKey string) (*http.Response, []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		require.NoError(t, err)
+		if apiKey != "" {
+			req.Header.Set("X-API-Key", apiKey)
+		}
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, body
+	}
+
+	resp, body := get("/healthz", "")
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, "ok\n", string(body))
+
+	resp, body = get("/geocode?q=Tokyo", "e2e")
+	require.Equal(t, http.StatusOK, resp.StatusCode, "body %s", body)
+	var place geocodeResult
+	require.NoError(t, json.Unmarshal(body, &place))
+	assert.Equal(t, geocodeResult{Query: "Tokyo", Name: "Tokyo", Lat: 35.6762, Lon: 139.6503}, place)
+	assert.Equal(t, `"default";q=3;w=300`, resp.Header.Get("RateLimit-Policy"))
+
+	for range 2 {
+		resp, _ = get("/geocode?q=tokyo", "e2e")
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+	resp, body = get("/geocode?q=tokyo", "e2e")
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+	assert.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
+	assert.Contains(t, string(body), `"violated-policies":["default"]`)
+
+	resp, _ = get("/geocode?q=tokyo", "")
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+
+	cancel()
+	select {
+	case code := <-done:
+		assert.Equal(t, 0, code, "stderr:\n%s", &stderr)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("run did not return within 5s of cancellation; stderr:\n%s", &stderr)
+	}
+	assert.Contains(t, stderr.String(), "geocoding: stopped")
+	assert.NotContains(t, stderr.String(), "level=ERROR")
+}
