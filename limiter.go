@@ -15,9 +15,26 @@ const (
 	// one token every Limit.Interval. A new key starts with a full bucket. It
 	// is implemented as GCRA: one int64 of state per key.
 	TokenBucket Algorithm = iota
+	// LeakyPolice is the leaky bucket as a meter: water leaks at one unit
+	// every Limit.Interval from a bucket of Limit.Burst units, a request
+	// pours in its cost, and a request that would overflow is refused at once.
+	// With the level L = max(E − now, 0) / interval, where E is the time the
+	// bucket would be empty, a request is allowed iff L + cost ≤ burst, that
+	// is max(E, now) + cost × interval − now ≤ burst × interval: the token
+	// bucket's test with E in the place of its TAT. The decisions are the
+	// same as TokenBucket's; choose the name that says what you mean.
+	LeakyPolice
+	// LeakyShape is the leaky bucket as a queue: each key's requests leave at
+	// a constant rate, one unit of cost every Limit.Interval. A request that
+	// arrives at t starts at max(t, next), where next is when the queue is
+	// empty, and waits the difference (Result.Delay); next then moves on by
+	// cost × Interval. A wait above Burst × Interval (the queue's room), or
+	// above Policy.MaxDelay, is refused at once. With 5/s and burst 10, twelve
+	// requests at once: one runs now, ten wait 0.2 s … 2.0 s, one is refused.
+	LeakyShape
 )
 
-var algorithmNames = [...]string{TokenBucket: "token-bucket"}
+var algorithmNames = [...]string{TokenBucket: "token-bucket", LeakyPolice: "leaky-police", LeakyShape: "leaky-shape"}
 
 // String returns the algorithm's name as the demo server's -algorithm flag
 // spells it, such as "token-bucket".
@@ -51,6 +68,16 @@ type Policy struct {
 	Limit Limit
 	// Algorithm is how Limit is applied. The zero value is TokenBucket.
 	Algorithm Algorithm
+	// Immediate, for LeakyShape only, is how many units of a queue's wait
+	// are forgiven: the first Immediate queued requests (of cost 1) proceed
+	// at once and only those behind them wait, like nginx's limit_req
+	// delay=N. It changes no admission decision. Zero (the default) shapes
+	// every queued request; Burst is nginx's nodelay.
+	Immediate int64
+	// MaxDelay, for LeakyShape only, refuses at once a request that would
+	// wait longer than MaxDelay, below the queue's room of Burst × Interval.
+	// Zero (the default) means only the queue's room bounds the wait.
+	MaxDelay time.Duration
 }
 
 func (p Policy) validate() (Policy, error) {
@@ -65,6 +92,14 @@ func (p Policy) validate() (Policy, error) {
 	}
 	if err := p.Limit.Validate(); err != nil {
 		return p, fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	switch {
+	case p.Algorithm != LeakyShape && (p.Immediate != 0 || p.MaxDelay != 0):
+		return p, fmt.Errorf("ratelimit: policy %q: Immediate and MaxDelay apply to %v only", p.Name, LeakyShape)
+	case p.Immediate < 0 || p.Immediate > p.Limit.Burst:
+		return p, fmt.Errorf("ratelimit: policy %q: Immediate %d outside [0, burst %d]", p.Name, p.Immediate, p.Limit.Burst)
+	case p.MaxDelay < 0 || p.MaxDelay > p.Limit.Span():
+		return p, fmt.Errorf("ratelimit: policy %q: MaxDelay %v outside [0, %v]", p.Name, p.MaxDelay, p.Limit.Span())
 	}
 	return p, nil
 }

@@ -1,7 +1,9 @@
 package ratelimit
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -35,6 +37,7 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts ...Option) (*Middleware, error)
 		headers: HeadersIETF,
 		deny:    denyProblem,
 		onError: DefaultErrorHandler,
+		wait:    sleep,
 	}}
 	for _, opt := range opts {
 		if err := opt(&m.cfg); err != nil {
@@ -48,6 +51,13 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts ...Option) (*Middleware, error)
 // header fields on w. When the request is refused, or cannot be decided, Admit
 // has already written the whole response (through the deny or the error
 // handler) and returns false: the caller must not run the next handler.
+//
+// A request admitted by a shaping policy (LeakyShape) with a Delay is held
+// in Admit until its turn. If the request's context ends first (the client
+// went away, or a server deadline passed), Admit stops waiting and answers
+// through the error handler with ErrWaitAbandoned; the next handler never
+// runs. The request's place in the queue stays spent: the requests behind
+// it keep their times, and the slot is not given back.
 func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request) bool {
 	key, err := m.key(r)
 	if err != nil {
@@ -74,6 +84,12 @@ func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request) bool {
 	h := w.Header()
 	writeHeaders(h, m.cfg.headers, res)
 	if res.Allowed {
+		if res.Delay > 0 {
+			if err := m.cfg.wait(r.Context(), res.Delay); err != nil {
+				m.cfg.onError(w, r, fmt.Errorf("%w: %w", ErrWaitAbandoned, err))
+				return false
+			}
+		}
 		return true
 	}
 	h.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10))
@@ -83,6 +99,23 @@ func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request) bool {
 
 // ErrInvalidCost wraps an error returned by the cost function.
 var ErrInvalidCost = errors.New("ratelimit: cost function failed")
+
+// ErrWaitAbandoned is reported to the error handler when a request's
+// context ends while it waits for its turn in a shaping queue.
+var ErrWaitAbandoned = errors.New("ratelimit: request left the queue before its turn")
+
+// sleep waits for d or until ctx ends, and returns ctx's error in the latter
+// case.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
 
 func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 	writeProblem(w, http.StatusTooManyRequests, problemQuotaExceeded, "Quota Exceeded",
@@ -95,10 +128,12 @@ func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 //   - ErrMissingKey (no credentials): 401 Unauthorized;
 //   - ErrNoClientIP, ErrInvalidCost, ErrNegativeCost, ErrCostExceedsBurst:
 //     400 Bad Request;
-//   - ErrStore: 503 Service Unavailable with Retry-After: 1;
+//   - ErrStore, ErrWaitAbandoned: 503 Service Unavailable with
+//     Retry-After: 1;
 //   - anything else: 500 Internal Server Error.
 //
-// Errors answered with a 5xx status are logged with slog.Default.
+// Errors answered with a 5xx status, except ErrWaitAbandoned, are logged
+// with slog.Default.
 func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	status, title := http.StatusInternalServerError, "Internal Server Error"
 	switch {
@@ -108,11 +143,11 @@ func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 		status, title = http.StatusBadRequest, "Request Cost Exceeds Capacity"
 	case errors.Is(err, ErrNoClientIP), errors.Is(err, ErrInvalidCost), errors.Is(err, ErrNegativeCost):
 		status, title = http.StatusBadRequest, "Bad Request"
-	case errors.Is(err, ErrStore):
+	case errors.Is(err, ErrStore), errors.Is(err, ErrWaitAbandoned):
 		status, title = http.StatusServiceUnavailable, "Service Unavailable"
 		w.Header().Set("Retry-After", "1")
 	}
-	if status >= 500 {
+	if status >= 500 && !errors.Is(err, ErrWaitAbandoned) {
 		slog.Default().ErrorContext(r.Context(), "ratelimit: cannot decide request",
 			"method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}

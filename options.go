@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -15,6 +16,7 @@ type config struct {
 	deny    func(http.ResponseWriter, *http.Request, Result)
 	onError func(http.ResponseWriter, *http.Request, error)
 	jitter  time.Duration
+	wait    func(context.Context, time.Duration) error // tests replace it
 }
 
 // WithCost sets the function that tells how many tokens a request costs, for

@@ -32,17 +32,23 @@ func keys(n int) []string {
 }
 
 func BenchmarkTakeOneKey(b *testing.B) {
-	s := benchStore(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	allowed := 0
-	for b.Loop() {
-		if res, _ := s.Take(ctx, benchPolicy, "ak:one", 1); res.Allowed {
-			allowed++
-		}
-	}
-	if allowed == 0 {
-		b.Fatal("nothing allowed")
+	for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.LeakyPolice, ratelimit.LeakyShape} {
+		b.Run(alg.String(), func(b *testing.B) {
+			s := benchStore(b)
+			p := benchPolicy
+			p.Algorithm = alg
+			ctx := context.Background()
+			b.ReportAllocs()
+			allowed := 0
+			for b.Loop() {
+				if res, _ := s.Take(ctx, p, "ak:one", 1); res.Allowed {
+					allowed++
+				}
+			}
+			if allowed == 0 {
+				b.Fatal("nothing allowed")
+			}
+		})
 	}
 }
 

@@ -73,7 +73,7 @@ var choices = []struct {
 	later     []string
 }{
 	{"framework", func(c *config) string { return c.framework }, []string{"nethttp"}, []string{"gin", "echo"}},
-	{"algorithm", func(c *config) string { return c.algorithm }, []string{"token-bucket"}, []string{"leaky-police", "leaky-shape"}},
+	{"algorithm", func(c *config) string { return c.algorithm }, []string{"token-bucket", "leaky-police", "leaky-shape"}, nil},
 	{"key", func(c *config) string { return c.key }, []string{"api-key", "ip"}, nil},
 	{"headers", func(c *config) string { return c.headers }, []string{"ietf", "legacy", "x", "none"}, nil},
 	{"store", func(c *config) string { return c.store }, []string{"memory"}, []string{"redis"}},

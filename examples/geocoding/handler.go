@@ -50,7 +50,12 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		return nil, nil, err
 	}
 	cleanup := func() { store.Close() }
-	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Rate(cfg.rate).WithBurst(cfg.burst)})
+	algorithm, err := ratelimit.ParseAlgorithm(cfg.algorithm)
+	if err != nil {
+		cleanup()
+		return nil, nil, fmt.Errorf("-algorithm: %w", err)
+	}
+	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Rate(cfg.rate).WithBurst(cfg.burst), Algorithm: algorithm})
 	if err != nil {
 		cleanup()
 		return nil, nil, fmt.Errorf("-rate %s -burst %d: %w", formatFloat(cfg.rate), cfg.burst, err)

@@ -256,6 +256,22 @@ func TestWorkedExample(t *testing.T) {
 	assert.Equal(t, append(repeat(200, 5), 429), statuses(h, req, 6), "one second later")
 }
 
+// TestAlgorithms: leaky-police makes the token bucket's decisions; with
+// leaky-shape one more request is admitted (it runs at once, ten queue) and
+// the queued ones are held for their turn.
+func TestAlgorithms(t *testing.T) {
+	req := request{target: "/geocode?q=paris", apiKey: "alice"}
+	h, _ := newTestHandler(t, "-algorithm", "leaky-police", "-rate", "5", "-burst", "10")
+	assert.Equal(t, append(repeat(200, 10), 429, 429), statuses(h, req, 12), "leaky-police")
+
+	h, _ = newTestHandler(t, "-algorithm", "leaky-shape", "-rate", "1000", "-burst", "10")
+	start := time.Now()
+	assert.Equal(t, append(repeat(200, 11), 429), statuses(h, req, 12), "leaky-shape")
+	// The test's clock stands still, so the queued requests waited 1 ms,
+	// 2 ms, … 10 ms of real time, one after the other.
+	assert.GreaterOrEqual(t, time.Since(start), 55*time.Millisecond)
+}
+
 func TestOtherAPIKeyUnaffected(t *testing.T) {
 	h, _ := newTestHandler(t, "-rate", "5", "-burst", "10")
 	alice := request{target: "/geocode?q=paris", apiKey: "alice"}
@@ -477,8 +493,6 @@ func TestRunUnsupportedFlags(t *testing.T) {
 	}{
 		{[]string{"-framework", "gin"}, "-framework gin"},
 		{[]string{"-framework", "echo"}, "-framework echo"},
-		{[]string{"-algorithm", "leaky-police"}, "-algorithm leaky-police"},
-		{[]string{"-algorithm", "leaky-shape"}, "-algorithm leaky-shape"},
 		{[]string{"-store", "redis"}, "-store redis"},
 		{[]string{"-global-rate", "100"}, "-global-rate 100"},
 		{[]string{"-global-burst", "50"}, "-global-burst 50"},

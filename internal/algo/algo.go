@@ -46,11 +46,55 @@ func TokenBucket(state, now, interval, burst, cost int64) Decision {
 	return d
 }
 
+// Shape is the leaky bucket as a queue. state is the time at which the
+// queue is empty: the earliest start of the next request. A request arriving
+// at now starts at max(state, now), waits start − now, and moves state on by
+// cost × interval. It is admitted iff that wait is at most bound, the queue's
+// room (burst × interval, or less: see Decide); otherwise it is refused at
+// once and changes nothing. The first immediate × interval of every wait is
+// forgiven (nginx's delay=N: the first N queued requests proceed at once).
+func Shape(state, now, interval, burst, cost, bound, immediate int64) Decision {
+	start := max(state, now)
+	wait := start - now
+	d := Decision{State: state}
+	switch {
+	case cost > burst:
+		// Never allowed.
+	case cost == 0:
+		d.Allowed = true
+	case wait <= bound:
+		d.Allowed = true
+		d.Delay = max(wait-immediate*interval, 0)
+		d.State = start + cost*interval
+		start = d.State
+	default:
+		d.RetryAfter = wait - bound
+	}
+	d.ResetAfter = start - now
+	// Remaining: how many more requests of cost 1 would be admitted now.
+	if next := d.ResetAfter; next <= bound {
+		d.Remaining = min((bound-next)/interval+1, burst)
+	}
+	return d
+}
+
 // Decide applies p's algorithm to state at time now (Unix nanoseconds) and
-// returns the state to store and the Result. The caller has validated p and
-// cost.
+// returns the state to store and the Result. A state at or before now
+// carries no information (a full token bucket, an empty queue), so a store
+// may forget it. The caller has validated p and cost.
 func Decide(p ratelimit.Policy, state, now, cost int64) (int64, ratelimit.Result) {
-	d := TokenBucket(state, now, int64(p.Limit.Interval), p.Limit.Burst, cost)
+	iv, burst := int64(p.Limit.Interval), p.Limit.Burst
+	var d Decision
+	switch p.Algorithm {
+	case ratelimit.LeakyShape:
+		bound := burst * iv
+		if p.MaxDelay > 0 {
+			bound = min(bound, int64(p.MaxDelay)+p.Immediate*iv)
+		}
+		d = Shape(state, now, iv, burst, cost, bound, p.Immediate)
+	default: // TokenBucket and LeakyPolice make the same decisions.
+		d = TokenBucket(state, now, iv, burst, cost)
+	}
 	return d.State, ratelimit.Result{
 		Allowed:    d.Allowed,
 		Policy:     p.Name,
