@@ -136,6 +136,10 @@ type Result struct {
 	// Delay is how long an allowed request must wait before it proceeds
 	// (shaping algorithms); 0 otherwise.
 	Delay time.Duration
+	// Degraded reports that the store failed and a [Failover] decided
+	// instead: unchecked (FailOpen) or by its local fallback (FailLocal).
+	// The middleware writes no rate-limit header fields for such a result.
+	Degraded bool
 }
 
 // Errors returned by [Limiter.Take]. Store failures are wrapped with

@@ -82,7 +82,9 @@ func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request) bool {
 		res.ResetAfter = max(res.ResetAfter, res.RetryAfter)
 	}
 	h := w.Header()
-	writeHeaders(h, m.cfg.headers, res)
+	if !res.Degraded {
+		writeHeaders(h, m.cfg.headers, res)
+	}
 	if res.Allowed {
 		if res.Delay > 0 {
 			if err := m.cfg.wait(r.Context(), res.Delay); err != nil {
@@ -128,14 +130,17 @@ func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 //   - ErrMissingKey (no credentials): 401 Unauthorized;
 //   - ErrNoClientIP, ErrInvalidCost, ErrNegativeCost, ErrCostExceedsBurst:
 //     400 Bad Request;
-//   - ErrStore, ErrWaitAbandoned: 503 Service Unavailable with
-//     Retry-After: 1;
+//   - ErrStore (the store failed, or a FailClosed [Failover] refuses while
+//     it does): 503 with Retry-After: 1 and the temporary-reduced-capacity
+//     problem type;
+//   - ErrWaitAbandoned: 503 with Retry-After: 1;
 //   - anything else: 500 Internal Server Error.
 //
-// Errors answered with a 5xx status, except ErrWaitAbandoned, are logged
-// with slog.Default.
+// Errors answered with a 5xx status are logged with slog.Default, except
+// ErrWaitAbandoned (the client left) and ErrStoreUnavailable (a Failover
+// logs once when the store fails, not once per request).
 func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
-	status, title := http.StatusInternalServerError, "Internal Server Error"
+	status, typ, title := http.StatusInternalServerError, "about:blank", "Internal Server Error"
 	switch {
 	case errors.Is(err, ErrMissingKey):
 		status, title = http.StatusUnauthorized, "Missing Credentials"
@@ -143,18 +148,24 @@ func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 		status, title = http.StatusBadRequest, "Request Cost Exceeds Capacity"
 	case errors.Is(err, ErrNoClientIP), errors.Is(err, ErrInvalidCost), errors.Is(err, ErrNegativeCost):
 		status, title = http.StatusBadRequest, "Bad Request"
-	case errors.Is(err, ErrStore), errors.Is(err, ErrWaitAbandoned):
+	case errors.Is(err, ErrStore):
+		status, typ, title = http.StatusServiceUnavailable, problemReducedCapacity, "Temporary Reduced Capacity"
+		w.Header().Set("Retry-After", "1")
+	case errors.Is(err, ErrWaitAbandoned):
 		status, title = http.StatusServiceUnavailable, "Service Unavailable"
 		w.Header().Set("Retry-After", "1")
 	}
-	if status >= 500 && !errors.Is(err, ErrWaitAbandoned) {
+	if status >= 500 && !errors.Is(err, ErrWaitAbandoned) && !errors.Is(err, ErrStoreUnavailable) {
 		slog.Default().ErrorContext(r.Context(), "ratelimit: cannot decide request",
 			"method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
-	writeProblem(w, status, "about:blank", title, "", "")
+	writeProblem(w, status, typ, title, "", "")
 }
 
-const problemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+const (
+	problemQuotaExceeded   = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	problemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
 
 // writeProblem writes an RFC 9457 problem body. Every string it is given is
 // a constant or a validated policy name, so it needs no JSON escaping.

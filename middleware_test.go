@@ -225,7 +225,7 @@ func TestErrorAnswers(t *testing.T) {
 		{name: "cost error", header: []string{"X-Cost", "lots"}, status: 400, problem: "Bad Request"},
 		{name: "negative cost", header: []string{"X-Cost", "-1"}, status: 400, problem: "Bad Request"},
 		{name: "cost above burst", header: []string{"X-Cost", "11"}, status: 400, problem: "Request Cost Exceeds Capacity"},
-		{name: "store down", store: failingStore{secret}, status: 503, retry: "1", problem: "Service Unavailable"},
+		{name: "store down", store: failingStore{secret}, status: 503, retry: "1", problem: "Temporary Reduced Capacity"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), tc.store)

@@ -32,12 +32,12 @@ func TokenBucket(state, now, interval, burst, cost int64) Decision {
 	d := Decision{State: state}
 	if cost > burst {
 		// Never allowed; no wait changes that.
+	} else if cost == 0 {
+		d.Allowed = true // a cost of 0 only reads
 	} else if next := tat + cost*interval; next-now <= tau {
 		d.Allowed = true
-		if cost > 0 {
-			d.State = next
-			tat = next
-		}
+		d.State = next
+		tat = next
 	} else {
 		d.RetryAfter = next - tau - now
 	}
@@ -78,6 +78,16 @@ func Shape(state, now, interval, burst, cost, bound, immediate int64) Decision {
 	return d
 }
 
+// ShapeBound returns the longest wait a LeakyShape policy admits: the
+// queue's room, Burst × Interval, or less when MaxDelay is set.
+func ShapeBound(p ratelimit.Policy) int64 {
+	bound := p.Limit.Burst * int64(p.Limit.Interval)
+	if p.MaxDelay > 0 {
+		bound = min(bound, int64(p.MaxDelay)+p.Immediate*int64(p.Limit.Interval))
+	}
+	return bound
+}
+
 // Decide applies p's algorithm to state at time now (Unix nanoseconds) and
 // returns the state to store and the Result. A state at or before now
 // carries no information (a full token bucket, an empty queue), so a store
@@ -87,11 +97,7 @@ func Decide(p ratelimit.Policy, state, now, cost int64) (int64, ratelimit.Result
 	var d Decision
 	switch p.Algorithm {
 	case ratelimit.LeakyShape:
-		bound := burst * iv
-		if p.MaxDelay > 0 {
-			bound = min(bound, int64(p.MaxDelay)+p.Immediate*iv)
-		}
-		d = Shape(state, now, iv, burst, cost, bound, p.Immediate)
+		d = Shape(state, now, iv, burst, cost, ShapeBound(p), p.Immediate)
 	default: // TokenBucket and LeakyPolice make the same decisions.
 		d = TokenBucket(state, now, iv, burst, cost)
 	}

@@ -1,0 +1,44 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/memorystore"
+	"github.com/tokenfair/ratelimit/redisstore"
+)
+
+// Several instances of a service share one quota through Redis; while Redis
+// is unavailable each falls back to its share of the quota in memory.
+func Example() {
+	client := redis.NewClient(&redis.Options{
+		Addr:                  "127.0.0.1:6379",
+		ContextTimeoutEnabled: true, // let call deadlines cut socket reads short
+		DialTimeout:           time.Second,
+	})
+	defer client.Close()
+	shared, err := redisstore.New(client, redisstore.WithPrefix("geocoding:"))
+	if err != nil {
+		panic(err)
+	}
+	local, _ := memorystore.New()
+	defer local.Close()
+	store, err := ratelimit.NewFailover(shared, ratelimit.FailoverConfig{
+		Mode:      ratelimit.FailLocal,
+		Local:     local,
+		Instances: 3, // each instance allows a third of the quota while degraded
+	})
+	if err != nil {
+		panic(err)
+	}
+	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(5).WithBurst(10)})
+	if err != nil {
+		panic(err)
+	}
+	res, err := limiter.Take(context.Background(), "client-42", 1)
+	fmt.Println(res.Allowed, err)
+}

@@ -1,0 +1,129 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/memorystore"
+	"github.com/tokenfair/ratelimit/redisstore"
+	"github.com/tokenfair/ratelimit/redisstore/redistest"
+)
+
+const (
+	callTimeout = 50 * time.Millisecond
+	// slack covers scheduling on a loaded 2-core machine and the race
+	// detector: no call may take longer than its deadline plus this.
+	slack = 250 * time.Millisecond
+)
+
+// TestFaults kills, pauses and restarts a real Redis under load, for each
+// failure mode: no call waits past its deadline, each mode answers as
+// specified while Redis is down, and the limiter is healthy again within a
+// second of Redis answering.
+func TestFaults(t *testing.T) {
+	for _, mode := range []ratelimit.FailureMode{ratelimit.FailOpen, ratelimit.FailClosed, ratelimit.FailLocal} {
+		t.Run(mode.String(), func(t *testing.T) { testFaults(t, mode) })
+	}
+}
+
+func testFaults(t *testing.T, mode ratelimit.FailureMode) {
+	srv := redistest.Start(t)
+	primary := newStore(t, srv.Client(), redisstore.WithTimeout(callTimeout))
+	local, err := memorystore.New()
+	require.NoError(t, err)
+	defer local.Close()
+	fo, err := ratelimit.NewFailover(primary, ratelimit.FailoverConfig{
+		Mode: mode, Local: local, Instances: 2, ProbeInterval: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	lim, err := ratelimit.New(fo, ratelimit.Policy{Limit: ratelimit.PerSecond(1000).WithBurst(1000)})
+	require.NoError(t, err)
+
+	// take makes one decision and checks that it answered in time and as
+	// the mode says.
+	take := func(down bool) {
+		t.Helper()
+		start := time.Now()
+		res, err := lim.Take(context.Background(), "k", 1)
+		elapsed := time.Since(start)
+		assert.Less(t, elapsed, callTimeout+slack, "a call took %v", elapsed)
+		switch {
+		case !down && err == nil && !res.Degraded:
+			// healthy, or already recovered
+		case mode == ratelimit.FailClosed:
+			assert.ErrorIs(t, err, ratelimit.ErrStore)
+		default:
+			if assert.NoError(t, err) {
+				assert.True(t, res.Degraded, "%+v", res)
+				assert.True(t, res.Allowed)
+			}
+		}
+	}
+	// load runs take on 4 goroutines for d.
+	load := func(d time.Duration, down bool) {
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for end := time.Now().Add(d); time.Now().Before(end); {
+					take(down)
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	// recovered waits for the first healthy decision and returns how long
+	// it took.
+	recovered := func() time.Duration {
+		start := time.Now()
+		for time.Since(start) < 3*time.Second {
+			res, err := lim.Take(context.Background(), "k", 1)
+			if err == nil && !res.Degraded {
+				return time.Since(start)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return time.Since(start)
+	}
+
+	load(200*time.Millisecond, false)
+	require.True(t, fo.Healthy())
+
+	srv.Kill()
+	load(300*time.Millisecond, true)
+	assert.False(t, fo.Healthy())
+	srv.Restart()
+	assert.Less(t, recovered(), time.Second, "recovery after a restart")
+
+	srv.Pause()
+	load(300*time.Millisecond, true)
+	assert.False(t, fo.Healthy())
+	srv.Resume()
+	assert.Less(t, recovered(), time.Second, "recovery after a pause")
+}
+
+// TestFaultWithoutFailover: a bare store reports the failure as an error
+// within its deadline.
+func TestFaultWithoutFailover(t *testing.T) {
+	srv := redistest.Start(t)
+	lim, err := ratelimit.New(newStore(t, srv.Client(), redisstore.WithTimeout(callTimeout)), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
+	require.NoError(t, err)
+	srv.Kill()
+	start := time.Now()
+	_, err = lim.Take(context.Background(), "k", 1)
+	assert.Less(t, time.Since(start), callTimeout+slack)
+	assert.ErrorIs(t, err, ratelimit.ErrStore)
+	assert.False(t, errors.Is(err, ratelimit.ErrStoreUnavailable))
+}

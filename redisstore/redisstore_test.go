@@ -1,0 +1,241 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/redisstore"
+	"github.com/tokenfair/ratelimit/redisstore/redistest"
+	"github.com/tokenfair/ratelimit/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newStore(t *testing.T, c redis.Scripter, opts ...redisstore.Option) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New(c, opts...)
+	require.NoError(t, err)
+	return s
+}
+
+// TestConformance runs the whole suite against one Redis, each test with a
+// prefix of its own, the script fed the suite's clock.
+func TestConformance(t *testing.T) {
+	client := redistest.Start(t).Client()
+	var n atomic.Int64
+	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
+		return newStore(t, client, redisstore.WithClock(now), redisstore.WithPrefix(fmt.Sprintf("test%d:", n.Add(1))))
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	client, _ := redistest.StartCluster(t, 3)
+	var n atomic.Int64
+	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
+		return newStore(t, client, redisstore.WithClock(now), redisstore.WithPrefix(fmt.Sprintf("test%d:", n.Add(1))))
+	})
+}
+
+var policy = ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(10)}
+
+// TestServerClock decides on the Redis server's own time.
+func TestServerClock(t *testing.T) {
+	s := newStore(t, redistest.Start(t).Client())
+	ctx := context.Background()
+	for i := range 10 {
+		res, err := s.Take(ctx, policy, "k", 1)
+		require.NoError(t, err)
+		require.True(t, res.Allowed, "request %d", i+1)
+	}
+	res, err := s.Take(ctx, policy, "k", 1)
+	require.NoError(t, err)
+	assert.False(t, res.Allowed)
+	assert.InDelta(t, float64(200*time.Millisecond), float64(res.RetryAfter), float64(100*time.Millisecond))
+}
+
+// TestKeysExpire: every key carries a TTL that ends when its bucket is full
+// again, so Redis holds nothing that carries no information.
+func TestKeysExpire(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	clock := new(storetest.Clock)
+	s := newStore(t, client, redisstore.WithClock(clock.Now), redisstore.WithPrefix("ttl:"))
+	ctx := context.Background()
+	shape := policy
+	shape.Name, shape.Algorithm = "queue", ratelimit.LeakyShape
+	for i := range 50 {
+		_, err := s.Take(ctx, policy, fmt.Sprint("client-", i), int64(1+i%10))
+		require.NoError(t, err)
+		_, err = s.Take(ctx, shape, fmt.Sprint("client-", i), 1)
+		require.NoError(t, err)
+	}
+	keys, err := client.Keys(ctx, "*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 100)
+	for _, k := range keys {
+		require.True(t, strings.HasPrefix(k, "ttl:api:client-") || strings.HasPrefix(k, "ttl:queue:client-"), k)
+		ttl, err := client.PTTL(ctx, k).Result()
+		require.NoError(t, err)
+		assert.Positive(t, ttl, "key %s has a TTL", k)
+		assert.LessOrEqual(t, ttl, 2*time.Second, "key %s lives at most until its bucket is full", k)
+	}
+	// A cost of 1 out of 10 is earned back in 200 ms: the TTL says so.
+	_, err = s.Take(ctx, policy, "one", 1)
+	require.NoError(t, err)
+	ttl, err := client.PTTL(ctx, "ttl:api:one").Result()
+	require.NoError(t, err)
+	assert.InDelta(t, float64(200*time.Millisecond), float64(ttl), float64(50*time.Millisecond))
+}
+
+// TestInstancesShareOneQuota: four stores with clients of their own, 8
+// goroutines each, hammer one key: exactly the burst is admitted.
+func TestInstancesShareOneQuota(t *testing.T) {
+	srv := redistest.Start(t)
+	p := ratelimit.Policy{Name: "shared", Limit: ratelimit.PerHour(1).WithBurst(200)}
+	var admitted, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		s := newStore(t, srv.Client(), redisstore.WithTimeout(5*time.Second))
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 25 {
+					res, err := s.Take(context.Background(), p, "hot", 1)
+					if err != nil {
+						failed.Add(1)
+						continue
+					}
+					if res.Allowed {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	assert.Zero(t, failed.Load())
+	assert.Equal(t, int64(200), admitted.Load(), "4 instances × 8 goroutines × 25 requests against a burst of 200")
+}
+
+func TestClusterManyKeys(t *testing.T) {
+	client, servers := redistest.StartCluster(t, 3)
+	s := newStore(t, client, redisstore.WithTimeout(5*time.Second)) // the first calls discover the slots and dial
+	ctx := context.Background()
+	for i := range 300 {
+		res, err := s.Take(ctx, policy, fmt.Sprint("user-", i), 10)
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+		res, err = s.Take(ctx, policy, fmt.Sprint("user-", i), 1)
+		require.NoError(t, err)
+		require.False(t, res.Allowed, "user-%d drained", i)
+	}
+	for _, srv := range servers {
+		n, err := srv.Client().DBSize(ctx).Result()
+		require.NoError(t, err)
+		assert.Greater(t, n, int64(50), "keys spread over every node (%s)", srv.Addr)
+	}
+}
+
+func TestPrefix(t *testing.T) {
+	client := redistest.Start(t).Client()
+	a := newStore(t, client, redisstore.WithPrefix("app-a:"))
+	b := newStore(t, client, redisstore.WithPrefix("app-b:"))
+	ctx := context.Background()
+	_, err := a.Take(ctx, policy, "k", 10)
+	require.NoError(t, err)
+	res, err := b.Take(ctx, policy, "k", 1)
+	require.NoError(t, err)
+	assert.Equal(t, int64(9), res.Remaining, "another prefix is another bucket")
+	n, err := client.Exists(ctx, "app-a:api:k", "app-b:api:k").Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), n)
+}
+
+// TestPausedServerCostsOneDeadline: a hung Redis (SIGSTOP) costs a call its
+// deadline, not the client's read timeout.
+func TestPausedServerCostsOneDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, srv.Client(), redisstore.WithTimeout(50*time.Millisecond))
+	ctx := context.Background()
+	_, err := s.Take(ctx, policy, "k", 1)
+	require.NoError(t, err)
+	srv.Pause()
+	defer srv.Resume()
+	start := time.Now()
+	_, err = s.Take(ctx, policy, "k", 1)
+	elapsed := time.Since(start)
+	require.Error(t, err)
+	assert.Less(t, elapsed, 500*time.Millisecond)
+}
+
+func TestNewChecksContextTimeout(t *testing.T) {
+	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer plain.Close()
+	_, err := redisstore.New(plain)
+	assert.ErrorContains(t, err, "ContextTimeoutEnabled")
+	_, err = redisstore.New(plain, redisstore.SkipContextTimeoutCheck())
+	assert.NoError(t, err)
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cluster.Close()
+	_, err = redisstore.New(cluster)
+	assert.Error(t, err)
+	_, err = redisstore.New(nil)
+	assert.Error(t, err)
+	_, err = redisstore.New(plain, redisstore.WithTimeout(0))
+	assert.Error(t, err)
+	_, err = redisstore.New(plain, redisstore.WithClock(nil))
+	assert.Error(t, err)
+}
+
+// fakeScripter answers every script call with a fixed reply or error; it
+// exercises the reply checks only.
+type fakeScripter struct {
+	redis.Scripter
+	reply any
+	err   error
+}
+
+func (f fakeScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	if f.err != nil {
+		cmd.SetErr(f.err)
+	} else {
+		cmd.SetVal(f.reply)
+	}
+	return cmd
+}
+
+func (f fakeScripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return f.EvalSha(ctx, sha1, keys, args...)
+}
+
+func TestMalformedReplies(t *testing.T) {
+	for name, f := range map[string]fakeScripter{
+		"error":        {err: errors.New("LOADING Redis is loading the dataset in memory")},
+		"not an array": {reply: "OK"},
+		"short":        {reply: []any{int64(1), int64(0)}},
+		"not integers": {reply: []any{"1", "x", int64(0), int64(0), int64(0)}},
+		"bad flag":     {reply: []any{int64(7), int64(0), int64(0), int64(1), int64(0)}},
+		"disagreement": {reply: []any{int64(0), int64(0), int64(0), int64(1_700_000_000), int64(0)}},
+		"nil":          {reply: nil},
+		"nested":       {reply: []any{[]any{int64(1)}, int64(0), int64(0), int64(0), int64(0)}},
+	} {
+		s := newStore(t, f, redisstore.SkipContextTimeoutCheck())
+		res, err := s.Take(context.Background(), policy, "k", 1)
+		assert.Error(t, err, name)
+		assert.Equal(t, ratelimit.Result{}, res, name)
+	}
+}

@@ -1,0 +1,157 @@
+// Package redistest starts real redis-server processes on loopback for
+// tests, so that they can be killed, paused and restarted, and never
+// touches a Redis it did not start. redis-server (and redis-cli, for
+// clusters) must be on the PATH: ./scripts/test installs them.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is a redis-server process started by a test.
+type Server struct {
+	t    testing.TB
+	Addr string // host:port on 127.0.0.1
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+}
+
+// Start starts a redis-server on a free loopback port, with persistence off,
+// and stops it when the test ends. Extra arguments are passed to the server.
+func Start(t testing.TB, args ...string) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatal("redistest: redis-server is not installed (./scripts/test installs it)")
+	}
+	s := &Server{t: t, Addr: "127.0.0.1:" + strconv.Itoa(freePort(t)), dir: t.TempDir(), args: args}
+	s.start()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	_, port, _ := net.SplitHostPort(s.Addr)
+	args := append([]string{"--port", port, "--bind", "127.0.0.1", "--dir", s.dir,
+		"--save", "", "--appendonly", "no", "--loglevel", "warning"}, s.args...)
+	s.cmd = exec.Command("redis-server", args...)
+	s.cmd.Stdout, s.cmd.Stderr = nil, nil
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("redistest: start redis-server: %v", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("redistest: redis-server on %s did not answer: %v", s.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Client returns a client of the server with ContextTimeoutEnabled and
+// short timeouts, closed when the test ends.
+func (s *Server) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{
+		Addr:                  s.Addr,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           time.Second,
+		MaxRetries:            -1,
+	})
+	s.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Kill stops the server at once (SIGKILL) and waits for it to exit. It is
+// safe to call on a stopped server.
+func (s *Server) Kill() {
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGCONT)
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Pause freezes the server (SIGSTOP): connections stay open and nothing
+// answers, like a hung server.
+func (s *Server) Pause() { s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume undoes Pause.
+func (s *Server) Resume() { s.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Restart kills the server and starts it again on the same port, empty.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Kill()
+	s.start()
+}
+
+// StartCluster starts n servers in cluster mode, joins them into one
+// cluster with no replicas, waits until it serves every slot, and returns
+// a cluster client (ContextTimeoutEnabled) closed when the test ends.
+func StartCluster(t testing.TB, n int) (*redis.ClusterClient, []*Server) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Fatal("redistest: redis-cli is not installed (./scripts/test installs it)")
+	}
+	var servers []*Server
+	var addrs []string
+	for i := range n {
+		dir := t.TempDir()
+		s := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, fmt.Sprintf("nodes-%d.conf", i)))
+		servers = append(servers, s)
+		addrs = append(addrs, s.Addr)
+	}
+	args := append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := c.ClusterInfo(context.Background()).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			if err := c.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
+				return m.Ping(ctx).Err()
+			}); err == nil {
+				return c, servers
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: the cluster did not become ready: %v %q", err, info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
