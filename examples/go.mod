@@ -3,11 +3,21 @@ module github.com/tokenfair/ratelimit/examples
 go 1.24.0
 
 require (
+	github.com/redis/go-redis/v9 v9.22.0
 	github.com/stretchr/testify v1.12.1
 	github.com/tokenfair/ratelimit v0.0.0
+	github.com/tokenfair/ratelimit/redisstore v0.0.0
 	go.uber.org/goleak v1.3.0
 )
 
-require go.yaml.in/yaml/v3 v3.0.5 // indirect
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.11.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sys v0.30.0 // indirect
+)
 
-replace github.com/tokenfair/ratelimit => ../
+replace (
+	github.com/tokenfair/ratelimit => ../
+	github.com/tokenfair/ratelimit/redisstore => ../redisstore
+)

@@ -76,8 +76,8 @@ var choices = []struct {
 	{"algorithm", func(c *config) string { return c.algorithm }, []string{"token-bucket", "leaky-police", "leaky-shape"}, nil},
 	{"key", func(c *config) string { return c.key }, []string{"api-key", "ip"}, nil},
 	{"headers", func(c *config) string { return c.headers }, []string{"ietf", "legacy", "x", "none"}, nil},
-	{"store", func(c *config) string { return c.store }, []string{"memory"}, []string{"redis"}},
-	{"on-store-error", func(c *config) string { return c.onStoreError }, []string{"open"}, []string{"closed", "local"}},
+	{"store", func(c *config) string { return c.store }, []string{"memory", "redis"}, nil},
+	{"on-store-error", func(c *config) string { return c.onStoreError }, []string{"open", "closed", "local"}, nil},
 	{"count", func(c *config) string { return c.count }, []string{"all"}, []string{"failed", "successful"}},
 }
 
@@ -114,11 +114,8 @@ func (c *config) check() error {
 	case b > 0:
 		unsupported("global-burst", strconv.FormatInt(b, 10))
 	}
-	switch n := c.instances; {
-	case n < 1:
+	if n := c.instances; n < 1 {
 		invalid("instances", strconv.Itoa(n), "want at least 1")
-	case n > 1:
-		unsupported("instances", strconv.Itoa(n))
 	}
 	if c.dryRun {
 		unsupported("dry-run", "true")

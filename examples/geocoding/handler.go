@@ -6,10 +6,14 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/nethttp"
+	"github.com/tokenfair/ratelimit/redisstore"
 )
 
 // apiKeyHeader is the request header field that carries the API key.
@@ -41,15 +45,10 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		return nil, nil, fmt.Errorf("-key %s: want api-key or ip", cfg.key)
 	}
 
-	var opts []memorystore.Option
-	if cfg.clock != nil {
-		opts = append(opts, memorystore.WithClock(cfg.clock))
-	}
-	store, err := memorystore.New(opts...)
+	store, cleanup, err := newStore(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	cleanup := func() { store.Close() }
 	algorithm, err := ratelimit.ParseAlgorithm(cfg.algorithm)
 	if err != nil {
 		cleanup()
@@ -76,6 +75,62 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 	mux.HandleFunc("/healthz", methodNotAllowed)
 	mux.Handle("/", nethttp.Middleware(mw)(api))
 	return mux, cleanup, nil
+}
+
+// newStore returns the store that -store names and a function that
+// releases it. With -store redis, the shared store is wrapped in a Failover
+// that applies -on-store-error; the memory store cannot fail.
+func newStore(cfg config) (ratelimit.Store, func(), error) {
+	var memOpts []memorystore.Option
+	if cfg.clock != nil {
+		memOpts = append(memOpts, memorystore.WithClock(cfg.clock))
+	}
+	local, err := memorystore.New(memOpts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.store == "memory" {
+		return local, func() { local.Close() }, nil
+	}
+	opts, err := redis.ParseURL(cfg.redisURL)
+	if err != nil {
+		local.Close()
+		return nil, nil, fmt.Errorf("-redis-url: %w", err)
+	}
+	// Deadlines must cut socket reads short, and a dead Redis must cost
+	// little: a paused server costs one call's deadline, then the Failover
+	// stops asking it until a probe succeeds.
+	opts.ContextTimeoutEnabled = true
+	opts.DialTimeout = 250 * time.Millisecond
+	opts.ReadTimeout = 250 * time.Millisecond
+	opts.WriteTimeout = 250 * time.Millisecond
+	opts.PoolTimeout = 250 * time.Millisecond
+	opts.MaxRetries = -1
+	client := redis.NewClient(opts)
+	cleanup := func() {
+		client.Close()
+		local.Close()
+	}
+	rsOpts := []redisstore.Option{redisstore.WithPrefix("geocoding:")}
+	if cfg.clock != nil {
+		rsOpts = append(rsOpts, redisstore.WithClock(cfg.clock))
+	}
+	shared, err := redisstore.New(client, rsOpts...)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	mode, err := ratelimit.ParseFailureMode(cfg.onStoreError)
+	if err != nil {
+		cleanup()
+		return nil, nil, fmt.Errorf("-on-store-error: %w", err)
+	}
+	store, err := ratelimit.NewFailover(shared, ratelimit.FailoverConfig{Mode: mode, Local: local, Instances: int64(cfg.instances)})
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return store, cleanup, nil
 }
 
 // geocodeResult is the body of a successful GET /geocode.

@@ -493,12 +493,8 @@ func TestRunUnsupportedFlags(t *testing.T) {
 	}{
 		{[]string{"-framework", "gin"}, "-framework gin"},
 		{[]string{"-framework", "echo"}, "-framework echo"},
-		{[]string{"-store", "redis"}, "-store redis"},
 		{[]string{"-global-rate", "100"}, "-global-rate 100"},
 		{[]string{"-global-burst", "50"}, "-global-burst 50"},
-		{[]string{"-on-store-error", "closed"}, "-on-store-error closed"},
-		{[]string{"-on-store-error", "local"}, "-on-store-error local"},
-		{[]string{"-instances", "3"}, "-instances 3"},
 		{[]string{"-dry-run"}, "-dry-run true"},
 		{[]string{"-dry-run=true"}, "-dry-run true"},
 		{[]string{"-count", "failed"}, "-count failed"},
