@@ -519,10 +519,10 @@ func TestRunUnsupportedFlags(t *testing.T) {
 	})
 
 	t.Run("all at once", func(t *testing.T) {
-		code, stderr := runExit(t, "-framework", "echo", "-store", "redis", "-dry-run")
+		code, stderr := runExit(t, "-framework", "echo", "-count", "failed", "-dry-run")
 		assert.Equal(t, 2, code)
 		assert.Equal(t, "geocoding: -framework echo is not supported yet\n"+
-			"geocoding: -store redis is not supported yet\n"+
+			"geocoding: -count failed is not supported yet\n"+
 			"geocoding: -dry-run true is not supported yet\n", stderr)
 	})
 }
