@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -93,7 +94,7 @@ type Failover struct {
 	nextProbe atomic.Int64
 }
 
-var _ Store = (*Failover)(nil)
+var _ BatchStore = (*Failover)(nil)
 
 // NewFailover returns a Failover over primary configured by cfg.
 func NewFailover(primary Store, cfg FailoverConfig) (*Failover, error) {
@@ -128,14 +129,75 @@ func (f *Failover) Healthy() bool { return !f.degraded.Load() }
 
 // Take implements [Store].
 func (f *Failover) Take(ctx context.Context, p Policy, key string, cost int64) (Result, error) {
-	if f.degraded.Load() {
-		now := f.cfg.Clock().UnixNano()
-		next := f.nextProbe.Load()
-		if now < next || !f.nextProbe.CompareAndSwap(next, now+int64(f.cfg.ProbeInterval)) {
-			return f.fallback(ctx, p, key, cost, nil)
+	var cause error
+	if f.askPrimary() {
+		res, err := f.primary.Take(ctx, p, key, cost)
+		if !f.failed(ctx, err) {
+			return res, err
 		}
+		cause = err
 	}
-	res, err := f.primary.Take(ctx, p, key, cost)
+	return f.fallback(ctx, p, key, cost, cause)
+}
+
+// TakeAll implements [BatchStore] when the primary store does (and
+// returns ErrNotAtomic otherwise). While degraded, FailLocal decides in the
+// Local store, atomically if it is a BatchStore.
+func (f *Failover) TakeAll(ctx context.Context, reqs []Request, results []Result) error {
+	bs, ok := f.primary.(BatchStore)
+	if !ok {
+		return ErrNotAtomic
+	}
+	var cause error
+	if f.askPrimary() {
+		err := bs.TakeAll(ctx, reqs, results)
+		if errors.Is(err, ErrNotAtomic) || !f.failed(ctx, err) {
+			return err
+		}
+		cause = err
+	}
+	switch f.cfg.Mode {
+	case FailLocal:
+		local, ok := f.cfg.Local.(BatchStore)
+		if !ok {
+			return ErrNotAtomic
+		}
+		shared := slices.Clone(reqs)
+		for i := range shared {
+			shared[i].Policy.Limit = shared[i].Policy.Limit.share(f.cfg.Instances)
+		}
+		err := local.TakeAll(ctx, shared, results)
+		for i := range results {
+			results[i].Degraded = true
+		}
+		return err
+	default:
+		for i, r := range reqs {
+			res, err := f.fallback(ctx, r.Policy, r.Key, r.Cost, cause)
+			if err != nil {
+				return err
+			}
+			results[i] = res
+		}
+		return nil
+	}
+}
+
+// askPrimary reports whether this call should go to the primary store:
+// always while healthy; while degraded, for one call per ProbeInterval.
+func (f *Failover) askPrimary() bool {
+	if !f.degraded.Load() {
+		return true
+	}
+	now := f.cfg.Clock().UnixNano()
+	next := f.nextProbe.Load()
+	return now >= next && f.nextProbe.CompareAndSwap(next, now+int64(f.cfg.ProbeInterval))
+}
+
+// failed records the outcome of a call to the primary store and reports
+// whether it failed, so that the caller must fall back. An error after the
+// caller's own context ended is the caller's, not a failure of the store.
+func (f *Failover) failed(ctx context.Context, err error) bool {
 	switch {
 	case err == nil:
 		if f.degraded.CompareAndSwap(true, false) {
@@ -144,9 +206,9 @@ func (f *Failover) Take(ctx context.Context, p Policy, key string, cost int64) (
 				f.cfg.OnHealthChange(true, nil)
 			}
 		}
-		return res, nil
+		return false
 	case ctx.Err() != nil:
-		return res, err // the caller gave up; the store is not to blame
+		return false
 	}
 	if f.cfg.OnError != nil {
 		f.cfg.OnError(err)
@@ -158,7 +220,7 @@ func (f *Failover) Take(ctx context.Context, p Policy, key string, cost int64) (
 			f.cfg.OnHealthChange(false, err)
 		}
 	}
-	return f.fallback(ctx, p, key, cost, err)
+	return true
 }
 
 func (f *Failover) fallback(ctx context.Context, p Policy, key string, cost int64, cause error) (Result, error) {

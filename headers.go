@@ -104,33 +104,25 @@ var (
 const maxSFInteger = 999_999_999_999_999
 
 // writeHeaders sets the rate-limit header fields of format f that describe
-// res, replacing any earlier value of those fields. It writes nothing for
-// HeadersNone or an unknown format.
+// res, replacing any earlier value of those fields. policies is the
+// RateLimit-Policy value of the limiter (see policyField), computed once. It
+// writes nothing for HeadersNone or an unknown format.
 //
-// It costs two allocations for every format but HeadersNone, which costs
-// none: every value is appended to one stack buffer and converted to a single
-// string, which the values share as substrings; and one []string backs every
-// field, each field getting a one-element slice of it with capacity 1, so a
-// later h.Add appends to a copy rather than over the next field. The map is
+// The values are appended to one stack buffer and converted to a single
+// string, which they share as substrings; one []string backs every field,
+// each field getting a one-element slice of it with capacity 1, so a later
+// h.Add appends to a copy rather than over the next field. The map is
 // assigned directly with the canonical names above, which is what h.Set does
 // after canonicalising the name; h.Set would allocate a []string per field,
 // and one more per field to canonicalise a spelling like "RateLimit-Policy".
-// Caching the constant RateLimit-Policy value would save no allocation, since
-// the RateLimit value is built anyway and its bytes share the one string.
-func writeHeaders(h http.Header, f HeaderFormat, res Result) {
+func writeHeaders(h http.Header, f HeaderFormat, res Result, policies string) {
 	var keys []string
 	var ends [3]int
 	var buf [256]byte
 	b := buf[:0]
 	switch f {
 	case HeadersIETF:
-		keys = ietfKeys[:]
-		b = appendPolicyItem(b, res.Policy)
-		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, sfInteger(res.Limit.Burst), 10)
-		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, windowSeconds(res.Limit), 10)
-		ends[0] = len(b)
+		keys = ietfKeys[1:]
 		b = appendPolicyItem(b, res.Policy)
 		b = append(b, ";r="...)
 		b = strconv.AppendInt(b, sfInteger(res.Remaining), 10)
@@ -138,7 +130,8 @@ func writeHeaders(h http.Header, f HeaderFormat, res Result) {
 			b = append(b, ";t="...)
 			b = strconv.AppendInt(b, t, 10)
 		}
-		ends[1] = len(b)
+		ends[0] = len(b)
+		h[ietfKeys[0]] = []string{policies}
 	case HeadersLegacy, HeadersX:
 		keys = legacyKeys[:]
 		if f == HeadersX {
@@ -161,6 +154,27 @@ func writeHeaders(h http.Header, f HeaderFormat, res Result) {
 		start = ends[i]
 		h[key] = vals[i : i+1 : i+1]
 	}
+}
+
+// policyField returns the RateLimit-Policy value that lists ps (the
+// dry-run ones only if withDryRun): "name";q=BURST;w=W items joined by
+// commas.
+func policyField(ps []Policy, withDryRun bool) string {
+	var b []byte
+	for _, p := range ps {
+		if p.DryRun && !withDryRun {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ',')
+		}
+		b = appendPolicyItem(b, p.Name)
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, sfInteger(p.Limit.Burst), 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, windowSeconds(p.Limit), 10)
+	}
+	return string(b)
 }
 
 // appendPolicyItem appends name as a Structured Field String. Policy names

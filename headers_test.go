@@ -154,8 +154,8 @@ func TestWriteHeaders(t *testing.T) {
 func checkHeaders(t *testing.T, f HeaderFormat, res Result, want map[string]string) {
 	t.Helper()
 	h := http.Header{"Content-Type": {"text/plain"}}
-	writeHeaders(h, f, res)
-	writeHeaders(h, f, res)
+	writeHeaders(h, f, res, field(res))
+	writeHeaders(h, f, res, field(res))
 	for _, name := range allRateLimitFields {
 		got := h.Values(name)
 		if v, ok := want[name]; ok {
@@ -184,7 +184,7 @@ func TestWriteHeadersReplacesEarlierValues(t *testing.T) {
 			h.Add(name, "stale")
 			h.Add(name, "stale2")
 		}
-		writeHeaders(h, f, res)
+		writeHeaders(h, f, res, field(res))
 		assert.Len(t, h, len(allRateLimitFields), "writeHeaders(%v) fields = %v", f, h)
 		for _, name := range allRateLimitFields {
 			got := h.Values(name)
@@ -205,7 +205,7 @@ func TestWriteHeadersAddAfterwards(t *testing.T) {
 	for f, own := range formatFields {
 		for _, added := range own {
 			h := http.Header{}
-			writeHeaders(h, f, headerCases[1].res)
+			writeHeaders(h, f, headerCases[1].res, field(headerCases[1].res))
 			want := h.Clone()
 			h.Add(added, "extra")
 			want.Add(added, "extra")
@@ -250,7 +250,7 @@ func TestHeaderKeysAreCanonical(t *testing.T) {
 
 func TestWriteHeadersUnknownFormat(t *testing.T) {
 	h := http.Header{}
-	writeHeaders(h, HeadersNone+1, headerCases[1].res)
+	writeHeaders(h, HeadersNone+1, headerCases[1].res, field(headerCases[1].res))
 	assert.Empty(t, h, "writeHeaders(HeaderFormat(4)) wrote fields")
 }
 
@@ -262,7 +262,7 @@ func TestRetryAfterNotBeforeT(t *testing.T) {
 			continue
 		}
 		h := http.Header{}
-		writeHeaders(h, HeadersIETF, tc.res)
+		writeHeaders(h, HeadersIETF, tc.res, field(tc.res))
 		items, err := parseSFList(h.Get("RateLimit"))
 		require.NoError(t, err, "%s: RateLimit %q", tc.name, h.Get("RateLimit"))
 		require.Len(t, items, 1)
@@ -298,7 +298,7 @@ func TestRetryAfterSeconds(t *testing.T) {
 func TestIETFHeadersAreSFLists(t *testing.T) {
 	for _, tc := range headerCases {
 		h := http.Header{}
-		writeHeaders(h, HeadersIETF, tc.res)
+		writeHeaders(h, HeadersIETF, tc.res, field(tc.res))
 		for _, f := range []struct {
 			name     string
 			required []string
@@ -389,7 +389,7 @@ func BenchmarkWriteHeaders(b *testing.B) {
 				h := make(http.Header, 8)
 				n := 0
 				for pb.Next() {
-					writeHeaders(h, f, res)
+					writeHeaders(h, f, res, field(res))
 					n++
 				}
 				if want := len(formatFields[f]); n > 0 && len(h) != want {
@@ -469,4 +469,9 @@ func parseSFList(s string) ([]sfItem, error) {
 		}
 		s = strings.TrimLeft(s[1:], " \t")
 	}
+}
+
+// field is the RateLimit-Policy value of a limiter with res's policy alone.
+func field(res Result) string {
+	return policyField([]Policy{{Name: res.Policy, Limit: res.Limit}}, false)
 }

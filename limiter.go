@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -78,7 +79,20 @@ type Policy struct {
 	// wait longer than MaxDelay, below the queue's room of Burst × Interval.
 	// Zero (the default) means only the queue's room bounds the wait.
 	MaxDelay time.Duration
+	// Global makes the policy one bucket shared by every request, whatever
+	// its key: a capacity limit for the whole service, to combine with
+	// per-client policies.
+	Global bool
+	// DryRun makes the policy decide and count but never refuse: a request
+	// it alone would refuse proceeds, and its name is reported in
+	// Result.DryRunViolated (for logs and metrics). Roll out a new limit
+	// this way before you enforce it. Dry-run policies do not appear in
+	// header fields unless the middleware is told to (WithDryRunHeaders).
+	DryRun bool
 }
+
+// GlobalKey is the key under which a Global policy keeps its one bucket.
+const GlobalKey = "*"
 
 func (p Policy) validate() (Policy, error) {
 	if p.Name == "" {
@@ -116,7 +130,10 @@ func validName(s string) bool {
 	return true
 }
 
-// Result is the outcome of one decision.
+// Result is the outcome of one decision. For a Limiter of several
+// policies, its fields describe the binding policy: the refusing policy with
+// the longest wait when the request is refused, else the policy closest to
+// exhaustion (fewest tokens remaining); Policies has every policy's result.
 type Result struct {
 	// Allowed reports whether the request may proceed.
 	Allowed bool
@@ -134,12 +151,22 @@ type Result struct {
 	// ResetAfter is how long until the bucket is full again.
 	ResetAfter time.Duration
 	// Delay is how long an allowed request must wait before it proceeds
-	// (shaping algorithms); 0 otherwise.
+	// (shaping algorithms; with several policies the longest wait); 0
+	// otherwise.
 	Delay time.Duration
 	// Degraded reports that the store failed and a [Failover] decided
 	// instead: unchecked (FailOpen) or by its local fallback (FailLocal).
 	// The middleware writes no rate-limit header fields for such a result.
 	Degraded bool
+	// Violated names the policies that refused the request; nil when it is
+	// allowed. The slice may be shared: do not modify it.
+	Violated []string
+	// DryRunViolated names the dry-run policies that would have refused
+	// the request. The slice may be shared: do not modify it.
+	DryRunViolated []string
+	// Policies holds the result of every policy, in the Limiter's order,
+	// when it has more than one; nil otherwise.
+	Policies []Result
 }
 
 // Errors returned by [Limiter.Take]. Store failures are wrapped with
@@ -151,45 +178,204 @@ var (
 	ErrStore            = errors.New("ratelimit: store failed")
 )
 
-// Limiter applies one policy to keys, keeping their state in a store. It is
-// safe for concurrent use.
+// Limiter applies one or more policies to keys, keeping their state in a
+// store. A request passes only if every policy allows it, and a request
+// refused by any policy spends nothing from the others: with a
+// [BatchStore] all policies are decided in one atomic step; otherwise they
+// are taken one at a time and the tokens taken before a refusal are given
+// back, so concurrent requests may briefly see them spent but none is ever
+// lost or spent twice. A Limiter is safe for concurrent use.
 type Limiter struct {
-	store  Store
-	policy Policy
+	store    Store
+	policies []Policy
+	enforce  []int      // indexes of the enforcing policies
+	dryRun   []int      // indexes of the dry-run policies
+	names    [][]string // per policy, a one-element slice of its name
+	fields   [2]string  // RateLimit-Policy values: enforcing policies, all policies
 }
 
-// New returns a Limiter that enforces p with state kept in store. It returns
-// an error if store is nil or p is invalid.
-func New(store Store, p Policy) (*Limiter, error) {
+// New returns a Limiter that enforces policies with state kept in store.
+// It returns an error if store is nil, there is no policy, a policy is
+// invalid, or two policies share a name.
+func New(store Store, policies ...Policy) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("ratelimit: nil store")
 	}
-	p, err := p.validate()
-	if err != nil {
-		return nil, err
+	if len(policies) == 0 {
+		return nil, errors.New("ratelimit: no policy")
 	}
-	return &Limiter{store: store, policy: p}, nil
+	l := &Limiter{store: store}
+	seen := map[string]bool{}
+	for i, p := range policies {
+		p, err := p.validate()
+		if err != nil {
+			return nil, err
+		}
+		if seen[p.Name] {
+			return nil, fmt.Errorf("ratelimit: two policies named %q", p.Name)
+		}
+		seen[p.Name] = true
+		l.policies = append(l.policies, p)
+		l.names = append(l.names, []string{p.Name})
+		if p.DryRun {
+			l.dryRun = append(l.dryRun, i)
+		} else {
+			l.enforce = append(l.enforce, i)
+		}
+	}
+	l.fields = [2]string{policyField(l.policies, false), policyField(l.policies, true)}
+	return l, nil
 }
 
-// Policy returns the limiter's policy, with defaults filled in.
-func (l *Limiter) Policy() Policy { return l.policy }
+// Policies returns the limiter's policies, with defaults filled in.
+func (l *Limiter) Policies() []Policy { return slices.Clone(l.policies) }
 
-// Take spends cost tokens from key's bucket if it holds them. A cost of 0
-// reports the state without spending. It returns ErrEmptyKey,
-// ErrNegativeCost or ErrCostExceedsBurst (a cost that could never pass) for
-// bad input, and an error wrapping ErrStore when the store fails.
+func (l *Limiter) key(i int, key string) string {
+	if l.policies[i].Global {
+		return GlobalKey
+	}
+	return key
+}
+
+// Take spends cost tokens from key's bucket under every policy if each
+// holds them. A cost of 0 reports the state without spending. It returns
+// ErrEmptyKey, ErrNegativeCost or ErrCostExceedsBurst (a cost that an
+// enforcing policy could never allow) for bad input, and an error wrapping
+// ErrStore when the store fails.
 func (l *Limiter) Take(ctx context.Context, key string, cost int64) (Result, error) {
 	switch {
 	case key == "":
 		return Result{}, ErrEmptyKey
 	case cost < 0:
 		return Result{}, ErrNegativeCost
-	case cost > l.policy.Limit.Burst:
-		return Result{}, fmt.Errorf("%w: cost %d, policy %q has burst %d", ErrCostExceedsBurst, cost, l.policy.Name, l.policy.Limit.Burst)
 	}
-	res, err := l.store.Take(ctx, l.policy, key, cost)
+	for _, i := range l.enforce {
+		if p := l.policies[i]; cost > p.Limit.Burst {
+			return Result{}, fmt.Errorf("%w: cost %d, policy %q has burst %d", ErrCostExceedsBurst, cost, p.Name, p.Limit.Burst)
+		}
+	}
+	if len(l.policies) == 1 && len(l.enforce) == 1 {
+		res, err := l.store.Take(ctx, l.policies[0], l.key(0, key), cost)
+		if err != nil {
+			return Result{}, fmt.Errorf("%w: %w", ErrStore, err)
+		}
+		if !res.Allowed {
+			res.Violated = l.names[0]
+		}
+		return res, nil
+	}
+	results := make([]Result, len(l.policies))
+	allowed, err := l.takeAll(ctx, l.enforce, key, cost, results)
 	if err != nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrStore, err)
 	}
-	return res, nil
+	for _, i := range l.dryRun {
+		p := l.policies[i]
+		c := cost
+		if !allowed || cost > p.Limit.Burst {
+			c = 0 // the request does not happen, or could never pass: only look
+		}
+		res, err := l.store.Take(ctx, p, l.key(i, key), c)
+		if err != nil {
+			return Result{}, fmt.Errorf("%w: %w", ErrStore, err)
+		}
+		if c != cost { // a look: would the cost have fit?
+			res.Allowed = cost <= p.Limit.Burst && res.Remaining >= cost
+		}
+		results[i] = res
+	}
+	return l.combine(results, allowed), nil
+}
+
+// takeAll takes cost from key under the policies at idx, all or nothing,
+// and writes their results.
+func (l *Limiter) takeAll(ctx context.Context, idx []int, key string, cost int64, results []Result) (bool, error) {
+	if bs, ok := l.store.(BatchStore); ok && len(idx) > 1 {
+		reqs := make([]Request, len(idx))
+		out := make([]Result, len(idx))
+		for k, i := range idx {
+			reqs[k] = Request{Policy: l.policies[i], Key: l.key(i, key), Cost: cost}
+		}
+		switch err := bs.TakeAll(ctx, reqs, out); {
+		case err == nil:
+			all := true
+			for k, i := range idx {
+				results[i] = out[k]
+				all = all && out[k].Allowed
+			}
+			return all, nil
+		case !errors.Is(err, ErrNotAtomic):
+			return false, err
+		}
+	}
+	all := true
+	for k, i := range idx {
+		res, err := l.store.Take(ctx, l.policies[i], l.key(i, key), cost)
+		if err != nil {
+			l.giveBack(ctx, idx[:k], key, cost, results)
+			return false, err
+		}
+		results[i] = res
+		all = all && res.Allowed
+	}
+	if !all {
+		l.giveBack(ctx, idx, key, cost, results)
+	}
+	return all, nil
+}
+
+// giveBack returns the tokens that the allowed results among idx spent. It
+// runs even if ctx was canceled, and a failure to give back only leaves the
+// bucket emptier than it should be (never fuller).
+func (l *Limiter) giveBack(ctx context.Context, idx []int, key string, cost int64, results []Result) {
+	if cost == 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	for _, i := range idx {
+		if results[i].Allowed {
+			_, _ = l.store.Take(ctx, l.policies[i], l.key(i, key), -cost)
+		}
+	}
+}
+
+// combine picks the binding policy's result and fills in the lists.
+func (l *Limiter) combine(results []Result, allowed bool) Result {
+	best := -1
+	var delay time.Duration
+	var violated, dry []string
+	for _, i := range l.enforce {
+		r := results[i]
+		delay = max(delay, r.Delay)
+		switch {
+		case !r.Allowed:
+			violated = append(violated, r.Policy)
+			if best < 0 || results[best].Allowed || r.RetryAfter > results[best].RetryAfter {
+				best = i
+			}
+		case allowed && (best < 0 || r.Remaining < results[best].Remaining):
+			best = i
+		}
+	}
+	for _, i := range l.dryRun {
+		if !results[i].Allowed {
+			dry = append(dry, results[i].Policy)
+		}
+	}
+	if best < 0 { // only dry-run policies
+		best = l.dryRun[0]
+		for _, i := range l.dryRun {
+			if results[i].Remaining < results[best].Remaining {
+				best = i
+			}
+		}
+	}
+	res := results[best]
+	res.Allowed = allowed
+	res.Delay = 0
+	if allowed {
+		res.RetryAfter, res.Delay = 0, delay
+	}
+	res.Violated, res.DryRunViolated, res.Policies = violated, dry, results
+	return res
 }

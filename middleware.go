@@ -71,7 +71,13 @@ func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request) bool {
 			return false
 		}
 	}
-	res, err := m.limiter.Take(r.Context(), key, cost)
+	lim := m.limiter
+	if m.cfg.pick != nil {
+		if picked := m.cfg.pick(r); picked != nil {
+			lim = picked
+		}
+	}
+	res, err := lim.Take(r.Context(), key, cost)
 	if err != nil {
 		m.cfg.onError(w, r, err)
 		return false
@@ -83,7 +89,11 @@ func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request) bool {
 	}
 	h := w.Header()
 	if !res.Degraded {
-		writeHeaders(h, m.cfg.headers, res)
+		if m.cfg.dryRunHeaders && res.Policies != nil {
+			writeHeaders(h, m.cfg.headers, closest(res.Policies), lim.fields[1])
+		} else {
+			writeHeaders(h, m.cfg.headers, res, lim.fields[0])
+		}
 	}
 	if res.Allowed {
 		if res.Delay > 0 {
@@ -119,10 +129,25 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// closest returns the result to show when every policy is shown: a refusing
+// one with the longest wait, else the one with the fewest tokens left.
+func closest(results []Result) Result {
+	best := results[0]
+	for _, r := range results[1:] {
+		switch {
+		case !r.Allowed && (best.Allowed || r.RetryAfter > best.RetryAfter):
+			best = r
+		case r.Allowed && best.Allowed && r.Remaining < best.Remaining:
+			best = r
+		}
+	}
+	return best
+}
+
 func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 	writeProblem(w, http.StatusTooManyRequests, problemQuotaExceeded, "Quota Exceeded",
 		"Too many requests; retry after "+strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10)+" s.",
-		res.Policy)
+		res.Violated)
 }
 
 // DefaultErrorHandler answers a request that could not be decided with a
@@ -159,7 +184,7 @@ func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 		slog.Default().ErrorContext(r.Context(), "ratelimit: cannot decide request",
 			"method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	}
-	writeProblem(w, status, typ, title, "", "")
+	writeProblem(w, status, typ, title, "", nil)
 }
 
 const (
@@ -169,7 +194,7 @@ const (
 
 // writeProblem writes an RFC 9457 problem body. Every string it is given is
 // a constant or a validated policy name, so it needs no JSON escaping.
-func writeProblem(w http.ResponseWriter, status int, typ, title, detail, policy string) {
+func writeProblem(w http.ResponseWriter, status int, typ, title, detail string, violated []string) {
 	b := make([]byte, 0, 256)
 	b = append(b, `{"type":"`...)
 	b = append(b, typ...)
@@ -182,10 +207,17 @@ func writeProblem(w http.ResponseWriter, status int, typ, title, detail, policy 
 		b = append(b, detail...)
 		b = append(b, '"')
 	}
-	if policy != "" {
-		b = append(b, `,"violated-policies":["`...)
-		b = append(b, policy...)
-		b = append(b, `"]`...)
+	if len(violated) > 0 {
+		b = append(b, `,"violated-policies":[`...)
+		for i, name := range violated {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = append(b, name...)
+			b = append(b, '"')
+		}
+		b = append(b, ']')
 	}
 	b = append(b, "}\n"...)
 	h := w.Header()

@@ -293,7 +293,7 @@ func TestConstructorErrors(t *testing.T) {
 	assert.Error(t, err, "nil store")
 	lim, err := ratelimit.New(store, good)
 	require.NoError(t, err)
-	assert.Equal(t, "default", lim.Policy().Name)
+	assert.Equal(t, "default", lim.Policies()[0].Name)
 
 	for name, tc := range map[string]struct {
 		l   *ratelimit.Limiter

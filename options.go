@@ -11,12 +11,40 @@ import (
 type Option func(*config) error
 
 type config struct {
-	cost    func(*http.Request) (int64, error)
-	headers HeaderFormat
-	deny    func(http.ResponseWriter, *http.Request, Result)
-	onError func(http.ResponseWriter, *http.Request, error)
-	jitter  time.Duration
-	wait    func(context.Context, time.Duration) error // tests replace it
+	cost          func(*http.Request) (int64, error)
+	headers       HeaderFormat
+	deny          func(http.ResponseWriter, *http.Request, Result)
+	onError       func(http.ResponseWriter, *http.Request, error)
+	jitter        time.Duration
+	wait          func(context.Context, time.Duration) error // tests replace it
+	pick          func(*http.Request) *Limiter
+	dryRunHeaders bool
+}
+
+// WithLimiterFor chooses the limiter of each request, for limits that
+// differ by route or by the client's plan without one middleware per
+// combination: pick returns the limiter to apply, or nil for the one given
+// to NewMiddleware. Give each limiter's policies their own names (such as
+// "free" and "pro"), since names keep their buckets apart in a shared
+// store.
+func WithLimiterFor(pick func(r *http.Request) *Limiter) Option {
+	return func(c *config) error {
+		if pick == nil {
+			return errors.New("ratelimit: WithLimiterFor: nil function")
+		}
+		c.pick = pick
+		return nil
+	}
+}
+
+// WithDryRunHeaders makes the header fields include the dry-run policies,
+// as if they were enforced, so that clients see the limit coming. By
+// default dry-run policies are invisible to clients.
+func WithDryRunHeaders() Option {
+	return func(c *config) error {
+		c.dryRunHeaders = true
+		return nil
+	}
 }
 
 // WithCost sets the function that tells how many tokens a request costs, for

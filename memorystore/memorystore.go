@@ -22,6 +22,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"math/bits"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,7 +43,7 @@ type Store struct {
 	close    sync.Once
 }
 
-var _ ratelimit.Store = (*Store)(nil)
+var _ ratelimit.BatchStore = (*Store)(nil)
 
 type entryKey struct{ policy, key string }
 
@@ -153,21 +154,72 @@ func (s *Store) Take(_ context.Context, p ratelimit.Policy, key string, cost int
 	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
 	sh.mu.Lock()
 	now := s.now()
+	state, res := algo.Decide(p, sh.m[ek], now, cost)
+	sh.store(ek, state, now, s.perShard)
+	sh.mu.Unlock()
+	return res, nil
+}
+
+// TakeAll implements [ratelimit.BatchStore]: it locks the shards of every
+// key (in shard order, so concurrent batches cannot deadlock), decides each
+// request at one instant, and writes the new states only if all were
+// allowed.
+func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
+	var buf [8]uint64
+	idx := buf[:0]
+	for _, r := range reqs {
+		idx = append(idx, maphash.String(s.seed, r.Key)&s.mask)
+	}
+	locked := s.lockAll(idx)
+	now := s.now()
+	all := true
+	var stateBuf [8]int64
+	states := stateBuf[:0]
+	for i, r := range reqs {
+		old := s.shards[idx[i]].m[entryKey{r.Policy.Name, r.Key}]
+		state, res := algo.Decide(r.Policy, old, now, r.Cost)
+		results[i] = res
+		states = append(states, state)
+		all = all && res.Allowed
+	}
+	if all {
+		for i, r := range reqs {
+			s.shards[idx[i]].store(entryKey{r.Policy.Name, r.Key}, states[i], now, s.perShard)
+		}
+	}
+	for _, i := range locked {
+		s.shards[i].mu.Unlock()
+	}
+	return nil
+}
+
+// lockAll locks each distinct shard of idx in ascending order and returns
+// them.
+func (s *Store) lockAll(idx []uint64) []uint64 {
+	locked := slices.Clone(idx)
+	slices.Sort(locked)
+	locked = slices.Compact(locked)
+	for _, i := range locked {
+		s.shards[i].mu.Lock()
+	}
+	return locked
+}
+
+// store records state for ek, forgetting it when it carries no information
+// (state at or before now) and making room at the cap. The shard is locked.
+func (sh *shard) store(ek entryKey, state, now int64, perShard int) {
 	old, held := sh.m[ek]
-	state, res := algo.Decide(p, old, now, cost)
 	switch {
-	case state <= now: // full bucket: nothing to remember
+	case state <= now:
 		if held {
 			delete(sh.m, ek)
 		}
 	case state != old || !held:
-		if !held && len(sh.m) >= s.perShard {
+		if !held && len(sh.m) >= perShard {
 			sh.evict(now)
 		}
 		sh.m[ek] = state
 	}
-	sh.mu.Unlock()
-	return res, nil
 }
 
 // evictSample is how many keys a full shard looks at to make room.

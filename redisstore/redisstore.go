@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,7 +52,7 @@ type Store struct {
 	skipCheck bool
 }
 
-var _ ratelimit.Store = (*Store)(nil)
+var _ ratelimit.BatchStore = (*Store)(nil)
 
 // Option configures a Store.
 type Option func(*Store) error
@@ -138,34 +139,111 @@ func contextTimeoutEnabled(c redis.Scripter) bool {
 
 // Take implements [ratelimit.Store] in one round trip.
 func (s *Store) Take(ctx context.Context, p ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+	var res [1]ratelimit.Result
+	err := s.run(ctx, []ratelimit.Request{{Policy: p, Key: key, Cost: cost}}, res[:])
+	return res[0], err
+}
+
+// TakeAll implements [ratelimit.BatchStore] in one round trip. On a
+// *redis.ClusterClient the keys must hash to one slot (give per-client keys
+// a hash tag such as "{client-42}"; a Global policy's key is in a slot of
+// its own); on a *redis.Ring they never are known to share a shard. In those
+// cases TakeAll returns ratelimit.ErrNotAtomic and the Limiter takes the
+// policies one at a time, giving back what a refusal left spent.
+func (s *Store) TakeAll(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
+	if !s.oneNode(reqs) {
+		return ratelimit.ErrNotAtomic
+	}
+	return s.run(ctx, reqs, results)
+}
+
+// oneNode reports whether the keys of reqs are sure to live on one node.
+func (s *Store) oneNode(reqs []ratelimit.Request) bool {
+	switch s.client.(type) {
+	case *redis.ClusterClient:
+		slot := -1
+		for _, r := range reqs {
+			k := slotOf(s.key(r))
+			if slot >= 0 && k != slot {
+				return false
+			}
+			slot = k
+		}
+		return true
+	case *redis.Ring:
+		return len(reqs) < 2
+	}
+	return true
+}
+
+func (s *Store) key(r ratelimit.Request) string { return s.prefix + r.Policy.Name + ":" + r.Key }
+
+// run decides reqs in one script call and fills results.
+func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	iv := int64(p.Limit.Interval)
-	kind, bound := "gcra", p.Limit.Burst*iv
-	if p.Algorithm == ratelimit.LeakyShape {
-		kind, bound = "shape", algo.ShapeBound(p)
-	}
-	now := ""
+	keys := make([]string, len(reqs))
+	args := make([]any, 1, 1+3*len(reqs))
 	if s.now != nil {
-		now = pair(s.now().UnixNano())
+		args[0] = pair(s.now().UnixNano())
+	} else {
+		args[0] = ""
 	}
-	reply, err := takeScript.Run(ctx, s.client, []string{s.prefix + p.Name + ":" + key},
-		kind, pair(cost*iv), pair(bound), now).Int64Slice()
+	for i, r := range reqs {
+		keys[i] = s.key(r)
+		iv := int64(r.Policy.Limit.Interval)
+		kind, inc, bound := "gcra", r.Cost*iv, r.Policy.Limit.Burst*iv
+		switch {
+		case r.Cost < 0:
+			kind, inc = "refund", -inc
+		case r.Policy.Algorithm == ratelimit.LeakyShape:
+			kind, bound = "shape", algo.ShapeBound(r.Policy)
+		}
+		args = append(args, kind, pair(inc), pair(bound))
+	}
+	reply, err := takeScript.Run(ctx, s.client, keys, args...).Int64Slice()
 	if err != nil {
-		return ratelimit.Result{}, fmt.Errorf("redisstore: %w", err)
+		return fmt.Errorf("redisstore: %w", err)
 	}
-	if len(reply) != 5 || reply[0] < 0 || reply[0] > 1 {
-		return ratelimit.Result{}, fmt.Errorf("redisstore: malformed reply %v", reply)
+	if len(reply) != 2+3*len(reqs) {
+		return fmt.Errorf("redisstore: malformed reply %v", reply)
 	}
-	state, at := reply[1]*1e9+reply[2], reply[3]*1e9+reply[4]
-	_, res := algo.Decide(p, state, at, cost)
-	if res.Allowed != (reply[0] == 1) {
-		return ratelimit.Result{}, fmt.Errorf("redisstore: the script decided %v at %d from state %d, the algorithm %v", reply[0] == 1, at, state, res.Allowed)
+	at := reply[0]*1e9 + reply[1]
+	for i, r := range reqs {
+		allowed, state := reply[2+3*i], reply[3+3*i]*1e9+reply[4+3*i]
+		_, res := algo.Decide(r.Policy, state, at, r.Cost)
+		if allowed < 0 || allowed > 1 || res.Allowed != (allowed == 1) {
+			return fmt.Errorf("redisstore: the script decided %d at %d from state %d, the algorithm %v", allowed, at, state, res.Allowed)
+		}
+		results[i] = res
 	}
-	return res, nil
+	return nil
 }
 
 // pair formats nanoseconds as the script's "seconds:nanoseconds".
 func pair(ns int64) string {
 	return strconv.FormatInt(ns/1e9, 10) + ":" + strconv.FormatInt(ns%1e9, 10)
+}
+
+// slotOf returns the Redis Cluster slot of key: CRC16 (XMODEM) of the key,
+// or of its hash tag (the text between the first "{" and the next "}", if
+// not empty), modulo 16384.
+func slotOf(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
 }

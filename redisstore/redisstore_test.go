@@ -36,7 +36,8 @@ func TestConformance(t *testing.T) {
 	client := redistest.Start(t).Client()
 	var n atomic.Int64
 	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
-		return newStore(t, client, redisstore.WithClock(now), redisstore.WithPrefix(fmt.Sprintf("test%d:", n.Add(1))))
+		return newStore(t, client, redisstore.WithClock(now), redisstore.WithPrefix(fmt.Sprintf("test%d:", n.Add(1))),
+			redisstore.WithTimeout(2*time.Second)) // the deadline is tested elsewhere; these runs share 2 loaded cores
 	})
 }
 
@@ -44,7 +45,8 @@ func TestConformanceCluster(t *testing.T) {
 	client, _ := redistest.StartCluster(t, 3)
 	var n atomic.Int64
 	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
-		return newStore(t, client, redisstore.WithClock(now), redisstore.WithPrefix(fmt.Sprintf("test%d:", n.Add(1))))
+		return newStore(t, client, redisstore.WithClock(now), redisstore.WithPrefix(fmt.Sprintf("test%d:", n.Add(1))),
+			redisstore.WithTimeout(2*time.Second)) // the deadline is tested elsewhere; these runs share 2 loaded cores
 	})
 }
 
@@ -147,6 +149,26 @@ func TestClusterManyKeys(t *testing.T) {
 		require.NoError(t, err)
 		assert.Greater(t, n, int64(50), "keys spread over every node (%s)", srv.Addr)
 	}
+
+	// Several policies in one atomic step when the keys share a slot (a
+	// hash tag); ErrNotAtomic, having done nothing, when they do not.
+	daily := ratelimit.Policy{Name: "daily", Limit: ratelimit.PerDay(3)}
+	results := make([]ratelimit.Result, 2)
+	for i := range 3 {
+		err := s.TakeAll(ctx, []ratelimit.Request{{Policy: policy, Key: "{tenant-1}", Cost: 1}, {Policy: daily, Key: "{tenant-1}", Cost: 1}}, results)
+		require.NoError(t, err)
+		assert.True(t, results[0].Allowed && results[1].Allowed, "request %d", i+1)
+	}
+	err := s.TakeAll(ctx, []ratelimit.Request{{Policy: policy, Key: "{tenant-1}", Cost: 1}, {Policy: daily, Key: "{tenant-1}", Cost: 1}}, results)
+	require.NoError(t, err)
+	assert.False(t, results[1].Allowed, "the daily quota is spent")
+	res, err := s.Take(ctx, policy, "{tenant-1}", 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(7), res.Remaining, "the refused batch spent nothing from the other policy")
+
+	global := ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(100), Global: true}
+	err = s.TakeAll(ctx, []ratelimit.Request{{Policy: policy, Key: "user-1", Cost: 1}, {Policy: global, Key: ratelimit.GlobalKey, Cost: 1}}, results)
+	assert.ErrorIs(t, err, ratelimit.ErrNotAtomic)
 }
 
 func TestPrefix(t *testing.T) {
@@ -228,8 +250,9 @@ func TestMalformedReplies(t *testing.T) {
 		"not an array": {reply: "OK"},
 		"short":        {reply: []any{int64(1), int64(0)}},
 		"not integers": {reply: []any{"1", "x", int64(0), int64(0), int64(0)}},
-		"bad flag":     {reply: []any{int64(7), int64(0), int64(0), int64(1), int64(0)}},
-		"disagreement": {reply: []any{int64(0), int64(0), int64(0), int64(1_700_000_000), int64(0)}},
+		"bad flag":     {reply: []any{int64(1), int64(0), int64(7), int64(0), int64(0)}},
+		"disagreement": {reply: []any{int64(1_700_000_000), int64(0), int64(0), int64(0), int64(0)}},
+		"too long":     {reply: []any{int64(1_700_000_000), int64(0), int64(1), int64(0), int64(0), int64(0)}},
 		"nil":          {reply: nil},
 		"nested":       {reply: []any{[]any{int64(1)}, int64(0), int64(0), int64(0), int64(0)}},
 	} {

@@ -71,6 +71,11 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ShapeImmediate", testShapeImmediate},
 		{"ShapeMaxDelay", testShapeMaxDelay},
 		{"ShapeConcurrent", testShapeConcurrent},
+		{"PoliciesGlobalCapacity", testGlobalCapacity},
+		{"PoliciesRefusalSpendsNothingElsewhere", testRefusedByGlobal},
+		{"PoliciesMultiWindow", testMultiWindow},
+		{"PoliciesDryRun", testDryRun},
+		{"PoliciesConcurrent", testPoliciesConcurrent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := new(Clock)
@@ -327,6 +332,160 @@ func testConcurrentManyKeys(t *testing.T, c *Clock, s ratelimit.Store) {
 	for k := range counts {
 		assert.Equal(t, int64(5), counts[k].Load(), "key-%d", k)
 	}
+}
+
+func limiter(t *testing.T, s ratelimit.Store, ps ...ratelimit.Policy) *ratelimit.Limiter {
+	t.Helper()
+	l, err := ratelimit.New(s, ps...)
+	require.NoError(t, err)
+	return l
+}
+
+func limit(t *testing.T, l *ratelimit.Limiter, key string, cost int64) ratelimit.Result {
+	t.Helper()
+	res, err := l.Take(context.Background(), key, cost)
+	require.NoError(t, err, "Take(%q, %d)", key, cost)
+	return res
+}
+
+var global = ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(1).WithBurst(4), Global: true}
+
+// testGlobalCapacity: three clients, three requests each, under a global
+// burst of 4 and generous per-client quotas: exactly 4 pass in all.
+func testGlobalCapacity(t *testing.T, c *Clock, s ratelimit.Store) {
+	l := limiter(t, s, policy("per-client", fivePerSecond), global)
+	admitted := 0
+	for _, client := range []string{"a", "b", "c"} {
+		for range 3 {
+			res := limit(t, l, client, 1)
+			if res.Allowed {
+				admitted++
+				continue
+			}
+			assert.Equal(t, []string{"global"}, res.Violated)
+			assert.Equal(t, "global", res.Policy, "the refusing policy binds")
+			assert.Equal(t, time.Second, res.RetryAfter)
+			require.Len(t, res.Policies, 2)
+			assert.True(t, res.Policies[0].Allowed, "the per-client policy would have allowed it")
+		}
+	}
+	assert.Equal(t, 4, admitted)
+}
+
+// testRefusedByGlobal: a client refused by the global policy keeps its own
+// tokens, as a later request proves.
+func testRefusedByGlobal(t *testing.T, c *Clock, s ratelimit.Store) {
+	perClient := policy("per-client", ratelimit.PerHour(2))
+	g := ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(1), Global: true}
+	l := limiter(t, s, perClient, g)
+	require.True(t, limit(t, l, "a", 1).Allowed)
+	for range 3 {
+		res := limit(t, l, "b", 1)
+		require.False(t, res.Allowed)
+		assert.Equal(t, []string{"global"}, res.Violated)
+	}
+	c.Advance(time.Second)
+	res := limit(t, l, "b", 1)
+	require.True(t, res.Allowed)
+	assert.Equal(t, int64(1), res.Policies[0].Remaining, "b's own bucket lost nothing to the refusals")
+	c.Advance(time.Second)
+	res = limit(t, l, "b", 1)
+	require.True(t, res.Allowed)
+	assert.Equal(t, int64(0), res.Policies[0].Remaining)
+	c.Advance(time.Second)
+	res = limit(t, l, "b", 1)
+	assert.Equal(t, []string{"per-client"}, res.Violated, "now b's own quota is spent")
+}
+
+// testMultiWindow: 5/s burst 10 and 15 a day; the result reports the
+// policy closest to exhaustion, and a refusal the policy that refused.
+func testMultiWindow(t *testing.T, c *Clock, s ratelimit.Store) {
+	l := limiter(t, s, policy("burst", fivePerSecond), policy("daily", ratelimit.PerDay(15)))
+	res := limit(t, l, "k", 1)
+	assert.Equal(t, "burst", res.Policy, "9 left of the burst, 14 of the day")
+	assert.Equal(t, int64(9), res.Remaining)
+	for range 9 {
+		limit(t, l, "k", 1)
+	}
+	c.Advance(2 * time.Second)
+	res = limit(t, l, "k", 1)
+	assert.Equal(t, "daily", res.Policy, "9 left of the burst, 4 of the day")
+	assert.Equal(t, int64(4), res.Remaining)
+	for range 4 {
+		require.True(t, limit(t, l, "k", 1).Allowed)
+	}
+	res = limit(t, l, "k", 1)
+	assert.False(t, res.Allowed)
+	assert.Equal(t, []string{"daily"}, res.Violated)
+	assert.Equal(t, 24*time.Hour/15-2*time.Second, res.RetryAfter)
+}
+
+// testDryRun: a dry-run policy decides and counts but never refuses.
+func testDryRun(t *testing.T, c *Clock, s ratelimit.Store) {
+	shadow := policy("shadow", ratelimit.PerMinute(2))
+	shadow.DryRun = true
+	l := limiter(t, s, policy("enforced", fivePerSecond), shadow)
+	var dry [][]string
+	for range 5 {
+		res := limit(t, l, "k", 1)
+		require.True(t, res.Allowed)
+		assert.Empty(t, res.Violated)
+		assert.Equal(t, "enforced", res.Policy, "dry-run policies never bind")
+		dry = append(dry, res.DryRunViolated)
+	}
+	assert.Equal(t, [][]string{nil, nil, {"shadow"}, {"shadow"}, {"shadow"}}, dry)
+	for range 5 {
+		limit(t, l, "k", 1)
+	}
+	res := limit(t, l, "k", 1)
+	assert.Equal(t, []string{"enforced"}, res.Violated)
+	assert.Equal(t, []string{"shadow"}, res.DryRunViolated)
+}
+
+// testPoliciesConcurrent: goroutines on mixed keys under per-client (5 an
+// hour) and global (30) policies admit at most 5 per client and 30 in all,
+// and no per-client token is lost to global refusals: once the global
+// bucket refills, each client gets exactly what it has left.
+func testPoliciesConcurrent(t *testing.T, c *Clock, s ratelimit.Store) {
+	g := ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(30), Global: true}
+	l := limiter(t, s, policy("per-client", ratelimit.PerHour(5)), g)
+	const clients, goroutines = 12, 6
+	counts := make([]atomic.Int64, clients)
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	for gr := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range clients * 3 {
+				k := (i*7 + gr) % clients
+				res, err := l.Take(context.Background(), fmt.Sprint("client-", k), 1)
+				if err != nil {
+					failed.Store(true)
+					return
+				}
+				if res.Allowed {
+					counts[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.False(t, failed.Load())
+	total := int64(0)
+	for k := range counts {
+		require.LessOrEqual(t, counts[k].Load(), int64(5), "client-%d", k)
+		total += counts[k].Load()
+	}
+	assert.Equal(t, int64(30), total, "the global capacity is spent exactly")
+	c.Advance(time.Second)
+	total = 0
+	for k := range counts {
+		left := limit(t, l, fmt.Sprint("client-", k), 0).Policies[0].Remaining
+		assert.Equal(t, 5-counts[k].Load(), left, "client-%d's tokens", k)
+		total += left
+	}
+	assert.Equal(t, int64(clients*5-30), total)
 }
 
 // testLeakyPolice runs the token bucket's steps through LeakyPolice: the

@@ -102,23 +102,17 @@ func (c *config) check() error {
 			invalid(ch.flag, v, "want "+orList(append(slices.Clip(ch.supported), ch.later...)))
 		}
 	}
-	switch r := c.globalRate; {
-	case math.IsNaN(r) || math.IsInf(r, 0) || r < 0:
+	if r := c.globalRate; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
 		invalid("global-rate", formatFloat(r), "want a finite number of tokens per second, or 0 for no global limit")
-	case r > 0:
-		unsupported("global-rate", formatFloat(r))
 	}
 	switch b := c.globalBurst; {
 	case b < 0:
 		invalid("global-burst", strconv.FormatInt(b, 10), "want a capacity of at least 1, or 0 for no global limit")
-	case b > 0:
-		unsupported("global-burst", strconv.FormatInt(b, 10))
+	case b > 0 && c.globalRate == 0:
+		invalid("global-burst", strconv.FormatInt(b, 10), "needs -global-rate")
 	}
 	if n := c.instances; n < 1 {
 		invalid("instances", strconv.Itoa(n), "want at least 1")
-	}
-	if c.dryRun {
-		unsupported("dry-run", "true")
 	}
 	switch p := c.skipPath; {
 	case p == "":

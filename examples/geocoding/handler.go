@@ -54,10 +54,22 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		cleanup()
 		return nil, nil, fmt.Errorf("-algorithm: %w", err)
 	}
-	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Rate(cfg.rate).WithBurst(cfg.burst), Algorithm: algorithm})
+	policies := []ratelimit.Policy{{Limit: ratelimit.Rate(cfg.rate).WithBurst(cfg.burst), Algorithm: algorithm, DryRun: cfg.dryRun}}
+	if cfg.globalRate > 0 {
+		global := ratelimit.Rate(cfg.globalRate)
+		if cfg.globalBurst > 0 {
+			global = global.WithBurst(cfg.globalBurst)
+		}
+		policies = append(policies, ratelimit.Policy{Name: "global", Limit: global, Global: true, DryRun: cfg.dryRun})
+	}
+	limiter, err := ratelimit.New(store, policies...)
 	if err != nil {
 		cleanup()
-		return nil, nil, fmt.Errorf("-rate %s -burst %d: %w", formatFloat(cfg.rate), cfg.burst, err)
+		flags := fmt.Sprintf("-rate %s -burst %d", formatFloat(cfg.rate), cfg.burst)
+		if cfg.globalRate > 0 {
+			flags += fmt.Sprintf(" -global-rate %s -global-burst %d", formatFloat(cfg.globalRate), cfg.globalBurst)
+		}
+		return nil, nil, fmt.Errorf("%s: %w", flags, err)
 	}
 	mw, err := ratelimit.NewMiddleware(limiter, key, ratelimit.WithHeaders(format))
 	if err != nil {

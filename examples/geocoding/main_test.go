@@ -272,6 +272,29 @@ func TestAlgorithms(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), 55*time.Millisecond)
 }
 
+// TestGlobalLimit: three clients, three requests each, under -global-burst
+// 4: four pass in all; the headers list both policies.
+func TestGlobalLimit(t *testing.T) {
+	h, _ := newTestHandler(t, "-global-rate", "100", "-global-burst", "4")
+	var codes []int
+	for _, key := range []string{"a", "b", "c"} {
+		for range 3 {
+			w := serve(h, request{target: "/geocode?q=paris", apiKey: key})
+			codes = append(codes, w.Code)
+			assert.Equal(t, `"default";q=10;w=2,"global";q=4;w=1`, w.Header().Get("RateLimit-Policy"))
+		}
+	}
+	assert.Equal(t, []int{200, 200, 200, 200, 429, 429, 429, 429, 429}, codes)
+	w := serve(h, request{target: "/geocode?q=paris", apiKey: "d"})
+	assert.Equal(t, []any{"global"}, decode(t, w)["violated-policies"])
+}
+
+// TestDryRun: -dry-run decides and counts, never refuses.
+func TestDryRun(t *testing.T) {
+	h, _ := newTestHandler(t, "-dry-run", "-burst", "2")
+	assert.Equal(t, repeat(200, 5), statuses(h, request{target: "/geocode?q=paris", apiKey: "a"}, 5))
+}
+
 func TestOtherAPIKeyUnaffected(t *testing.T) {
 	h, _ := newTestHandler(t, "-rate", "5", "-burst", "10")
 	alice := request{target: "/geocode?q=paris", apiKey: "alice"}
@@ -441,7 +464,8 @@ func runExit(t *testing.T, args ...string) (int, string) {
 	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // a command line that is accepted must not keep serving
-	code := run(ctx, args, &stdout, &stderr)
+	// nor listen beyond loopback: a later -addr in args still wins.
+	code := run(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), &stdout, &stderr)
 	return code, stderr.String()
 }
 
@@ -493,10 +517,6 @@ func TestRunUnsupportedFlags(t *testing.T) {
 	}{
 		{[]string{"-framework", "gin"}, "-framework gin"},
 		{[]string{"-framework", "echo"}, "-framework echo"},
-		{[]string{"-global-rate", "100"}, "-global-rate 100"},
-		{[]string{"-global-burst", "50"}, "-global-burst 50"},
-		{[]string{"-dry-run"}, "-dry-run true"},
-		{[]string{"-dry-run=true"}, "-dry-run true"},
 		{[]string{"-count", "failed"}, "-count failed"},
 		{[]string{"-count", "successful"}, "-count successful"},
 		{[]string{"-skip-path", "/static"}, "-skip-path /static"},
@@ -519,11 +539,11 @@ func TestRunUnsupportedFlags(t *testing.T) {
 	})
 
 	t.Run("all at once", func(t *testing.T) {
-		code, stderr := runExit(t, "-framework", "echo", "-count", "failed", "-dry-run")
+		code, stderr := runExit(t, "-framework", "echo", "-count", "failed", "-max-inflight", "2")
 		assert.Equal(t, 2, code)
 		assert.Equal(t, "geocoding: -framework echo is not supported yet\n"+
 			"geocoding: -count failed is not supported yet\n"+
-			"geocoding: -dry-run true is not supported yet\n", stderr)
+			"geocoding: -max-inflight 2 is not supported yet\n", stderr)
 	})
 }
 

@@ -92,8 +92,18 @@ func ShapeBound(p ratelimit.Policy) int64 {
 // returns the state to store and the Result. A state at or before now
 // carries no information (a full token bucket, an empty queue), so a store
 // may forget it. The caller has validated p and cost.
+//
+// A negative cost gives back −cost tokens taken earlier (a refund, when
+// another policy refused the request): the state moves back by −cost
+// intervals, never to before now, and the result reports the state after.
 func Decide(p ratelimit.Policy, state, now, cost int64) (int64, ratelimit.Result) {
 	iv, burst := int64(p.Limit.Interval), p.Limit.Burst
+	if cost < 0 {
+		if state > now {
+			state = max(state+cost*iv, now)
+		}
+		cost = 0
+	}
 	var d Decision
 	switch p.Algorithm {
 	case ratelimit.LeakyShape:

@@ -1,0 +1,135 @@
+package ratelimit_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/memorystore"
+	"github.com/tokenfair/ratelimit/nethttp"
+	"github.com/tokenfair/ratelimit/storetest"
+)
+
+// policyServer serves requests keyed by X-Client (cost from X-Cost) under
+// policies, on a memory store with a fake clock.
+func policyServer(t *testing.T, policies []ratelimit.Policy, opts ...ratelimit.Option) *server {
+	t.Helper()
+	s := &server{t: t, clock: new(storetest.Clock)}
+	store, err := memorystore.New(memorystore.WithClock(s.clock.Now), memorystore.WithSweepInterval(0))
+	require.NoError(t, err)
+	lim, err := ratelimit.New(store, policies...)
+	require.NoError(t, err)
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, append([]ratelimit.Option{ratelimit.WithCost(costByHeader)}, opts...)...)
+	require.NoError(t, err)
+	s.handler = nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.calls++ }))
+	return s
+}
+
+var (
+	perKey = ratelimit.Policy{Name: "per-key", Limit: ratelimit.PerSecond(5).WithBurst(10)}
+	daily  = ratelimit.Policy{Name: "daily", Limit: ratelimit.PerDay(10000)}
+	global = ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(200).WithBurst(4), Global: true}
+)
+
+func TestPoliciesOverHTTP(t *testing.T) {
+	s := policyServer(t, []ratelimit.Policy{perKey, daily, global})
+	w := s.get("a")
+	require.Equal(t, 200, w.Code)
+	assert.Equal(t, `"per-key";q=10;w=2,"daily";q=10000;w=86400,"global";q=4;w=1`, w.Header().Get("RateLimit-Policy"))
+	assert.Equal(t, `"global";r=3;t=1`, w.Header().Get("RateLimit"), "the policy closest to exhaustion")
+
+	for _, c := range []string{"b", "c", "d"} {
+		require.Equal(t, 200, s.get(c).Code)
+	}
+	w = s.get("e")
+	require.Equal(t, 429, w.Code, "the global burst of 4 is spent")
+	assert.Equal(t, `"global";r=0;t=1`, w.Header().Get("RateLimit"))
+	var body map[string]any
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
+	assert.Equal(t, []any{"global"}, body["violated-policies"])
+
+	// Both policies refuse: the longest wait is Retry-After and binds the
+	// RateLimit field, and the body names both.
+	slow := ratelimit.Policy{Name: "slow", Limit: ratelimit.Every(10 * time.Second)}
+	fast := ratelimit.Policy{Name: "fast", Limit: ratelimit.Every(2 * time.Second), Global: true}
+	s = policyServer(t, []ratelimit.Policy{fast, slow})
+	require.Equal(t, 200, s.get("a").Code)
+	w = s.get("a")
+	require.Equal(t, 429, w.Code)
+	assert.Equal(t, "10", w.Header().Get("Retry-After"))
+	assert.Equal(t, `"slow";r=0;t=10`, w.Header().Get("RateLimit"))
+	body = nil
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
+	assert.Equal(t, []any{"fast", "slow"}, body["violated-policies"])
+}
+
+func TestPoliciesCostAboveOneBurst(t *testing.T) {
+	s := policyServer(t, []ratelimit.Policy{perKey, global})
+	w := s.get("a", "X-Cost", "5")
+	assert.Equal(t, http.StatusBadRequest, w.Code, "the global burst of 4 can never allow a cost of 5")
+	assert.Equal(t, 200, s.get("a", "X-Cost", "4").Code)
+}
+
+// TestTiers: one middleware, a limiter per plan chosen per request.
+func TestTiers(t *testing.T) {
+	clock := new(storetest.Clock)
+	store, err := memorystore.New(memorystore.WithClock(clock.Now), memorystore.WithSweepInterval(0))
+	require.NoError(t, err)
+	free, err := ratelimit.New(store, ratelimit.Policy{Name: "free", Limit: ratelimit.PerMinute(2)})
+	require.NoError(t, err)
+	pro, err := ratelimit.New(store, ratelimit.Policy{Name: "pro", Limit: ratelimit.PerMinute(5)})
+	require.NoError(t, err)
+	m, err := ratelimit.NewMiddleware(free, keyByHeader, ratelimit.WithLimiterFor(func(r *http.Request) *ratelimit.Limiter {
+		if r.Header.Get("X-Plan") == "pro" {
+			return pro
+		}
+		return nil
+	}))
+	require.NoError(t, err)
+	h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	s := &server{t: t, clock: clock, handler: h}
+	var freeCodes, proCodes []int
+	for range 6 {
+		freeCodes = append(freeCodes, s.get("x").Code)
+		proCodes = append(proCodes, s.get("y", "X-Plan", "pro").Code)
+	}
+	assert.Equal(t, []int{200, 200, 429, 429, 429, 429}, freeCodes)
+	assert.Equal(t, []int{200, 200, 200, 200, 200, 429}, proCodes)
+	assert.Equal(t, `"pro";q=5;w=60`, s.get("z", "X-Plan", "pro").Header().Get("RateLimit-Policy"))
+}
+
+func TestDryRunOverHTTP(t *testing.T) {
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true}
+	s := policyServer(t, []ratelimit.Policy{perKey, shadow})
+	for range 3 {
+		w := s.get("a")
+		require.Equal(t, 200, w.Code, "a dry-run policy never refuses")
+		assert.Equal(t, `"per-key";q=10;w=2`, w.Header().Get("RateLimit-Policy"), "and is invisible by default")
+	}
+
+	s = policyServer(t, []ratelimit.Policy{perKey, shadow}, ratelimit.WithDryRunHeaders())
+	w := s.get("a")
+	assert.Equal(t, `"per-key";q=10;w=2,"shadow";q=1;w=60`, w.Header().Get("RateLimit-Policy"))
+	assert.Equal(t, `"shadow";r=0;t=60`, w.Header().Get("RateLimit"), "shown when asked")
+	w = s.get("a")
+	assert.Equal(t, 200, w.Code)
+	assert.Equal(t, `"shadow";r=0;t=60`, w.Header().Get("RateLimit"))
+}
+
+func TestPolicyConstructorErrors(t *testing.T) {
+	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	require.NoError(t, err)
+	_, err = ratelimit.New(store)
+	assert.ErrorContains(t, err, "no policy")
+	_, err = ratelimit.New(store, perKey, perKey)
+	assert.ErrorContains(t, err, `two policies named "per-key"`)
+	_, err = ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1), Immediate: 1})
+	assert.ErrorContains(t, err, "apply to leaky-shape only")
+	_, err = ratelimit.NewMiddleware(nil, keyByHeader)
+	assert.Error(t, err)
+}
