@@ -1,0 +1,134 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+// config holds the settings, one field per flag.
+type config struct {
+	algorithm choice
+	rate      float64
+	burst     int64
+	start     choice
+	format    choice
+	log       choice
+	keyField  choice
+	skipBad   bool
+	top       int
+	plot      string
+	plotKeys  []string
+	plotTop   int
+	input     string // TRACE: a file name, or "" or "-" for standard input
+
+	policy ratelimit.Policy // built from algorithm, rate and burst
+}
+
+// parseFlags parses args, reporting any problem on stderr. It returns
+// flag.ErrHelp for -h.
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	cfg := &config{
+		algorithm: choice{"token-bucket", []string{"token-bucket", "leaky-police", "leaky-shape"}},
+		start:     choice{"full", []string{"full", "empty"}},
+		format:    choice{"table", formats},
+		log:       choice{"", []string{"common", "combined"}},
+		keyField:  choice{"host", keyFields},
+	}
+	fs := flag.NewFlagSet("ratesim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Var(&cfg.algorithm, "algorithm", "the `algorithm`: token-bucket, leaky-police or leaky-shape")
+	fs.Float64Var(&cfg.rate, "rate", 5, "tokens earned per second; the interval is 1s/rate rounded to the nanosecond")
+	fs.Int64Var(&cfg.burst, "burst", 10, "bucket capacity: the most tokens that can be spent at once")
+	fs.Var(&cfg.start, "start", "`state` of every key's bucket at time 0, also for keys first seen later: full or empty")
+	fs.Var(&cfg.format, "format", "output `format`: table, csv or json (one object per line)")
+	fs.Var(&cfg.log, "log", "read an access log in this `format` instead of a trace: common or combined (as Apache and nginx write them)")
+	fs.Var(&cfg.keyField, "key-field", "with -log, the `field` that keys a bucket: host, ident, user, request, path, status, referer or user-agent")
+	fs.BoolVar(&cfg.skipBad, "skip-bad", false, "skip malformed lines, and count them, instead of stopping at the first")
+	fs.IntVar(&cfg.top, "top", 20, "show this many keys, those with the most refusals, in the summary on standard error; 0 for none")
+	fs.StringVar(&cfg.plot, "plot", "", "draw the buckets of the busiest keys in this SVG `file`")
+	fs.Func("plot-key", "with -plot, draw this `key` (repeat the flag for more) instead of the busiest keys", func(s string) error {
+		if s == "" {
+			return errors.New("empty key")
+		}
+		if !slices.Contains(cfg.plotKeys, s) {
+			cfg.plotKeys = append(cfg.plotKeys, s)
+		}
+		return nil
+	})
+	fs.IntVar(&cfg.plotTop, "plot-top", 3, "with -plot, draw this many of the busiest keys")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: ratesim [flags] [TRACE]
+
+Ratesim replays a trace (the file TRACE, or standard input) against one rate
+limit and prints each decision; a summary goes to standard error. A trace has
+one request a line, "TIME [KEY [COST]]": TIME in seconds from the start (an
+exact decimal, not decreasing), KEY (default "default"), COST (default 1).
+Blank lines and lines starting with # are skipped.
+
+  yes 3 | head -n 10 | ratesim -rate 2 -burst 5 -start empty   # 5 allowed, 5 denied
+  ratesim -log combined -key-field host -rate 1 -burst 20 -format csv access.log
+  ratesim -plot buckets.svg trace.txt > /dev/null
+
+With -start empty a bucket is empty at time 0 and refills from then on, so
+a key first seen at time t has min(t*rate, burst) tokens; for leaky-shape,
+the queue has no room at time 0. A cost above the burst is always refused.
+Exit status: 0 on success, 2 for invalid flags or a malformed line, 1 when
+reading or writing fails.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	fail := func(format string, args ...any) (*config, error) {
+		err := fmt.Errorf(format, args...)
+		errorf(stderr, "%v", err)
+		fmt.Fprintln(stderr, "Run 'ratesim -h' for usage.")
+		return nil, err
+	}
+	set := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case fs.NArg() > 1:
+		return fail("want at most one TRACE file, got %d arguments", fs.NArg())
+	case math.IsNaN(cfg.rate) || math.IsInf(cfg.rate, 0) || cfg.rate <= 0:
+		return fail("-rate %s: want a positive, finite number of tokens per second", strconv.FormatFloat(cfg.rate, 'g', -1, 64))
+	case cfg.burst < 1:
+		return fail("-burst %d: want a capacity of at least 1", cfg.burst)
+	case cfg.top < 0:
+		return fail("-top %d: want a number of keys, or 0 for none", cfg.top)
+	case cfg.plotTop < 1:
+		return fail("-plot-top %d: want at least 1", cfg.plotTop)
+	case set["key-field"] && cfg.log.value == "":
+		return fail("-key-field needs -log: a trace names its keys")
+	case (cfg.keyField.value == "referer" || cfg.keyField.value == "user-agent") && cfg.log.value != "combined":
+		return fail("-key-field %s needs -log combined", cfg.keyField.value)
+	case (set["plot-key"] || set["plot-top"]) && cfg.plot == "":
+		return fail("-plot-key and -plot-top need -plot")
+	case set["plot-key"] && set["plot-top"]:
+		return fail("-plot-key and -plot-top exclude each other")
+	}
+	cfg.input = fs.Arg(0)
+	alg, err := ratelimit.ParseAlgorithm(cfg.algorithm.value)
+	if err != nil {
+		return fail("-algorithm: %v", err)
+	}
+	limit := ratelimit.Rate(cfg.rate).WithBurst(cfg.burst)
+	if limit.Interval == 0 && cfg.rate > 0 {
+		return fail("-rate %s: more than one token per nanosecond", strconv.FormatFloat(cfg.rate, 'g', -1, 64))
+	}
+	if err := limit.Validate(); err != nil {
+		return fail("-rate %s -burst %d: %v", strconv.FormatFloat(cfg.rate, 'g', -1, 64), cfg.burst, err)
+	}
+	cfg.policy = ratelimit.Policy{Name: ratelimit.DefaultPolicyName, Limit: limit, Algorithm: alg}
+	return cfg, nil
+}
