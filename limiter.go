@@ -191,6 +191,7 @@ type Limiter struct {
 	enforce  []int      // indexes of the enforcing policies
 	dryRun   []int      // indexes of the dry-run policies
 	names    [][]string // per policy, a one-element slice of its name
+	names1   []string   // every policy's name
 	fields   [2]string  // RateLimit-Policy values: enforcing policies, all policies
 }
 
@@ -217,6 +218,7 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 		seen[p.Name] = true
 		l.policies = append(l.policies, p)
 		l.names = append(l.names, []string{p.Name})
+		l.names1 = append(l.names1, p.Name)
 		if p.DryRun {
 			l.dryRun = append(l.dryRun, i)
 		} else {

@@ -59,25 +59,14 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts ...Option) (*Middleware, error)
 // runs. The request's place in the queue stays spent: the requests behind
 // it keep their times, and the slot is not given back.
 func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request) bool {
-	key, err := m.key(r)
-	if err != nil {
-		m.cfg.onError(w, r, err)
-		return false
+	var start time.Time
+	if m.cfg.observer != nil {
+		start = time.Now()
 	}
-	cost := int64(1)
-	if m.cfg.cost != nil {
-		if cost, err = m.cfg.cost(r); err != nil {
-			m.cfg.onError(w, r, errors.Join(ErrInvalidCost, err))
-			return false
-		}
+	lim, key, res, err := m.decide(r)
+	if m.cfg.observer != nil {
+		m.cfg.observer.Observe(r, Event{Policies: lim.names1, KeyHash: keyHash(key), Result: res, Err: err, Elapsed: time.Since(start)})
 	}
-	lim := m.limiter
-	if m.cfg.pick != nil {
-		if picked := m.cfg.pick(r); picked != nil {
-			lim = picked
-		}
-	}
-	res, err := lim.Take(r.Context(), key, cost)
 	if err != nil {
 		m.cfg.onError(w, r, err)
 		return false
@@ -107,6 +96,28 @@ func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request) bool {
 	h.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10))
 	m.cfg.deny(w, r, res)
 	return false
+}
+
+// decide finds the limiter, key and cost of r and takes the decision.
+func (m *Middleware) decide(r *http.Request) (*Limiter, string, Result, error) {
+	lim := m.limiter
+	if m.cfg.pick != nil {
+		if picked := m.cfg.pick(r); picked != nil {
+			lim = picked
+		}
+	}
+	key, err := m.key(r)
+	if err != nil {
+		return lim, "", Result{}, err
+	}
+	cost := int64(1)
+	if m.cfg.cost != nil {
+		if cost, err = m.cfg.cost(r); err != nil {
+			return lim, key, Result{}, errors.Join(ErrInvalidCost, err)
+		}
+	}
+	res, err := lim.Take(r.Context(), key, cost)
+	return lim, key, res, err
 }
 
 // ErrInvalidCost wraps an error returned by the cost function.

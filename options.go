@@ -19,6 +19,7 @@ type config struct {
 	wait          func(context.Context, time.Duration) error // tests replace it
 	pick          func(*http.Request) *Limiter
 	dryRunHeaders bool
+	observer      Observer
 }
 
 // WithLimiterFor chooses the limiter of each request, for limits that

@@ -1,0 +1,62 @@
+package metrics_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/memorystore"
+	"github.com/tokenfair/ratelimit/metrics"
+	"github.com/tokenfair/ratelimit/nethttp"
+)
+
+type nopObserver struct{}
+
+func (nopObserver) Observe(*http.Request, ratelimit.Event) {}
+
+// BenchmarkObserver compares an allowed request through the middleware with
+// no observer, an observer that does nothing, and the Prometheus metrics.
+func BenchmarkObserver(b *testing.B) {
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		opts []ratelimit.Option
+	}{
+		{"none", nil},
+		{"nop", []ratelimit.Option{ratelimit.WithObserver(nopObserver{})}},
+		{"prometheus", []ratelimit.Option{ratelimit.WithObserver(m)}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			store, err := memorystore.New(memorystore.WithSweepInterval(0))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer store.Close()
+			lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1_000_000).WithBurst(1_000_000_000)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			mw, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { return "k", nil }, tc.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := nethttp.Middleware(mw)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			r := httptest.NewRequest("GET", "/", nil)
+			w := httptest.NewRecorder()
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(w.Header())
+				h.ServeHTTP(w, r)
+			}
+			if w.Code != http.StatusOK {
+				b.Fatalf("status %d", w.Code)
+			}
+		})
+	}
+}

@@ -1,0 +1,197 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/memorystore"
+	"github.com/tokenfair/ratelimit/metrics"
+	"github.com/tokenfair/ratelimit/nethttp"
+	"github.com/tokenfair/ratelimit/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func keyByHeader(r *http.Request) (string, error) {
+	if k := r.Header.Get("X-Client"); k != "" {
+		return k, nil
+	}
+	return "", ratelimit.ErrMissingKey
+}
+
+type rig struct {
+	reg     *prometheus.Registry
+	m       *metrics.Metrics
+	handler http.Handler
+	store   *memorystore.Store
+}
+
+func newRig(t *testing.T, store ratelimit.Store, policies ...ratelimit.Policy) *rig {
+	t.Helper()
+	r := &rig{reg: prometheus.NewRegistry()}
+	var err error
+	r.m, err = metrics.New(r.reg)
+	require.NoError(t, err)
+	if store == nil {
+		r.store, err = memorystore.New(memorystore.WithClock(new(storetest.Clock).Now), memorystore.WithSweepInterval(0))
+		require.NoError(t, err)
+		require.NoError(t, r.m.TrackKeys("memory", r.store.Len))
+		store = r.store
+	}
+	lim, err := ratelimit.New(store, policies...)
+	require.NoError(t, err)
+	mw, err := ratelimit.NewMiddleware(lim, keyByHeader, ratelimit.WithObserver(r.m))
+	require.NoError(t, err)
+	r.handler = nethttp.Middleware(mw)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	return r
+}
+
+func (r *rig) get(client string) int {
+	req := httptest.NewRequest("GET", "/", nil)
+	if client != "" {
+		req.Header.Set("X-Client", client)
+	}
+	w := httptest.NewRecorder()
+	r.handler.ServeHTTP(w, req)
+	return w.Code
+}
+
+func (r *rig) count(policy, outcome string) int {
+	return int(testutil.ToFloat64(metricVec(r.reg, policy, outcome)))
+}
+
+// metricVec finds ratelimit_decisions_total{policy, outcome} by gathering.
+func metricVec(reg *prometheus.Registry, policy, outcome string) prometheus.Collector {
+	return collectorFunc(func(ch chan<- prometheus.Metric) {
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() != "ratelimit_decisions_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["policy"] == policy && labels["outcome"] == outcome {
+					ch <- prometheus.MustNewConstMetric(prometheus.NewDesc("x", "x", nil, nil), prometheus.CounterValue, m.GetCounter().GetValue())
+				}
+			}
+		}
+	})
+}
+
+type collectorFunc func(chan<- prometheus.Metric)
+
+func (f collectorFunc) Describe(chan<- *prometheus.Desc)  {}
+func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
+
+func TestDecisionsCounted(t *testing.T) {
+	perKey := ratelimit.Policy{Name: "per-key", Limit: ratelimit.PerMinute(3)}
+	global := ratelimit.Policy{Name: "global", Limit: ratelimit.PerMinute(5), Global: true}
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true}
+	r := newRig(t, nil, perKey, global, shadow)
+	// a: 3 allowed, then refused by per-key; b: 2 allowed (global spent), 1 refused by global.
+	for range 4 {
+		r.get("a")
+	}
+	for range 3 {
+		r.get("b")
+	}
+	r.get("") // no key
+	// Each policy's own verdict: a's 4th request is refused by per-key
+	// while global would have allowed it; b's 3rd the other way round.
+	assert.Equal(t, 6, r.count("per-key", metrics.Allowed))
+	assert.Equal(t, 1, r.count("per-key", metrics.Limited))
+	assert.Equal(t, 6, r.count("global", metrics.Allowed))
+	assert.Equal(t, 1, r.count("global", metrics.Limited))
+	assert.Equal(t, 2, r.count("shadow", metrics.Allowed))
+	assert.Equal(t, 5, r.count("shadow", metrics.DryRunLimited))
+	for _, p := range []string{"per-key", "global", "shadow"} {
+		assert.Equal(t, 1, r.count(p, metrics.Invalid), p)
+	}
+	assert.Equal(t, 9, testutil.CollectAndCount(r.reg, "ratelimit_decisions_total"), "3 policies × 3 outcomes seen")
+	assert.Equal(t, 5.0, testutil.ToFloat64(gauge(r.reg, "ratelimit_keys")), "per-key a and b, global *, shadow a and b")
+}
+
+func gauge(reg *prometheus.Registry, name string) prometheus.Collector {
+	return collectorFunc(func(ch chan<- prometheus.Metric) {
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				m := mf.GetMetric()[0]
+				v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+				ch <- prometheus.MustNewConstMetric(prometheus.NewDesc("x", "x", nil, nil), prometheus.GaugeValue, v)
+			}
+		}
+	})
+}
+
+type downStore struct{}
+
+func (downStore) Take(context.Context, ratelimit.Policy, string, int64) (ratelimit.Result, error) {
+	return ratelimit.Result{}, errors.New("down")
+}
+
+func TestStoreErrorsAndDegraded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	fo, err := ratelimit.NewFailover(downStore{}, ratelimit.FailoverConfig{Mode: ratelimit.FailOpen, OnError: m.OnError, OnHealthChange: m.OnHealthChange})
+	require.NoError(t, err)
+	lim, err := ratelimit.New(fo, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
+	require.NoError(t, err)
+	mw, err := ratelimit.NewMiddleware(lim, keyByHeader, ratelimit.WithObserver(m))
+	require.NoError(t, err)
+	h := nethttp.Middleware(mw)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for range 3 {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("X-Client", "a")
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	r := &rig{reg: reg}
+	assert.Equal(t, 3, r.count("default", metrics.Degraded))
+	assert.Equal(t, 1.0, testutil.ToFloat64(gauge(reg, "ratelimit_store_degraded")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(gauge(reg, "ratelimit_store_errors_total")), "one error; the breaker spared the others")
+
+	bare, err := ratelimit.New(downStore{}, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
+	require.NoError(t, err)
+	mw, err = ratelimit.NewMiddleware(bare, keyByHeader, ratelimit.WithObserver(m))
+	require.NoError(t, err)
+	req := httptest.NewRequest("GET", "/", nil)
+	req.Header.Set("X-Client", "a")
+	nethttp.Middleware(mw)(http.NotFoundHandler()).ServeHTTP(httptest.NewRecorder(), req)
+	assert.Equal(t, 1, r.count("default", metrics.StoreError))
+}
+
+func TestExposition(t *testing.T) {
+	r := newRig(t, nil, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+	r.get("a")
+	r.get("a")
+	err := testutil.GatherAndCompare(r.reg, strings.NewReader(`
+# HELP ratelimit_decisions_total Rate-limit decisions by policy and outcome.
+# TYPE ratelimit_decisions_total counter
+ratelimit_decisions_total{outcome="allowed",policy="default"} 1
+ratelimit_decisions_total{outcome="limited",policy="default"} 1
+`), "ratelimit_decisions_total")
+	assert.NoError(t, err)
+}
+
+func TestRegisterTwice(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, err := metrics.New(reg)
+	require.NoError(t, err)
+	_, err = metrics.New(reg)
+	assert.Error(t, err, "the same metrics cannot be registered twice")
+}

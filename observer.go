@@ -1,0 +1,58 @@
+package ratelimit
+
+import (
+	"net/http"
+	"time"
+)
+
+// Observer is told about every request a [Middleware] decides, or fails to
+// decide, for metrics and logs (the metrics module has a Prometheus one).
+// Observe runs on the request path, before the response is written, so it
+// must be fast and safe for concurrent use. A Middleware without an
+// Observer does no work for one, not even reading the clock.
+type Observer interface {
+	Observe(r *http.Request, ev Event)
+}
+
+// Event describes one decision for an [Observer].
+type Event struct {
+	// Policies names every policy of the limiter that decided, in order.
+	// The slice is shared: do not modify it.
+	Policies []string
+	// KeyHash is a 64-bit FNV-1a hash of the request's key, to tell
+	// clients apart in logs without recording the key; 0 when the request
+	// had no key.
+	KeyHash uint64
+	// Result is the decision; Result.Violated and Result.DryRunViolated
+	// name the policies that refused or would have. It is the zero Result
+	// when Err is set.
+	Result Result
+	// Err is why no decision could be taken (ErrMissingKey, ErrInvalidCost,
+	// ErrCostExceedsBurst, ErrStore, ...), or nil.
+	Err error
+	// Elapsed is the time the decision took, store round trip included,
+	// shaping delay excluded.
+	Elapsed time.Duration
+}
+
+// WithObserver sets the Observer told about every decision. The default is
+// none.
+func WithObserver(o Observer) Option {
+	return func(c *config) error {
+		c.observer = o
+		return nil
+	}
+}
+
+// keyHash returns the FNV-1a hash of key, or 0 for no key.
+func keyHash(key string) uint64 {
+	if key == "" {
+		return 0
+	}
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	return h
+}
