@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // KeyFunc returns the key that identifies the client of a request: requests
@@ -68,13 +69,16 @@ func KeyByAPIKey(header string) KeyFunc {
 		if len(vs) == 0 {
 			return "", ErrMissingKey
 		}
-		v := strings.TrimSpace(vs[0])
-		if v == "" {
-			return "", ErrMissingKey
+		if v := strings.TrimSpace(vs[0]); v != "" {
+			return APIKey(v), nil
 		}
-		return hashKey("ak:", v), nil
+		return "", ErrMissingKey
 	}
 }
+
+// APIKey returns the key that [KeyByAPIKey] gives a request carrying the API
+// key secret, for WithExemptKeys and for finding a client in a store.
+func APIKey(secret string) string { return hashKey("ak:", strings.TrimSpace(secret)) }
 
 // maxUserIDLen is the longest user ID that KeyByContextValue keeps as is.
 const maxUserIDLen = 128
@@ -123,6 +127,19 @@ type ipConfig struct {
 	trusted []netip.Prefix
 	header  proxyHeader
 	v6bits  int // 0: no grouping
+	quiet   bool
+	warned  sync.Once // forwarding headers without trusted proxies
+}
+
+// QuietIP turns off the warnings of [KeyByIP]: about a trusted range so
+// wide that it trusts the internet, and about requests that carry
+// forwarding headers while no proxy is trusted (which usually means every
+// client is keyed by the proxy's address).
+func QuietIP() IPOption {
+	return func(c *ipConfig) error {
+		c.quiet = true
+		return nil
+	}
 }
 
 // isTrusted reports whether a, which is unmapped and has no zone, belongs to
@@ -275,7 +292,19 @@ func KeyByIP(opts ...IPOption) (KeyFunc, error) {
 			return nil, err
 		}
 	}
+	if !c.quiet {
+		for _, p := range c.trusted {
+			if p.Bits() < 8 || p.Addr().Is6() && p.Bits() < 16 {
+				warn(nil, "wide-trusted-range", "ratelimit: a trusted proxy range covers much of the internet; clients there can forge their address", "range", p.String())
+			}
+		}
+	}
 	return func(r *http.Request) (string, error) {
+		if !c.quiet && len(c.trusted) == 0 && (r.Header["X-Forwarded-For"] != nil || r.Header["Forwarded"] != nil) {
+			c.warned.Do(func() {
+				warn(nil, "forwarded-without-trusted-proxy", "ratelimit: requests carry X-Forwarded-For or Forwarded but no proxy is trusted, so every client behind the proxy shares its address; see TrustedProxies")
+			})
+		}
 		a, err := c.clientIP(r)
 		if err != nil {
 			return "", err

@@ -314,28 +314,46 @@ func (l *Limiter) takeAll(ctx context.Context, idx []int, key string, cost int64
 	for k, i := range idx {
 		res, err := l.store.Take(ctx, l.policies[i], l.key(i, key), cost)
 		if err != nil {
-			l.giveBack(ctx, idx[:k], key, cost, results)
+			l.giveBackSome(ctx, idx[:k], key, cost, results)
 			return false, err
 		}
 		results[i] = res
 		all = all && res.Allowed
 	}
 	if !all {
-		l.giveBack(ctx, idx, key, cost, results)
+		l.giveBackSome(ctx, idx, key, cost, results)
 	}
 	return all, nil
 }
 
-// giveBack returns the tokens that the allowed results among idx spent. It
-// runs even if ctx was canceled, and a failure to give back only leaves the
-// bucket emptier than it should be (never fuller).
-func (l *Limiter) giveBack(ctx context.Context, idx []int, key string, cost int64, results []Result) {
+// giveBackSome returns the tokens that the allowed results among idx spent.
+// It runs even if ctx was canceled, and a failure to give back only leaves
+// the bucket emptier than it should be (never fuller).
+func (l *Limiter) giveBackSome(ctx context.Context, idx []int, key string, cost int64, results []Result) {
 	if cost == 0 {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
 	for _, i := range idx {
 		if results[i].Allowed {
+			_, _ = l.store.Take(ctx, l.policies[i], l.key(i, key), -cost)
+		}
+	}
+}
+
+// giveBack returns cost to every policy that res says spent it, after the
+// request turned out not to count (WithCountIf) or could not run.
+func (l *Limiter) giveBack(ctx context.Context, key string, cost int64, res Result) {
+	if cost == 0 || res.Degraded {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	if res.Policies == nil {
+		_, _ = l.store.Take(ctx, l.policies[0], l.key(0, key), -cost)
+		return
+	}
+	for i, r := range res.Policies {
+		if r.Allowed && cost <= r.Limit.Burst {
 			_, _ = l.store.Take(ctx, l.policies[i], l.key(i, key), -cost)
 		}
 	}

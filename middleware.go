@@ -15,12 +15,14 @@ import (
 // adapter: it finds the key and cost of a request, takes a decision, writes
 // the rate-limit header fields and, when the request may not proceed, the
 // whole answer. Adapters (package nethttp, and the ginlimit and echolimit
-// modules) only plumb a framework's request and response into [Middleware.Admit],
-// so every framework behaves the same. A Middleware is safe for concurrent use.
+// modules) only plumb a framework's request and response into
+// [Middleware.Handle], so every framework behaves the same. A Middleware is safe for concurrent use.
 type Middleware struct {
 	limiter *Limiter
 	key     KeyFunc
 	cfg     config
+	warner  Warner     // the Observer, if it is one
+	keys    *dominance // nil when warnings are off
 }
 
 // NewMiddleware returns a Middleware that limits requests with l, keyed by
@@ -44,32 +46,57 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts ...Option) (*Middleware, error)
 			return nil, err
 		}
 	}
+	m.warner, _ = m.cfg.observer.(Warner)
+	if !m.cfg.quiet {
+		m.keys = new(dominance)
+		checkShared(l, m.warner)
+	}
 	return m, nil
 }
 
-// Admit decides whether r may proceed and reports it. It sets the rate-limit
-// header fields on w. When the request is refused, or cannot be decided, Admit
-// has already written the whole response (through the deny or the error
-// handler) and returns false: the caller must not run the next handler.
+// Handle runs r through the limiter and, when it may proceed, calls next,
+// which must run the rest of the chain and return the response's status
+// code. It is the one entry point of every framework adapter.
+//
+// Handle sets the rate-limit header fields on w. When the request is
+// refused, or cannot be decided, Handle writes the whole response (through
+// the deny or the error handler) and next never runs. A panic in the key or
+// cost function is answered like an error (500 by default).
 //
 // A request admitted by a shaping policy (LeakyShape) with a Delay is held
-// in Admit until its turn. If the request's context ends first (the client
-// went away, or a server deadline passed), Admit stops waiting and answers
-// through the error handler with ErrWaitAbandoned; the next handler never
-// runs. The request's place in the queue stays spent: the requests behind
-// it keep their times, and the slot is not given back.
-func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request) bool {
+// until its turn. If the request's context ends first (the client went
+// away, or a server deadline passed), Handle stops waiting and answers
+// through the error handler with ErrWaitAbandoned; next never runs. The
+// request's place in the queue stays spent: the requests behind it keep
+// their times, and the slot is not given back.
+//
+// With WithCountIf, the cost is taken before next runs, so a spent budget
+// refuses the request, and given back after it returns if its status does
+// not count. With WithMaxInFlight, the request holds a slot while next runs,
+// released when next returns or panics.
+func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() (status int)) {
+	if m.cfg.skip != nil && m.cfg.skip(r) {
+		next()
+		return
+	}
 	var start time.Time
 	if m.cfg.observer != nil {
 		start = time.Now()
 	}
-	lim, key, res, err := m.decide(r)
+	lim, key, cost, res, err := m.decide(r)
+	if err == nil && m.cfg.exempt[key] {
+		next()
+		return
+	}
 	if m.cfg.observer != nil {
 		m.cfg.observer.Observe(r, Event{Policies: lim.names1, KeyHash: keyHash(key), Result: res, Err: err, Elapsed: time.Since(start)})
 	}
 	if err != nil {
 		m.cfg.onError(w, r, err)
-		return false
+		return
+	}
+	if m.keys != nil {
+		m.keys.see(key, m.warner)
 	}
 	if !res.Allowed && m.cfg.jitter > 0 {
 		j := time.Duration(rand.Int64N(int64(m.cfg.jitter)))
@@ -83,42 +110,80 @@ func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request) bool {
 		} else {
 			writeHeaders(h, m.cfg.headers, res, lim.fields[0])
 		}
-	}
-	if res.Allowed {
-		if res.Delay > 0 {
-			if err := m.cfg.wait(r.Context(), res.Delay); err != nil {
-				m.cfg.onError(w, r, fmt.Errorf("%w: %w", ErrWaitAbandoned, err))
-				return false
-			}
+		if m.cfg.inflight != nil {
+			m.cfg.inflight.list(h, m.cfg.headers)
 		}
-		return true
 	}
-	h.Set("Retry-After", strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10))
-	m.cfg.deny(w, r, res)
-	return false
+	if !res.Allowed {
+		m.refuse(w, r, res)
+		return
+	}
+	if m.cfg.inflight != nil {
+		if !m.cfg.inflight.acquire(key) {
+			lim.giveBack(r.Context(), key, cost, res)
+			res = m.cfg.inflight.refused
+			writeHeaders(h, m.cfg.headers, res, lim.fields[0])
+			m.cfg.inflight.list(h, m.cfg.headers)
+			m.refuse(w, r, res)
+			return
+		}
+		defer m.cfg.inflight.release(key)
+	}
+	if res.Delay > 0 {
+		if err := m.cfg.wait(r.Context(), res.Delay); err != nil {
+			m.cfg.onError(w, r, fmt.Errorf("%w: %w", ErrWaitAbandoned, err))
+			return
+		}
+	}
+	if m.cfg.countIf == nil {
+		next()
+		return
+	}
+	counted := false
+	defer func() {
+		if !counted { // next did not return normally, or its status does not count
+			lim.giveBack(context.WithoutCancel(r.Context()), key, cost, res)
+		}
+	}()
+	counted = m.cfg.countIf(next())
 }
 
-// decide finds the limiter, key and cost of r and takes the decision.
-func (m *Middleware) decide(r *http.Request) (*Limiter, string, Result, error) {
-	lim := m.limiter
+// refuse answers a refused request: Retry-After, then the deny handler.
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, res Result) {
+	w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10))
+	m.cfg.deny(w, r, res)
+}
+
+// decide finds the limiter, key and cost of r and takes the decision. A
+// panic in the key or cost function becomes an error wrapping ErrPanic.
+func (m *Middleware) decide(r *http.Request) (lim *Limiter, key string, cost int64, res Result, err error) {
+	lim = m.limiter
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v", ErrPanic, p)
+		}
+	}()
 	if m.cfg.pick != nil {
 		if picked := m.cfg.pick(r); picked != nil {
 			lim = picked
 		}
 	}
-	key, err := m.key(r)
-	if err != nil {
-		return lim, "", Result{}, err
+	if key, err = m.key(r); err != nil {
+		return lim, "", 0, Result{}, err
 	}
-	cost := int64(1)
+	cost = 1
 	if m.cfg.cost != nil {
 		if cost, err = m.cfg.cost(r); err != nil {
-			return lim, key, Result{}, errors.Join(ErrInvalidCost, err)
+			return lim, key, 0, Result{}, errors.Join(ErrInvalidCost, err)
 		}
 	}
-	res, err := lim.Take(r.Context(), key, cost)
-	return lim, key, res, err
+	res, err = lim.Take(r.Context(), key, cost)
+	return lim, key, cost, res, err
 }
+
+// ErrPanic wraps the value of a panic in a key, cost or limiter-choosing
+// function; the default error handler answers it with 500.
+var ErrPanic = errors.New("ratelimit: panic while deciding")
 
 // ErrInvalidCost wraps an error returned by the cost function.
 var ErrInvalidCost = errors.New("ratelimit: cost function failed")
@@ -238,3 +303,18 @@ func writeProblem(w http.ResponseWriter, status int, typ, title, detail string, 
 	w.WriteHeader(status)
 	w.Write(b)
 }
+
+// Admit is Handle for a caller that runs the next handler itself when
+// Admit returns true.
+//
+// Deprecated: TEMPORARY while the adapters move to Handle.
+func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request) bool {
+	admitted := false
+	m.Handle(w, r, func() int { admitted = true; return 0 })
+	return admitted
+}
+
+// CountsResponses reports whether the status that Handle's next returns
+// matters (WithCountIf). Adapters that must wrap the response writer to
+// learn the status can skip that work when it does not.
+func (m *Middleware) CountsResponses() bool { return m.cfg.countIf != nil }

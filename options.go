@@ -20,7 +20,76 @@ type config struct {
 	pick          func(*http.Request) *Limiter
 	dryRunHeaders bool
 	observer      Observer
+	skip          func(*http.Request) bool
+	exempt        map[string]bool
+	countIf       func(status int) bool
+	inflight      *inflight
+	quiet         bool
 }
+
+// WithoutWarnings turns off the Middleware's misconfiguration warnings,
+// which are otherwise logged once each with slog.Default (and told to the
+// Observer if it is a Warner): nearly all requests having one key, and two
+// limiters sharing a store and a policy name with different limits.
+func WithoutWarnings() Option {
+	return func(c *config) error {
+		c.quiet = true
+		return nil
+	}
+}
+
+// WithSkip exempts the requests for which skip returns true (health checks,
+// internal callers): they are neither limited nor counted, and get no
+// rate-limit header fields. The default skips nothing.
+func WithSkip(skip func(r *http.Request) bool) Option {
+	return func(c *config) error {
+		if skip == nil {
+			return errors.New("ratelimit: WithSkip: nil function")
+		}
+		c.skip = skip
+		return nil
+	}
+}
+
+// WithExemptKeys exempts the requests whose key, as the key function
+// returns it, is one of keys: they are neither limited nor counted, and get
+// no rate-limit header fields. For API keys, which KeyByAPIKey hashes, list
+// APIKey(secret).
+func WithExemptKeys(keys ...string) Option {
+	return func(c *config) error {
+		if c.exempt == nil {
+			c.exempt = map[string]bool{}
+		}
+		for _, k := range keys {
+			c.exempt[k] = true
+		}
+		return nil
+	}
+}
+
+// WithCountIf makes only some responses spend the budget: a request is
+// still refused when the budget is spent, but after the handler returns,
+// its cost is given back unless count(status) is true. The login guard:
+// WithCountIf(ratelimit.Failed) allows five failed logins a minute and
+// never counts successful ones. A handler that panics does not count. The
+// default counts every request.
+func WithCountIf(count func(status int) bool) Option {
+	return func(c *config) error {
+		if count == nil {
+			return errors.New("ratelimit: WithCountIf: nil function")
+		}
+		c.countIf = count
+		return nil
+	}
+}
+
+// Failed reports whether status is an error (400 or above), for
+// WithCountIf.
+func Failed(status int) bool { return status >= 400 }
+
+// Succeeded reports whether status is not an error (below 400), for
+// WithCountIf.
+func Succeeded(status int) bool { return status < 400 }
 
 // WithLimiterFor chooses the limiter of each request, for limits that
 // differ by route or by the client's plan without one middleware per

@@ -7,6 +7,7 @@
 //	ratelimit_store_degraded                     gauge, 1 while a Failover's store fails
 //	ratelimit_store_errors_total                 counter
 //	ratelimit_keys{store}                        gauge, keys held by an in-process store
+//	ratelimit_warnings_total{kind}               counter, misconfiguration warnings
 //
 // Outcomes, per policy of the limiter that decided: "allowed", "limited"
 // (the policy refused the request), "dry_run_limited" (a dry-run policy
@@ -46,10 +47,14 @@ type Metrics struct {
 	delay       prometheus.Histogram
 	degraded    prometheus.Gauge
 	storeErrors prometheus.Counter
+	warnings    *prometheus.CounterVec
 	reg         prometheus.Registerer
 }
 
-var _ ratelimit.Observer = (*Metrics)(nil)
+var (
+	_ ratelimit.Observer = (*Metrics)(nil)
+	_ ratelimit.Warner   = (*Metrics)(nil)
+)
 
 // New registers the metrics with reg and returns them.
 func New(reg prometheus.Registerer) (*Metrics, error) {
@@ -76,9 +81,13 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "ratelimit_store_errors_total",
 			Help: "Errors of the rate-limit store.",
 		}),
+		warnings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_warnings_total",
+			Help: "Misconfiguration warnings logged by the middleware, by kind.",
+		}, []string{"kind"}),
 		reg: reg,
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.duration, m.delay, m.degraded, m.storeErrors} {
+	for _, c := range []prometheus.Collector{m.decisions, m.duration, m.delay, m.degraded, m.storeErrors, m.warnings} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -128,6 +137,9 @@ func contains(names []string, name string) bool {
 	}
 	return false
 }
+
+// Warn implements [ratelimit.Warner]: it counts a misconfiguration warning.
+func (m *Metrics) Warn(kind string) { m.warnings.WithLabelValues(kind).Inc() }
 
 // OnError counts an error of the store; use it as a FailoverConfig's
 // OnError.

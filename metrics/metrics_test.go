@@ -94,7 +94,7 @@ func metricVec(reg *prometheus.Registry, policy, outcome string) prometheus.Coll
 
 type collectorFunc func(chan<- prometheus.Metric)
 
-func (f collectorFunc) Describe(chan<- *prometheus.Desc)  {}
+func (f collectorFunc) Describe(chan<- *prometheus.Desc)    {}
 func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
 
 func TestDecisionsCounted(t *testing.T) {
@@ -194,4 +194,18 @@ func TestRegisterTwice(t *testing.T) {
 	require.NoError(t, err)
 	_, err = metrics.New(reg)
 	assert.Error(t, err, "the same metrics cannot be registered twice")
+}
+
+func TestWarnings(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	m.Warn("one-key")
+	m.Warn("one-key")
+	err = testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ratelimit_warnings_total Misconfiguration warnings logged by the middleware, by kind.
+# TYPE ratelimit_warnings_total counter
+ratelimit_warnings_total{kind="one-key"} 2
+`), "ratelimit_warnings_total")
+	assert.NoError(t, err)
 }

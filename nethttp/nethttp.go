@@ -15,9 +15,37 @@ import (
 func Middleware(m *ratelimit.Middleware) func(next http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if m.Admit(w, r) {
-				next.ServeHTTP(w, r)
-			}
+			m.Handle(w, r, func() int {
+				if !m.CountsResponses() {
+					next.ServeHTTP(w, r)
+					return 0
+				}
+				sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+				next.ServeHTTP(sw, r)
+				return sw.status
+			})
 		})
 	}
 }
+
+// statusWriter records the status of the response written through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status  int
+	written bool
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if !s.written && code >= 200 {
+		s.status, s.written = code, true
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	s.written = true
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

@@ -1,0 +1,91 @@
+package ratelimit
+
+import (
+	"log/slog"
+	"reflect"
+	"sync"
+	"sync/atomic"
+)
+
+// Warner is an optional interface of an [Observer]: a Middleware tells it
+// about each misconfiguration warning it logs, by kind, so that metrics can
+// count them.
+type Warner interface {
+	Warn(kind string)
+}
+
+// warn logs a misconfiguration warning with slog.Default and tells w, if
+// it is not nil.
+func warn(w Warner, kind, msg string, args ...any) {
+	slog.Default().Warn(msg, append([]any{"warning", kind}, args...)...)
+	if w != nil {
+		w.Warn(kind)
+	}
+}
+
+// limitsByStore remembers the limit of every policy name used on each
+// store, to warn when two limiters share a store and a name but not a
+// limit: their buckets would mix.
+var limitsByStore sync.Map // storePolicy → Limit
+
+type storePolicy struct {
+	store Store
+	name  string
+}
+
+// checkShared warns once for each policy of l whose name another limiter
+// uses on the same store with a different limit.
+func checkShared(l *Limiter, w Warner) {
+	if !reflect.TypeOf(l.store).Comparable() {
+		return
+	}
+	for _, p := range l.policies {
+		prev, loaded := limitsByStore.LoadOrStore(storePolicy{l.store, p.Name}, p.Limit)
+		if loaded && prev.(Limit) != p.Limit {
+			warn(w, "shared-policy-name", "ratelimit: two limiters use one store and the policy name with different limits, so their buckets mix; give the policies different names",
+				"policy", p.Name, "limit", p.Limit.String(), "other", prev.(Limit).String())
+		}
+	}
+}
+
+// dominance watches a sample of the keys a Middleware sees and warns once
+// when nearly all of them are the same key: usually every client keyed by
+// the address of a proxy.
+type dominance struct {
+	seen    atomic.Uint64
+	warned  atomic.Bool
+	mu      sync.Mutex
+	counts  map[uint64]int
+	sampled int
+}
+
+const (
+	dominanceEvery   = 64   // sample one request in this many
+	dominanceSamples = 1024 // decide after this many samples
+)
+
+// see records a request's key; one request in 64 takes a lock.
+func (d *dominance) see(key string, w Warner) {
+	if d.seen.Add(1)%dominanceEvery != 0 || d.warned.Load() {
+		return
+	}
+	h := keyHash(key)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.counts == nil {
+		d.counts = map[uint64]int{}
+	}
+	if _, ok := d.counts[h]; ok || len(d.counts) < 16 {
+		d.counts[h]++
+	}
+	if d.sampled++; d.sampled < dominanceSamples {
+		return
+	}
+	for _, n := range d.counts {
+		if n*10 >= d.sampled*9 && d.warned.CompareAndSwap(false, true) {
+			warn(w, "one-key", "ratelimit: nearly all requests have the same key, so one bucket limits everybody; check the key function (behind a proxy, see TrustedProxies)")
+		}
+	}
+	clear(d.counts)
+	d.sampled = 0
+}
