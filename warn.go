@@ -61,7 +61,7 @@ type dominance struct {
 
 const (
 	dominanceEvery   = 64   // sample one request in this many
-	dominanceSamples = 1024 // decide after this many samples
+	dominanceSamples = 256 // decide after this many samples
 )
 
 // see records a request's key; one request in 64 takes a lock.

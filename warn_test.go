@@ -97,13 +97,13 @@ func TestWarnOneKey(t *testing.T) {
 	logs := captureLogs(t)
 	w := &countingWarner{kinds: map[string]int{}}
 	one := func(*http.Request) (string, error) { return "everyone", nil }
-	serveKeys(t, one, 3*64*1024, ratelimit.WithObserver(w))
+	serveKeys(t, one, 3*64*256, ratelimit.WithObserver(w))
 	assert.Equal(t, 1, warnings(logs, "one-key"), "once, however long it lasts")
 	assert.Equal(t, map[string]int{"one-key": 1}, w.kinds)
 
 	logs.Reset()
-	serveKeys(t, keyByHeader, 2*64*1024)
-	serveKeys(t, one, 2*64*1024, ratelimit.WithoutWarnings())
+	serveKeys(t, keyByHeader, 2*64*256)
+	serveKeys(t, one, 2*64*256, ratelimit.WithoutWarnings())
 	assert.Empty(t, logs.String(), "500 clients, or warnings off")
 }
 
