@@ -3,21 +3,31 @@ module github.com/tokenfair/ratelimit/examples
 go 1.24.0
 
 require (
+	github.com/prometheus/client_golang v1.23.2
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/stretchr/testify v1.12.1
 	github.com/tokenfair/ratelimit v0.0.0
+	github.com/tokenfair/ratelimit/metrics v0.0.0
 	github.com/tokenfair/ratelimit/redisstore v0.0.0
 	go.uber.org/goleak v1.3.0
 )
 
 require (
+	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.2 // indirect
+	github.com/prometheus/common v0.66.1 // indirect
+	github.com/prometheus/procfs v0.16.1 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
+	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/sys v0.30.0 // indirect
+	golang.org/x/sys v0.35.0 // indirect
+	google.golang.org/protobuf v1.36.8 // indirect
 )
 
 replace (
 	github.com/tokenfair/ratelimit => ../
+	github.com/tokenfair/ratelimit/metrics => ../metrics
 	github.com/tokenfair/ratelimit/redisstore => ../redisstore
 )

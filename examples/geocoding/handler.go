@@ -8,10 +8,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/memorystore"
+	"github.com/tokenfair/ratelimit/metrics"
 	"github.com/tokenfair/ratelimit/nethttp"
 	"github.com/tokenfair/ratelimit/redisstore"
 )
@@ -20,8 +23,8 @@ import (
 const apiKeyHeader = "X-API-Key"
 
 // newHandler returns the server's handler and a function that releases what
-// it holds (the store's background sweep). /healthz is answered before the
-// limiter; every other request goes through it. cfg must have passed check;
+// it holds (the store's background sweep). /healthz and /metrics are
+// answered before the limiter; every other request goes through it. cfg must have passed check;
 // newHandler reports invalid rates, bursts and trusted proxies, naming the
 // flag.
 func newHandler(cfg config) (http.Handler, func(), error) {
@@ -45,7 +48,12 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		return nil, nil, fmt.Errorf("-key %s: want api-key or ip", cfg.key)
 	}
 
-	store, cleanup, err := newStore(cfg)
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, cleanup, err := newStore(cfg, m)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -71,7 +79,20 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		}
 		return nil, nil, fmt.Errorf("%s: %w", flags, err)
 	}
-	mw, err := ratelimit.NewMiddleware(limiter, key, ratelimit.WithHeaders(format))
+	opts := []ratelimit.Option{ratelimit.WithHeaders(format), ratelimit.WithObserver(m)}
+	if prefix := cfg.skipPath; prefix != "" {
+		opts = append(opts, ratelimit.WithSkip(func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, prefix) }))
+	}
+	switch cfg.count {
+	case "failed":
+		opts = append(opts, ratelimit.WithCountIf(ratelimit.Failed))
+	case "successful":
+		opts = append(opts, ratelimit.WithCountIf(ratelimit.Succeeded))
+	}
+	if cfg.maxInflight > 0 {
+		opts = append(opts, ratelimit.WithMaxInFlight(cfg.maxInflight, 0))
+	}
+	mw, err := ratelimit.NewMiddleware(limiter, key, opts...)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
@@ -85,20 +106,26 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.HandleFunc("/healthz", methodNotAllowed)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", nethttp.Middleware(mw)(api))
 	return mux, cleanup, nil
 }
 
 // newStore returns the store that -store names and a function that
 // releases it. With -store redis, the shared store is wrapped in a Failover
-// that applies -on-store-error; the memory store cannot fail.
-func newStore(cfg config) (ratelimit.Store, func(), error) {
+// that applies -on-store-error; the memory store cannot fail. The store's
+// health and keys are exported through m.
+func newStore(cfg config, m *metrics.Metrics) (ratelimit.Store, func(), error) {
 	var memOpts []memorystore.Option
 	if cfg.clock != nil {
 		memOpts = append(memOpts, memorystore.WithClock(cfg.clock))
 	}
 	local, err := memorystore.New(memOpts...)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := m.TrackKeys("memory", local.Len); err != nil {
+		local.Close()
 		return nil, nil, err
 	}
 	if cfg.store == "memory" {
@@ -137,7 +164,10 @@ func newStore(cfg config) (ratelimit.Store, func(), error) {
 		cleanup()
 		return nil, nil, fmt.Errorf("-on-store-error: %w", err)
 	}
-	store, err := ratelimit.NewFailover(shared, ratelimit.FailoverConfig{Mode: mode, Local: local, Instances: int64(cfg.instances)})
+	store, err := ratelimit.NewFailover(shared, ratelimit.FailoverConfig{
+		Mode: mode, Local: local, Instances: int64(cfg.instances),
+		OnError: m.OnError, OnHealthChange: m.OnHealthChange,
+	})
 	if err != nil {
 		cleanup()
 		return nil, nil, err

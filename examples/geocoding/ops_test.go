@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMetricsEndToEnd scrapes /metrics from a real demo server after a
+// known sequence of requests and finds the exact counts.
+func TestMetricsEndToEnd(t *testing.T) {
+	base := startServer(t, "-rate", "1", "-burst", "3", "-dry-run=false")
+	get := func(path, key string) int {
+		req, err := http.NewRequest("GET", base+path, nil)
+		require.NoError(t, err)
+		if key != "" {
+			req.Header.Set("X-API-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for range 5 {
+		get("/geocode?q=paris", "alice") // 3 allowed, 2 limited
+	}
+	get("/geocode?q=paris", "bob") // allowed
+	get("/geocode?q=paris", "")    // no key: invalid
+	for range 3 {
+		assert.Equal(t, 200, get("/healthz", ""))
+		assert.Equal(t, 200, get("/metrics", ""), "never limited")
+	}
+
+	resp, err := http.Get(base + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Contains(t, resp.Header.Get("Content-Type"), "text/plain")
+	got := map[string]string{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "ratelimit_decisions_total{") {
+			name, value, _ := strings.Cut(line, " ")
+			got[name] = value
+		}
+	}
+	assert.Equal(t, map[string]string{
+		`ratelimit_decisions_total{outcome="allowed",policy="default"}`: "4",
+		`ratelimit_decisions_total{outcome="limited",policy="default"}`: "2",
+		`ratelimit_decisions_total{outcome="invalid",policy="default"}`: "1",
+	}, got)
+	http.DefaultClient.CloseIdleConnections()
+}
+
+// startServer runs the demo on a free loopback port until the test ends
+// and returns its base URL.
+func startServer(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stderr := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), io.Discard, stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("the server did not stop")
+		}
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, rest, ok := strings.Cut(stderr.String(), "listening on "); ok {
+			return strings.TrimSuffix(strings.Fields(rest)[0], `"`)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("the server did not start: %s", stderr.String())
+	return ""
+}
+
+func TestSkipPath(t *testing.T) {
+	h, _ := newTestHandler(t, "-burst", "1", "-skip-path", "/geocode")
+	for range 5 {
+		w := serve(h, request{target: "/geocode?q=paris", apiKey: "a"})
+		assert.Equal(t, 200, w.Code)
+		assert.Empty(t, w.Header().Get("RateLimit"), "skipped: no header fields")
+	}
+	assert.Equal(t, []int{404, 429}, statuses(h, request{target: "/other", apiKey: "a"}, 2), "other paths are limited")
+}
+
+// TestCountFailed: with -count failed, only failed answers (unknown places)
+// spend the budget.
+func TestCountFailed(t *testing.T) {
+	h, _ := newTestHandler(t, "-burst", "2", "-count", "failed")
+	found := request{target: "/geocode?q=paris", apiKey: "a"}
+	unknown := request{target: "/geocode?q=atlantis", apiKey: "a"}
+	assert.Equal(t, repeat(200, 10), statuses(h, found, 10))
+	assert.Equal(t, []int{404, 404, 429}, statuses(h, unknown, 3))
+	assert.Equal(t, 429, serve(h, found).Code, "the budget is spent")
+
+	h, _ = newTestHandler(t, "-burst", "2", "-count", "successful")
+	assert.Equal(t, repeat(404, 10), statuses(h, unknown, 10))
+	assert.Equal(t, []int{200, 200, 429}, statuses(h, found, 3))
+}
