@@ -475,3 +475,40 @@ func parseSFList(s string) ([]sfItem, error) {
 func field(res Result) string {
 	return policyField([]Policy{{Name: res.Policy, Limit: res.Limit}}, false)
 }
+
+// FuzzHeaders writes the header fields of arbitrary results and parses
+// them back: the IETF fields are well-formed sf-lists that carry the
+// result's values, and every value is a non-negative integer.
+func FuzzHeaders(f *testing.F) {
+	f.Add("default", int64(200_000_000), int64(10), int64(9), int64(200_000_000), int64(0), true)
+	f.Add("a.b-c_d", int64(1), int64(1), int64(0), int64(1), int64(7_300_000_000), false)
+	f.Fuzz(func(t *testing.T, name string, interval, burst, remaining, resetAfter, retryAfter int64, allowed bool) {
+		if !validName(name) || interval < 1 || burst < 1 || burst > int64(MaxSpan)/interval || remaining < 0 || remaining > burst || resetAfter < 0 || retryAfter < 0 {
+			t.Skip()
+		}
+		res := Result{Allowed: allowed, Policy: name, Limit: Limit{Interval: time.Duration(interval), Burst: burst},
+			Remaining: remaining, ResetAfter: time.Duration(resetAfter), RetryAfter: time.Duration(retryAfter)}
+		h := http.Header{}
+		writeHeaders(h, HeadersIETF, res, field(res))
+		policies, err := parseSFList(h.Get("RateLimit-Policy"))
+		if err != nil || len(policies) != 1 || policies[0].name != name || policies[0].params["q"] != min(burst, maxSFInteger) || policies[0].params["w"] < 1 {
+			t.Fatalf("RateLimit-Policy %q: %v %+v", h.Get("RateLimit-Policy"), err, policies)
+		}
+		limit, err := parseSFList(h.Get("RateLimit"))
+		if err != nil || len(limit) != 1 || limit[0].name != name || limit[0].params["r"] != min(remaining, maxSFInteger) {
+			t.Fatalf("RateLimit %q: %v %+v", h.Get("RateLimit"), err, limit)
+		}
+		if !allowed && limit[0].params["t"] != retryAfterSeconds(res.RetryAfter) {
+			t.Fatalf("RateLimit %q: t is not Retry-After %d", h.Get("RateLimit"), retryAfterSeconds(res.RetryAfter))
+		}
+		for _, format := range []HeaderFormat{HeadersLegacy, HeadersX} {
+			h := http.Header{}
+			writeHeaders(h, format, res, "")
+			for k, v := range h {
+				if n, err := strconv.ParseInt(v[0], 10, 64); err != nil || n < 0 {
+					t.Fatalf("%v: %s: %q", format, k, v)
+				}
+			}
+		}
+	})
+}

@@ -198,3 +198,79 @@ func TestTokenBucketInvariants(t *testing.T) {
 		}
 	}
 }
+
+// FuzzTokenBucket checks the invariants of the algorithm on arbitrary
+// traces: never more admitted than burst + rate × elapsed, remaining never
+// negative, retry-after never negative and never a nanosecond too early.
+func FuzzTokenBucket(f *testing.F) {
+	f.Add(int64(200_000_000), int64(10), []byte{1, 1, 1, 0, 5, 200, 3})
+	f.Add(int64(1), int64(1), []byte{0, 0, 0, 0})
+	f.Add(int64(86_400_000_000_000), int64(10000), []byte{255, 9, 17})
+	f.Fuzz(func(t *testing.T, interval, burst int64, trace []byte) {
+		if interval < 1 || burst < 1 || burst > int64(100*365*24*time.Hour)/interval {
+			t.Skip()
+		}
+		var state, elapsed, admitted int64
+		start := int64(1_700_000_000) * int64(time.Second)
+		for i := 0; i+1 < len(trace); i += 2 {
+			elapsed += int64(trace[i]) * (interval/16 + 1)
+			cost := int64(trace[i+1]) % (burst + 2)
+			now := start + elapsed
+			d := TokenBucket(state, now, interval, burst, cost)
+			if d.Remaining < 0 || d.Remaining > burst || d.RetryAfter < 0 || d.ResetAfter < 0 {
+				t.Fatalf("TokenBucket(%d, %d, %d, %d, %d) = %+v", state, now, interval, burst, cost, d)
+			}
+			if d.Allowed {
+				admitted += cost
+			} else if cost <= burst {
+				if TokenBucket(state, now+d.RetryAfter-1, interval, burst, cost).Allowed {
+					t.Fatalf("retry-after %d is too late: allowed a nanosecond earlier", d.RetryAfter)
+				}
+				if !TokenBucket(state, now+d.RetryAfter, interval, burst, cost).Allowed {
+					t.Fatalf("retry-after %d is too early", d.RetryAfter)
+				}
+			}
+			if max := burst + elapsed/interval; admitted > max {
+				t.Fatalf("admitted %d > burst + rate × elapsed = %d", admitted, max)
+			}
+			state = d.State
+		}
+	})
+}
+
+// FuzzShape checks that a shaping queue admits at most one request per
+// interval beyond its room, never waits past its bound, and that refusals
+// name the exact time they would pass.
+func FuzzShape(f *testing.F) {
+	f.Add(int64(200_000_000), int64(10), int64(0), []byte{0, 1, 0, 1, 3, 1})
+	f.Add(int64(1000), int64(3), int64(2), []byte{1, 2, 3, 4})
+	f.Fuzz(func(t *testing.T, interval, burst, immediate int64, trace []byte) {
+		if interval < 1 || burst < 1 || burst > 1<<20 || interval > int64(time.Hour) || immediate < 0 || immediate > burst {
+			t.Skip()
+		}
+		bound := burst * interval
+		var state, elapsed, admitted int64
+		for i := 0; i+1 < len(trace); i += 2 {
+			elapsed += int64(trace[i]) * (interval/8 + 1)
+			cost := int64(trace[i+1]) % (burst + 2)
+			d := Shape(state, elapsed, interval, burst, cost, bound, immediate)
+			if d.Delay < 0 || d.Delay > bound || d.Remaining < 0 || d.RetryAfter < 0 {
+				t.Fatalf("Shape(%d, %d, …, cost %d) = %+v", state, elapsed, cost, d)
+			}
+			if d.Allowed {
+				admitted += cost
+			} else if cost > 0 && cost <= burst {
+				if Shape(state, elapsed+d.RetryAfter-1, interval, burst, cost, bound, immediate).Allowed ||
+					!Shape(state, elapsed+d.RetryAfter, interval, burst, cost, bound, immediate).Allowed {
+					t.Fatalf("retry-after %d is not exact", d.RetryAfter)
+				}
+			}
+			// Admitted work leaves at one unit per interval, behind a queue
+			// of at most bound: it never exceeds burst + 1 + elapsed/interval + costs in flight.
+			if max := 2*burst + 1 + elapsed/interval; admitted > max {
+				t.Fatalf("admitted %d > %d", admitted, max)
+			}
+			state = d.State
+		}
+	})
+}
