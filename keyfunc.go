@@ -94,22 +94,28 @@ const maxUserIDLen = 128
 // followed by 22 characters of base64url SHA-256. The two forms never
 // collide.
 func KeyByContextValue(ctxKey any) KeyFunc {
-	return func(r *http.Request) (string, error) {
-		var id string
-		switch v := r.Context().Value(ctxKey).(type) {
-		case string:
-			id = v
-		case fmt.Stringer:
-			id = v.String()
-		}
-		switch {
-		case id == "":
-			return "", ErrMissingKey
-		case len(id) > maxUserIDLen:
-			return hashKey("user#:", id), nil
-		}
-		return "user:" + id, nil
+	return func(r *http.Request) (string, error) { return ValueKey(r.Context().Value(ctxKey)) }
+}
+
+// ValueKey returns the key that [KeyByContextValue] gives a user ID v found
+// elsewhere, such as in a framework's own context: "user:ID" for a
+// non-empty string or [fmt.Stringer], long IDs hashed, and ErrMissingKey for
+// anything else.
+func ValueKey(v any) (string, error) {
+	var id string
+	switch v := v.(type) {
+	case string:
+		id = v
+	case fmt.Stringer:
+		id = v.String()
 	}
+	switch {
+	case id == "":
+		return "", ErrMissingKey
+	case len(id) > maxUserIDLen:
+		return hashKey("user#:", id), nil
+	}
+	return "user:" + id, nil
 }
 
 // IPOption configures [KeyByIP].
@@ -308,6 +314,32 @@ func KeyByIP(opts ...IPOption) (KeyFunc, error) {
 		a, err := c.clientIP(r)
 		if err != nil {
 			return "", err
+		}
+		return c.key(a), nil
+	}, nil
+}
+
+// KeyByAddr returns a function that keys a client address found elsewhere,
+// such as by a framework's own proxy handling, exactly as [KeyByIP] keys the
+// address it finds: "ip:" followed by the address (with or without a port),
+// IPv4-mapped addresses unmapped, zones dropped, IPv6 grouped by
+// [IPv6Prefix]. An address that cannot be parsed gives an error wrapping
+// ErrNoClientIP. TrustedProxies and ProxyHeader do not apply, since the
+// address is already chosen; it returns the error of an invalid option.
+func KeyByAddr(opts ...IPOption) (func(addr string) (string, error), error) {
+	c := &ipConfig{}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, errors.New("ratelimit: KeyByAddr: nil option")
+		}
+		if err := opt(c); err != nil {
+			return nil, err
+		}
+	}
+	return func(addr string) (string, error) {
+		a, ok := parseNode(addr)
+		if !ok {
+			return "", fmt.Errorf("%w: %q", ErrNoClientIP, clip(addr))
 		}
 		return c.key(a), nil
 	}, nil

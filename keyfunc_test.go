@@ -799,3 +799,33 @@ func BenchmarkJoinKeys(b *testing.B) {
 		b.Fatal("no keys")
 	}
 }
+
+func TestKeyByAddrAndValueKey(t *testing.T) {
+	key, err := KeyByAddr(IPv6Prefix(64))
+	require.NoError(t, err)
+	for addr, want := range map[string]string{
+		"203.0.113.7":        "ip:203.0.113.7",
+		"203.0.113.7:443":    "ip:203.0.113.7",
+		"::ffff:192.0.2.1":   "ip:192.0.2.1",
+		"[2001:db8::1]:8080": "ip:2001:db8::/64",
+		"fe80::1%eth0":       "ip:fe80::/64",
+	} {
+		got, err := key(addr)
+		require.NoError(t, err, addr)
+		assert.Equal(t, want, got, "KeyByAddr()(%q)", addr)
+	}
+	for _, bad := range []string{"", "garbage", "0.0.0.0", "1.2.3.4:99999"} {
+		_, err := key(bad)
+		assert.ErrorIs(t, err, ErrNoClientIP, "%q", bad)
+	}
+	_, err = KeyByAddr(IPv6Prefix(0))
+	assert.Error(t, err)
+
+	k, err := ValueKey("u-42")
+	require.NoError(t, err)
+	assert.Equal(t, "user:u-42", k)
+	for _, v := range []any{nil, "", 42} {
+		_, err := ValueKey(v)
+		assert.ErrorIs(t, err, ErrMissingKey, "%v", v)
+	}
+}

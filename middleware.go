@@ -304,16 +304,6 @@ func writeProblem(w http.ResponseWriter, status int, typ, title, detail string, 
 	w.Write(b)
 }
 
-// Admit is Handle for a caller that runs the next handler itself when
-// Admit returns true.
-//
-// Deprecated: TEMPORARY while the adapters move to Handle.
-func (m *Middleware) Admit(w http.ResponseWriter, r *http.Request) bool {
-	admitted := false
-	m.Handle(w, r, func() int { admitted = true; return 0 })
-	return admitted
-}
-
 // CountsResponses reports whether the status that Handle's next returns
 // matters (WithCountIf). Adapters that must wrap the response writer to
 // learn the status can skip that work when it does not.

@@ -60,7 +60,7 @@ type dominance struct {
 }
 
 const (
-	dominanceEvery   = 64   // sample one request in this many
+	dominanceEvery   = 64  // sample one request in this many
 	dominanceSamples = 256 // decide after this many samples
 )
 

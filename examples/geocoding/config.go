@@ -72,7 +72,7 @@ var choices = []struct {
 	supported []string
 	later     []string
 }{
-	{"framework", func(c *config) string { return c.framework }, []string{"nethttp"}, []string{"gin", "echo"}},
+	{"framework", func(c *config) string { return c.framework }, []string{"nethttp", "gin", "echo"}, nil},
 	{"algorithm", func(c *config) string { return c.algorithm }, []string{"token-bucket", "leaky-police", "leaky-shape"}, nil},
 	{"key", func(c *config) string { return c.key }, []string{"api-key", "ip"}, nil},
 	{"headers", func(c *config) string { return c.headers }, []string{"ietf", "legacy", "x", "none"}, nil},

@@ -15,7 +15,6 @@ import (
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/metrics"
-	"github.com/tokenfair/ratelimit/nethttp"
 	"github.com/tokenfair/ratelimit/redisstore"
 )
 
@@ -98,17 +97,12 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		return nil, nil, err
 	}
 
-	api := http.NewServeMux()
-	api.HandleFunc("GET /geocode", geocode)
-	api.HandleFunc("/geocode", methodNotAllowed)
-	api.HandleFunc("/", notFound)
-
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", healthz)
-	mux.HandleFunc("/healthz", methodNotAllowed)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/", nethttp.Middleware(mw)(api))
-	return mux, cleanup, nil
+	router, err := newRouter(cfg.framework, mw, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return router, cleanup, nil
 }
 
 // newStore returns the store that -store names and a function that

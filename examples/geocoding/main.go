@@ -76,12 +76,13 @@
 //	-skip-path       path prefix never limited nor counted [none]
 //	-max-inflight    concurrent requests per client [0: no limit]
 //
-// This version implements -framework nethttp, -algorithm token-bucket,
-// -store memory, no global limit, -instances 1, -count all, no -dry-run,
-// -skip-path or -max-inflight; -on-store-error open is accepted (the memory
-// store never fails). Other values that the contract defines are refused with
-// "geocoding: -FLAG VALUE is not supported yet". Invalid values are refused
-// with a message naming the flag. Either way the exit status is 2.
+// Invalid values are refused with a message naming the flag, and the exit
+// status 2.
+//
+// The three frameworks answer every request alike, with the same status,
+// header fields and body: Gin runs in release mode with ginlimit, Echo with
+// echolimit (whose refusals take Echo's error path to its default error
+// handler), and the same handlers write the 400, 404 and 405 answers.
 //
 // The server logs to standard error and shuts down gracefully, within five
 // seconds, on SIGINT or SIGTERM.

@@ -510,34 +510,29 @@ func TestRunInvalidFlags(t *testing.T) {
 	}
 }
 
-func TestRunUnsupportedFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string // FLAG VALUE
-	}{
-		{[]string{"-framework", "gin"}, "-framework gin"},
-		{[]string{"-framework", "echo"}, "-framework echo"},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			code, stderr := runExit(t, tc.args...)
-			assert.Equal(t, 2, code)
-			assert.Equal(t, "geocoding: "+tc.want+" is not supported yet\n", stderr)
-		})
-	}
-
+func TestRunAcceptedFlags(t *testing.T) {
 	t.Run("accepted", func(t *testing.T) {
 		var cfg config
 		fs := newFlagSet(&cfg)
 		require.NoError(t, fs.Parse([]string{"-on-store-error", "open", "-instances", "1", "-dry-run=false",
 			"-count", "all", "-global-rate", "0", "-global-burst", "0", "-max-inflight", "0", "-skip-path", "",
-			"-redis-url", "redis://example:6379/1", "-key", "ip", "-headers", "none"}))
+			"-redis-url", "redis://example:6379/1", "-key", "ip", "-headers", "none", "-framework", "gin"}))
 		assert.NoError(t, cfg.check())
 	})
 
+	t.Run("every framework", func(t *testing.T) {
+		for _, fw := range []string{"nethttp", "gin", "echo"} {
+			var cfg config
+			fs := newFlagSet(&cfg)
+			require.NoError(t, fs.Parse([]string{"-framework", fw}))
+			assert.NoError(t, cfg.check(), "-framework %s", fw)
+		}
+	})
+
 	t.Run("all at once", func(t *testing.T) {
-		code, stderr := runExit(t, "-framework", "echo", "-key", "foo")
+		code, stderr := runExit(t, "-framework", "fasthttp", "-key", "foo")
 		assert.Equal(t, 2, code)
-		assert.Equal(t, "geocoding: -framework echo is not supported yet\n"+
+		assert.Equal(t, "geocoding: -framework fasthttp: want nethttp, gin or echo\n"+
 			"geocoding: -key foo: want api-key or ip\n", stderr)
 	})
 }

@@ -1,0 +1,395 @@
+package echolimit_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/adaptertest"
+	"github.com/tokenfair/ratelimit/echolimit"
+	"github.com/tokenfair/ratelimit/memorystore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// newEcho returns an Echo instance that runs mw in front of next for every
+// method and path.
+func newEcho(next http.Handler, mw ...echo.MiddlewareFunc) *echo.Echo {
+	e := echo.New()
+	e.Use(mw...)
+	e.Any("/*", echo.WrapHandler(next))
+	return e
+}
+
+func TestConformance(t *testing.T) {
+	middleware := func(opts ...echolimit.Option) adaptertest.NewHandler {
+		return func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, coreOpts []ratelimit.Option, next http.Handler) http.Handler {
+			m, err := ratelimit.NewMiddleware(l, key, coreOpts...)
+			require.NoError(t, err)
+			return newEcho(next, echolimit.Middleware(m, opts...))
+		}
+	}
+	t.Run("Middleware", func(t *testing.T) { adaptertest.Run(t, middleware()) })
+	t.Run("Middleware/WriteResponse", func(t *testing.T) { adaptertest.Run(t, middleware(echolimit.WriteResponse())) })
+	t.Run("New", func(t *testing.T) {
+		adaptertest.Run(t, func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts []ratelimit.Option, next http.Handler) http.Handler {
+			mw, err := echolimit.New(l, func(c echo.Context) (string, error) { return key(c.Request()) }, opts...)
+			require.NoError(t, err)
+			return newEcho(next, mw)
+		})
+	})
+	// The application's own HTTPErrorHandler, delegating to the default one
+	// after it has looked at the error, changes nothing on the wire.
+	t.Run("Middleware/HTTPErrorHandler", func(t *testing.T) {
+		adaptertest.Run(t, func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts []ratelimit.Option, next http.Handler) http.Handler {
+			m, err := ratelimit.NewMiddleware(l, key, opts...)
+			require.NoError(t, err)
+			e := newEcho(next, echolimit.Middleware(m))
+			e.HTTPErrorHandler = func(err error, c echo.Context) {
+				var he *echo.HTTPError
+				if !errors.As(err, &he) {
+					t.Errorf("error %v is not an *echo.HTTPError", err)
+				}
+				e.DefaultHTTPErrorHandler(err, c)
+			}
+			return e
+		})
+	})
+}
+
+func newLimiter(t testing.TB, l ratelimit.Limit) *ratelimit.Limiter {
+	t.Helper()
+	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
+	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: l})
+	require.NoError(t, err)
+	return lim
+}
+
+func TestNewErrors(t *testing.T) {
+	lim := newLimiter(t, ratelimit.PerSecond(1))
+	_, err := echolimit.New(lim, nil)
+	assert.Error(t, err)
+	_, err = echolimit.New(nil, echolimit.KeyByValue("user"))
+	assert.Error(t, err)
+	_, err = echolimit.New(lim, echolimit.KeyByValue("user"), ratelimit.WithHeaders(99))
+	assert.Error(t, err)
+	_, err = echolimit.KeyByRealIP(ratelimit.IPv6Prefix(200))
+	assert.Error(t, err)
+}
+
+// TestHTTPError checks what the application's HTTPErrorHandler receives.
+func TestHTTPError(t *testing.T) {
+	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.PerMinute(1)), ratelimit.KeyByAPIKey("X-API-Key"))
+	require.NoError(t, err)
+	var got []*echo.HTTPError
+	e := echo.New()
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		var he *echo.HTTPError
+		require.True(t, errors.As(err, &he))
+		got = append(got, he)
+		c.String(he.Code, fmt.Sprintf("custom %d: %v", he.Code, he.Message))
+	}
+	e.Use(echolimit.Middleware(m))
+	e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
+
+	serve := func(apiKey string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		if apiKey != "" {
+			r.Header.Set("X-API-Key", apiKey)
+		}
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, r)
+		return w
+	}
+	assert.Equal(t, http.StatusNoContent, serve("k").Code)
+	w := serve("k")
+	assert.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "60", w.Header().Get("Retry-After"))
+	assert.Equal(t, `"default";r=0;t=60`, w.Header().Get("RateLimit"))
+	assert.Empty(t, w.Header().Get("Content-Length"), "the core's length is not the custom body's")
+	assert.Contains(t, w.Body.String(), `custom 429: {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded"`)
+	assert.Equal(t, http.StatusUnauthorized, serve("").Code)
+
+	require.Len(t, got, 2)
+	assert.Equal(t, http.StatusTooManyRequests, got[0].Code)
+	b, err := json.Marshal(got[0].Message)
+	require.NoError(t, err)
+	var p map[string]any
+	require.NoError(t, json.Unmarshal(b, &p))
+	assert.EqualValues(t, 429, p["status"])
+	assert.Equal(t, []any{"default"}, p["violated-policies"])
+	assert.Equal(t, http.StatusUnauthorized, got[1].Code)
+	assert.Contains(t, got[1].Error(), `"status":401`, "the error prints the JSON text")
+}
+
+// TestDebugIndents documents the one difference of Echo's error path: in
+// Debug mode DefaultHTTPErrorHandler indents the JSON body. WriteResponse
+// is unaffected.
+func TestDebugIndents(t *testing.T) {
+	lim := newLimiter(t, ratelimit.PerMinute(1))
+	m, err := ratelimit.NewMiddleware(lim, func(r *http.Request) (string, error) { return r.URL.Path, nil })
+	require.NoError(t, err)
+	ok := func(c echo.Context) error { return c.NoContent(http.StatusNoContent) }
+	for _, tc := range []struct {
+		path     string
+		opts     []echolimit.Option
+		indented bool
+	}{
+		{"/error-path", nil, true},
+		{"/direct", []echolimit.Option{echolimit.WriteResponse()}, false},
+	} {
+		e := echo.New()
+		e.Debug = true
+		e.GET(tc.path, ok, echolimit.Middleware(m, tc.opts...))
+		var w *httptest.ResponseRecorder
+		for range 2 {
+			w = httptest.NewRecorder()
+			e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, tc.path, nil))
+		}
+		assert.Equal(t, http.StatusTooManyRequests, w.Code)
+		assert.Equal(t, tc.indented, json.Valid(w.Body.Bytes()) && w.Body.String()[1] == '\n', "%s: %q", tc.path, w.Body.String())
+	}
+}
+
+func TestKeyByRealIP(t *testing.T) {
+	byIP, err := echolimit.KeyByRealIP()
+	require.NoError(t, err)
+	by64, err := echolimit.KeyByRealIP(ratelimit.IPv6Prefix(64))
+	require.NoError(t, err)
+	viaXFF := echo.ExtractIPFromXFFHeader(echo.TrustIPRange(mustCIDR(t, "10.0.0.0/8")))
+	for _, tc := range []struct {
+		f               echolimit.KeyFunc
+		extractor       echo.IPExtractor
+		remoteAddr, xff string
+		want            string
+	}{
+		{byIP, nil, "192.0.2.1:1234", "", "ip:192.0.2.1"},
+		{byIP, nil, "192.0.2.1:1234", "203.0.113.7", "ip:192.0.2.1"}, // no extractor: the peer, never the header
+		{byIP, echo.ExtractIPDirect(), "192.0.2.1:1234", "203.0.113.7", "ip:192.0.2.1"},
+		{byIP, viaXFF, "10.1.2.3:1234", "203.0.113.7", "ip:203.0.113.7"},
+		{byIP, viaXFF, "10.1.2.3:1234", "198.51.100.1, 203.0.113.7", "ip:203.0.113.7"},
+		{byIP, viaXFF, "192.0.2.50:1234", "203.0.113.7", "ip:192.0.2.50"}, // untrusted peer
+		{byIP, nil, "[::ffff:192.0.2.1]:80", "", "ip:192.0.2.1"},
+		{byIP, echo.ExtractIPDirect(), "[::ffff:192.0.2.1]:80", "", "ip:192.0.2.1"},
+		{byIP, nil, "[fe80::1%eth0]:80", "", "ip:fe80::1"},
+		{by64, nil, "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::/64"},
+		{by64, echo.ExtractIPDirect(), "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::/64"},
+	} {
+		e := echo.New()
+		e.IPExtractor = tc.extractor
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = tc.remoteAddr
+		if tc.xff != "" {
+			r.Header.Set("X-Forwarded-For", tc.xff)
+		}
+		got, err := tc.f(e.NewContext(r, httptest.NewRecorder()))
+		if assert.NoError(t, err, "RemoteAddr %q, X-Forwarded-For %q", tc.remoteAddr, tc.xff) {
+			assert.Equal(t, tc.want, got, "RemoteAddr %q, X-Forwarded-For %q", tc.remoteAddr, tc.xff)
+		}
+	}
+	e := echo.New()
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "garbage"
+	_, err = byIP(e.NewContext(r, httptest.NewRecorder()))
+	assert.ErrorIs(t, err, ratelimit.ErrNoClientIP)
+}
+
+func mustCIDR(t *testing.T, s string) *net.IPNet {
+	t.Helper()
+	_, n, err := net.ParseCIDR(s)
+	require.NoError(t, err)
+	return n
+}
+
+type userID int
+
+func (u userID) String() string { return fmt.Sprintf("u%d", int(u)) }
+
+func TestKeyByValue(t *testing.T) {
+	byUser := echolimit.KeyByValue("user")
+	core := ratelimit.KeyByContextValue(ctxKey{})
+	long := string(make([]byte, 200))
+	e := echo.New()
+	for _, v := range []any{"alice", userID(42), long} {
+		c := e.NewContext(httptest.NewRequest(http.MethodGet, "/", nil), httptest.NewRecorder())
+		c.Set("user", v)
+		got, err := byUser(c)
+		require.NoError(t, err)
+		want, err := core(httptest.NewRequest(http.MethodGet, "/", nil).WithContext(context.WithValue(context.Background(), ctxKey{}, v)))
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+	}
+	for _, v := range []any{nil, "", 42} {
+		c := e.NewContext(httptest.NewRequest(http.MethodGet, "/", nil), httptest.NewRecorder())
+		if v != nil {
+			c.Set("user", v)
+		}
+		_, err := byUser(c)
+		assert.ErrorIs(t, err, ratelimit.ErrMissingKey, "value %#v", v)
+	}
+}
+
+type ctxKey struct{}
+
+// TestNewWithEchoKeys runs both key functions in a real Echo instance: users
+// authenticated by an earlier middleware, and anonymous clients behind a
+// trusted proxy.
+func TestNewWithEchoKeys(t *testing.T) {
+	byUser, err := echolimit.New(newLimiter(t, ratelimit.PerMinute(2)), echolimit.KeyByValue("user"))
+	require.NoError(t, err)
+	byIP, err := echolimit.KeyByRealIP()
+	require.NoError(t, err)
+	byIPLimit, err := echolimit.New(newLimiter(t, ratelimit.PerMinute(1)), byIP)
+	require.NoError(t, err)
+
+	e := echo.New()
+	e.IPExtractor = echo.ExtractIPFromXFFHeader(echo.TrustIPRange(mustCIDR(t, "10.0.0.0/8")))
+	auth := func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if u := c.Request().Header.Get("X-User"); u != "" {
+				c.Set("user", u)
+			}
+			return next(c)
+		}
+	}
+	ok := func(c echo.Context) error { return c.String(http.StatusOK, "ok") }
+	e.GET("/user", ok, auth, byUser)
+	e.GET("/anon", ok, byIPLimit)
+
+	get := func(path, user, remoteAddr, xff string) int {
+		r := httptest.NewRequest(http.MethodGet, path, nil)
+		if user != "" {
+			r.Header.Set("X-User", user)
+		}
+		if remoteAddr != "" {
+			r.RemoteAddr = remoteAddr
+		}
+		if xff != "" {
+			r.Header.Set("X-Forwarded-For", xff)
+		}
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, r)
+		return w.Code
+	}
+	assert.Equal(t, []int{200, 200, 429, 200, 401}, []int{
+		get("/user", "alice", "", ""), get("/user", "alice", "", ""), get("/user", "alice", "", ""),
+		get("/user", "bob", "", ""), get("/user", "", "", ""),
+	})
+	const proxy = "10.1.2.3:4000"
+	assert.Equal(t, []int{200, 429, 200, 429}, []int{
+		get("/anon", "", proxy, "203.0.113.7"), get("/anon", "", proxy, "198.51.100.1, 203.0.113.7"),
+		get("/anon", "", proxy, "203.0.113.8"), get("/anon", "", "203.0.113.8:1", "192.0.2.99"),
+	})
+}
+
+// BenchmarkAllowed measures the adapter on an allowed request through the
+// real engine, against the bare engine.
+func BenchmarkAllowed(b *testing.B) {
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	store, err := memorystore.New(memorystore.WithClock(func() time.Time { return clock }), memorystore.WithSweepInterval(0))
+	require.NoError(b, err)
+	defer store.Close()
+	// Time stands still and the bucket holds 10^15 tokens: every request is
+	// allowed.
+	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Limit{Interval: 1, Burst: 1e15}})
+	require.NoError(b, err)
+	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), ratelimit.WithoutWarnings())
+	require.NoError(b, err)
+	withEchoKey, err := echolimit.New(lim, echolimit.KeyByValue("user"), ratelimit.WithoutWarnings())
+	require.NoError(b, err)
+	setUser := func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			c.Set("user", "alice")
+			return next(c)
+		}
+	}
+
+	ok := func(c echo.Context) error { return c.NoContent(http.StatusNoContent) }
+	for _, bc := range []struct {
+		name string
+		mw   []echo.MiddlewareFunc
+	}{
+		{"bare", nil},
+		{"Middleware", []echo.MiddlewareFunc{echolimit.Middleware(m)}},
+		{"Middleware+WriteResponse", []echo.MiddlewareFunc{echolimit.Middleware(m, echolimit.WriteResponse())}},
+		{"bare+c.Set", []echo.MiddlewareFunc{setUser}},
+		{"New+KeyByValue", []echo.MiddlewareFunc{setUser, withEchoKey}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			e := echo.New()
+			e.GET("/geocode", ok, bc.mw...)
+			r := httptest.NewRequest(http.MethodGet, "/geocode?q=paris", nil)
+			r.Header.Set("X-API-Key", "demo")
+			w := &discard{h: http.Header{}}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				clear(w.h)
+				w.code = 0
+				e.ServeHTTP(w, r)
+			}
+			if w.code != http.StatusNoContent {
+				b.Fatalf("status %d, want 204", w.code)
+			}
+		})
+	}
+}
+
+// discard is a ResponseWriter that keeps only the status.
+type discard struct {
+	h    http.Header
+	code int
+}
+
+func (w *discard) Header() http.Header         { return w.h }
+func (w *discard) WriteHeader(code int)        { w.code = code }
+func (w *discard) Write(b []byte) (int, error) { return len(b), nil }
+
+// TestCountIfWithHandlerErrors: a handler that returns an error has its
+// status decided by the HTTPErrorHandler, which the middleware runs first,
+// so WithCountIf counts it; the answer is written once.
+func TestCountIfWithHandlerErrors(t *testing.T) {
+	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.PerMinute(2)),
+		func(*http.Request) (string, error) { return "k", nil }, ratelimit.WithCountIf(ratelimit.Failed))
+	require.NoError(t, err)
+	handled := 0
+	e := echo.New()
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		handled++
+		e.DefaultHTTPErrorHandler(err, c)
+	}
+	e.Use(echolimit.Middleware(m))
+	e.GET("/ok", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
+	e.GET("/fail", func(c echo.Context) error { return echo.NewHTTPError(http.StatusUnauthorized, "who are you?") })
+	get := func(path string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		return w
+	}
+	for range 5 {
+		assert.Equal(t, http.StatusNoContent, get("/ok").Code, "successes never count")
+	}
+	w := get("/fail")
+	assert.Equal(t, http.StatusUnauthorized, w.Code)
+	assert.Equal(t, `{"message":"who are you?"}`+"\n", w.Body.String(), "written once")
+	assert.Equal(t, http.StatusUnauthorized, get("/fail").Code)
+	assert.Equal(t, http.StatusTooManyRequests, get("/ok").Code, "two failures spent the budget")
+	// As with Echo's RequestLogger and HandleError, the handled error still
+	// goes up the chain, and DefaultHTTPErrorHandler leaves the committed
+	// response alone: twice per failure, once for the refusal.
+	assert.Equal(t, 5, handled)
+}

@@ -1,0 +1,115 @@
+package echolimit_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/echolimit"
+	"github.com/tokenfair/ratelimit/memorystore"
+)
+
+// An Echo service limited per API key, with a key function of the core.
+// Refusals go through Echo's error path, and the default error handler
+// writes the core's answer.
+func ExampleMiddleware() {
+	store, _ := memorystore.New()
+	defer store.Close()
+	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+	m, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"))
+
+	e := echo.New()
+	e.Use(echolimit.Middleware(m))
+	e.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hello\n") })
+
+	for range 2 {
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/hello", nil)
+		req.Header.Set("X-API-Key", "demo")
+		e.ServeHTTP(w, req)
+		fmt.Printf("%d %s Retry-After: %q\n", w.Code, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"))
+	}
+	// Output:
+	// 200 "default";r=0;t=60 Retry-After: ""
+	// 429 "default";r=0;t=60 Retry-After: "60"
+}
+
+// An Echo service limited per user, with the user ID that an authentication
+// middleware stored in the Echo context.
+func ExampleNew() {
+	store, _ := memorystore.New()
+	defer store.Close()
+	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "per-user", Limit: ratelimit.PerMinute(1)})
+	perUser, err := echolimit.New(limiter, echolimit.KeyByValue("user"), ratelimit.WithHeaders(ratelimit.HeadersLegacy))
+	if err != nil {
+		panic(err)
+	}
+
+	e := echo.New()
+	authenticate := func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if c.Request().Header.Get("Authorization") == "Bearer alice-token" {
+				c.Set("user", "alice")
+			}
+			return next(c)
+		}
+	}
+	e.GET("/me", func(c echo.Context) error { return c.String(http.StatusOK, "hi\n") }, authenticate, perUser)
+
+	for _, token := range []string{"Bearer alice-token", "Bearer alice-token", ""} {
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/me", nil)
+		req.Header.Set("Authorization", token)
+		e.ServeHTTP(w, req)
+		fmt.Printf("%d RateLimit-Remaining: %q\n", w.Code, w.Header().Get("RateLimit-Remaining"))
+	}
+	// Output:
+	// 200 RateLimit-Remaining: "0"
+	// 429 RateLimit-Remaining: "0"
+	// 401 RateLimit-Remaining: ""
+}
+
+// Keys by the client address that the Echo instance's IPExtractor finds
+// behind trusted proxies.
+func ExampleKeyByRealIP() {
+	byIP, err := echolimit.KeyByRealIP()
+	if err != nil {
+		panic(err)
+	}
+	e := echo.New()
+	e.IPExtractor = echo.ExtractIPFromXFFHeader() // trusts private and loopback proxies
+	req := httptest.NewRequest("GET", "/", nil)
+	req.RemoteAddr = "10.0.0.7:41000"
+	req.Header.Set("X-Forwarded-For", "203.0.113.9")
+	fmt.Println(byIP(e.NewContext(req, httptest.NewRecorder())))
+	// Output:
+	// ip:203.0.113.9 <nil>
+}
+
+// Writes refusals directly, as net/http does, instead of returning an
+// *echo.HTTPError.
+func ExampleWriteResponse() {
+	store, _ := memorystore.New()
+	defer store.Close()
+	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+	m, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"))
+
+	e := echo.New()
+	e.HTTPErrorHandler = func(err error, c echo.Context) { fmt.Println("never called for refusals") }
+	e.Use(echolimit.Middleware(m, echolimit.WriteResponse()))
+	e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
+
+	for range 2 {
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("X-API-Key", "demo")
+		e.ServeHTTP(w, req)
+		fmt.Printf("%d Content-Type: %q\n", w.Code, w.Header().Get("Content-Type"))
+	}
+	// Output:
+	// 204 Content-Type: ""
+	// 429 Content-Type: "application/problem+json"
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"github.com/labstack/echo/v4"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/echolimit"
+	"github.com/tokenfair/ratelimit/ginlimit"
+	"github.com/tokenfair/ratelimit/nethttp"
+)
+
+// newRouter returns the server's routes, served by the framework that
+// -framework names, with every request except /healthz and GET /metrics
+// limited by mw. The three routers answer alike: the same handlers write
+// every body, and the limiter's answers are the core's.
+func newRouter(framework string, mw *ratelimit.Middleware, metrics http.Handler) (http.Handler, error) {
+	switch framework {
+	case "nethttp":
+		return nethttpRouter(mw, metrics), nil
+	case "gin":
+		return ginRouter(mw, metrics), nil
+	case "echo":
+		return echoRouter(mw, metrics), nil
+	}
+	return nil, fmt.Errorf("-framework %s: want nethttp, gin or echo", framework)
+}
+
+func nethttpRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler {
+	api := http.NewServeMux()
+	api.HandleFunc("GET /geocode", geocode)
+	api.HandleFunc("/geocode", methodNotAllowed)
+	api.HandleFunc("/", notFound)
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.HandleFunc("/healthz", methodNotAllowed)
+	mux.Handle("GET /metrics", metrics)
+	mux.Handle("/", nethttp.Middleware(mw)(api))
+	return mux
+}
+
+// unlimited reports whether r is one of the requests that the limiter
+// never sees, as the net/http router sends them: /healthz, with any method,
+// and GET or HEAD /metrics.
+func unlimited(r *http.Request) bool {
+	switch r.URL.Path {
+	case "/healthz":
+		return true
+	case "/metrics":
+		return r.Method == http.MethodGet || r.Method == http.MethodHead
+	}
+	return false
+}
+
+// wrongMethod answers a request whose path exists for GET and HEAD only:
+// 405, except for /metrics, which the net/http router sends to the API's
+// 404.
+func wrongMethod(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/metrics" {
+		notFound(w, r)
+		return
+	}
+	methodNotAllowed(w, r)
+}
+
+// ginRouter is Gin in release mode, without its redirects (which net/http's
+// router does not make either), every unknown route answered by the same
+// handlers as the net/http router.
+func ginRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler {
+	gin.SetMode(gin.ReleaseMode)
+	e := gin.New()
+	e.RedirectTrailingSlash = false
+	e.RedirectFixedPath = false
+	limit := ginlimit.Middleware(mw)
+	e.Use(func(c *gin.Context) {
+		if !unlimited(c.Request) {
+			limit(c)
+		}
+	})
+	for path, h := range map[string]http.Handler{
+		"/healthz": http.HandlerFunc(healthz),
+		"/metrics": metrics,
+		"/geocode": http.HandlerFunc(geocode),
+	} {
+		e.GET(path, gin.WrapH(h))
+		e.HEAD(path, gin.WrapH(h))
+	}
+	e.NoRoute(func(c *gin.Context) {
+		switch c.Request.URL.Path {
+		case "/healthz", "/geocode", "/metrics":
+			wrongMethod(c.Writer, c.Request)
+		default:
+			notFound(c.Writer, c.Request)
+		}
+	})
+	return e
+}
+
+// echoRouter is Echo with its 404 and 405 answered by the same handlers as
+// the net/http router. The limiter's refusals take Echo's error path to
+// DefaultHTTPErrorHandler, which writes them as the core does.
+func echoRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	limit := echolimit.Middleware(mw)
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		limited := limit(next)
+		return func(c echo.Context) error {
+			if unlimited(c.Request()) {
+				return next(c)
+			}
+			return limited(c)
+		}
+	})
+	wrong := echo.WrapHandler(http.HandlerFunc(wrongMethod))
+	for path, h := range map[string]http.Handler{
+		"/healthz": http.HandlerFunc(healthz),
+		"/metrics": metrics,
+		"/geocode": http.HandlerFunc(geocode),
+	} {
+		e.Any(path, wrong) // OPTIONS too, which Echo would answer itself
+		e.GET(path, echo.WrapHandler(h))
+		e.HEAD(path, echo.WrapHandler(h))
+	}
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		switch {
+		case errors.Is(err, echo.ErrNotFound):
+			notFound(c.Response(), c.Request())
+		case errors.Is(err, echo.ErrMethodNotAllowed): // a method Echo does not know
+			wrongMethod(c.Response(), c.Request())
+		default:
+			e.DefaultHTTPErrorHandler(err, c)
+		}
+	}
+	return e
+}

@@ -1,0 +1,86 @@
+// Package ginlimit adapts a [ratelimit.Middleware] to Gin
+// (github.com/gin-gonic/gin). It is plumbing only: the core middleware finds
+// the key, decides, writes the rate-limit header fields and, when a request
+// may not proceed, the whole answer, so a Gin service answers exactly as a
+// net/http one does. On a refusal or an error the handler aborts the chain,
+// and the handlers after it never run.
+//
+// Use [Middleware] with any [ratelimit.KeyFunc], or [New] with a [KeyFunc]
+// that reads the *gin.Context, such as [KeyByClientIP], which follows Gin's
+// trusted-proxy settings, or [KeyByValue], which reads a value that an
+// earlier handler stored with c.Set, such as an authenticated user's ID.
+package ginlimit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+// Middleware returns a Gin handler that runs the rest of the chain (c.Next)
+// only when m admits the request; otherwise m has already answered it (429,
+// or its error handler's answer) and the handler calls c.Abort. The status
+// that m needs for [ratelimit.WithCountIf] is c.Writer.Status() after the
+// chain, and an in-flight slot of [ratelimit.WithMaxInFlight] is held while
+// it runs. It costs no allocation of its own.
+func Middleware(m *ratelimit.Middleware) gin.HandlerFunc {
+	return func(c *gin.Context) { handle(m, c, c.Request) }
+}
+
+// handle runs the rest of c's chain inside m.Handle, which needs its status
+// (WithCountIf) and holds an in-flight slot while it runs (WithMaxInFlight),
+// and aborts the chain when m answered instead.
+func handle(m *ratelimit.Middleware, c *gin.Context, r *http.Request) {
+	admitted := false
+	m.Handle(c.Writer, r, func() int {
+		admitted = true
+		c.Next()
+		return c.Writer.Status()
+	})
+	if !admitted {
+		c.Abort()
+	}
+}
+
+// KeyFunc returns the key that identifies the client of a Gin request, like
+// a [ratelimit.KeyFunc]: ErrMissingKey when the request carries no
+// identity, and never an empty key with a nil error.
+type KeyFunc func(c *gin.Context) (string, error)
+
+// New returns a Gin handler that limits requests with l, keyed by key and
+// configured by the core's options, and otherwise behaves as [Middleware].
+// It returns the errors of [ratelimit.NewMiddleware].
+//
+// So that key can reach the *gin.Context, the handler hands the core a
+// shallow copy of the request whose context carries it; that costs two
+// small allocations per request, which [Middleware] with a
+// [ratelimit.KeyFunc] does not. The handlers after it see the original
+// request.
+func New(l *ratelimit.Limiter, key KeyFunc, opts ...ratelimit.Option) (gin.HandlerFunc, error) {
+	if key == nil {
+		return nil, errors.New("ginlimit: New: nil key function")
+	}
+	m, err := ratelimit.NewMiddleware(l, func(r *http.Request) (string, error) {
+		c, ok := r.Context().Value(ginContextKey{}).(*gin.Context)
+		if !ok {
+			return "", errNoContext
+		}
+		return key(c)
+	}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return func(c *gin.Context) {
+		r := c.Request
+		handle(m, c, r.WithContext(context.WithValue(r.Context(), ginContextKey{}, c)))
+	}, nil
+}
+
+// ginContextKey is the request context key of the *gin.Context.
+type ginContextKey struct{}
+
+var errNoContext = errors.New("ginlimit: no *gin.Context in the request's context")

@@ -1,0 +1,289 @@
+package ginlimit_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/adaptertest"
+	"github.com/tokenfair/ratelimit/ginlimit"
+	"github.com/tokenfair/ratelimit/memorystore"
+)
+
+func TestMain(m *testing.M) {
+	gin.SetMode(gin.ReleaseMode)
+	goleak.VerifyTestMain(m)
+}
+
+// engine returns a Gin engine that runs handlers in front of next for every
+// method and path.
+func engine(next http.Handler, handlers ...gin.HandlerFunc) *gin.Engine {
+	e := gin.New()
+	e.Use(handlers...)
+	e.Any("/*path", gin.WrapH(next))
+	return e
+}
+
+func TestConformance(t *testing.T) {
+	t.Run("Middleware", func(t *testing.T) {
+		adaptertest.Run(t, func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts []ratelimit.Option, next http.Handler) http.Handler {
+			m, err := ratelimit.NewMiddleware(l, key, opts...)
+			require.NoError(t, err)
+			return engine(next, ginlimit.Middleware(m))
+		})
+	})
+	t.Run("New", func(t *testing.T) {
+		adaptertest.Run(t, func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts []ratelimit.Option, next http.Handler) http.Handler {
+			h, err := ginlimit.New(l, func(c *gin.Context) (string, error) { return key(c.Request) }, opts...)
+			require.NoError(t, err)
+			return engine(next, h)
+		})
+	})
+}
+
+func newLimiter(t testing.TB, l ratelimit.Limit) *ratelimit.Limiter {
+	t.Helper()
+	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
+	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: l})
+	require.NoError(t, err)
+	return lim
+}
+
+func TestNewErrors(t *testing.T) {
+	lim := newLimiter(t, ratelimit.PerSecond(1))
+	_, err := ginlimit.New(lim, nil)
+	assert.Error(t, err)
+	_, err = ginlimit.New(nil, ginlimit.KeyByValue("user"))
+	assert.Error(t, err)
+	_, err = ginlimit.New(lim, ginlimit.KeyByValue("user"), ratelimit.WithHeaders(99))
+	assert.Error(t, err)
+	_, err = ginlimit.KeyByClientIP(ratelimit.IPv6Prefix(0))
+	assert.Error(t, err)
+}
+
+// keyOf returns the key that f gives a request from remoteAddr, with
+// X-Forwarded-For xff, to an engine that trusts the proxies in trusted.
+func keyOf(t *testing.T, f ginlimit.KeyFunc, trusted []string, remoteAddr, xff string) (string, error) {
+	t.Helper()
+	c, e := gin.CreateTestContext(httptest.NewRecorder())
+	require.NoError(t, e.SetTrustedProxies(trusted))
+	c.Request = httptest.NewRequest(http.MethodGet, "/", nil)
+	c.Request.RemoteAddr = remoteAddr
+	if xff != "" {
+		c.Request.Header.Set("X-Forwarded-For", xff)
+	}
+	return f(c)
+}
+
+func TestKeyByClientIP(t *testing.T) {
+	byIP, err := ginlimit.KeyByClientIP()
+	require.NoError(t, err)
+	by64, err := ginlimit.KeyByClientIP(ratelimit.IPv6Prefix(64))
+	require.NoError(t, err)
+	proxies := []string{"10.0.0.0/8"}
+	for _, tc := range []struct {
+		f               ginlimit.KeyFunc
+		trusted         []string
+		remoteAddr, xff string
+		want            string
+	}{
+		{byIP, nil, "192.0.2.1:1234", "", "ip:192.0.2.1"},
+		{byIP, nil, "192.0.2.1:1234", "203.0.113.7", "ip:192.0.2.1"}, // no trusted proxy: header ignored
+		{byIP, proxies, "10.1.2.3:1234", "203.0.113.7", "ip:203.0.113.7"},
+		{byIP, proxies, "10.1.2.3:1234", "198.51.100.1, 203.0.113.7", "ip:203.0.113.7"},
+		{byIP, proxies, "192.0.2.50:1234", "203.0.113.7", "ip:192.0.2.50"}, // untrusted peer
+		{byIP, nil, "[::ffff:192.0.2.1]:80", "", "ip:192.0.2.1"},
+		{byIP, nil, "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::7"},
+		{by64, nil, "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::/64"},
+		{by64, nil, "192.0.2.1:1234", "", "ip:192.0.2.1"},
+	} {
+		got, err := keyOf(t, tc.f, tc.trusted, tc.remoteAddr, tc.xff)
+		if assert.NoError(t, err, "RemoteAddr %q, X-Forwarded-For %q", tc.remoteAddr, tc.xff) {
+			assert.Equal(t, tc.want, got, "RemoteAddr %q, X-Forwarded-For %q", tc.remoteAddr, tc.xff)
+		}
+	}
+	_, err = keyOf(t, byIP, nil, "not-an-address", "")
+	assert.ErrorIs(t, err, ratelimit.ErrNoClientIP)
+}
+
+// TestKeyByClientIPMatchesCore: without proxies, Gin's client is the peer,
+// and its key is the core's key for the same peer. (Gin finds no client in
+// a zoned peer such as [fe80::1%eth0]:3, which net.ParseIP refuses; the
+// key function then answers ErrNoClientIP.)
+func TestKeyByClientIPMatchesCore(t *testing.T) {
+	byIP, err := ginlimit.KeyByClientIP()
+	require.NoError(t, err)
+	core, err := ratelimit.KeyByIP()
+	require.NoError(t, err)
+	for _, addr := range []string{"192.0.2.1:1", "[::ffff:10.0.0.1]:2", "[2001:DB8::1]:4", "[::1]:5", "[2001:db8::ffff:0:1]:6"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = addr
+		want, err := core(r)
+		require.NoError(t, err, addr)
+		got, err := keyOf(t, byIP, nil, addr, "")
+		require.NoError(t, err, addr)
+		assert.Equal(t, want, got, addr)
+	}
+}
+
+type userID int
+
+func (u userID) String() string { return fmt.Sprintf("u%d", int(u)) }
+
+func TestKeyByValue(t *testing.T) {
+	byUser := ginlimit.KeyByValue("user")
+	core := ratelimit.KeyByContextValue("user")
+	long := string(make([]byte, 200))
+	for _, v := range []any{"alice", userID(42), long} {
+		c, _ := gin.CreateTestContext(httptest.NewRecorder())
+		c.Set("user", v)
+		got, err := byUser(c)
+		require.NoError(t, err)
+		// gin.Context is a context.Context whose Value reads c.Keys.
+		want, err := core(httptest.NewRequest(http.MethodGet, "/", nil).WithContext(c))
+		require.NoError(t, err)
+		assert.Equal(t, want, got)
+	}
+	for _, v := range []any{nil, "", 42} {
+		c, _ := gin.CreateTestContext(httptest.NewRecorder())
+		if v != nil {
+			c.Set("user", v)
+		}
+		_, err := byUser(c)
+		assert.ErrorIs(t, err, ratelimit.ErrMissingKey, "value %#v", v)
+	}
+}
+
+// TestNewWithGinKeys runs both key functions in a real engine: users
+// authenticated by an earlier handler, and anonymous clients behind a
+// trusted proxy.
+func TestNewWithGinKeys(t *testing.T) {
+	byUser, err := ginlimit.New(newLimiter(t, ratelimit.PerMinute(2)), ginlimit.KeyByValue("user"))
+	require.NoError(t, err)
+	byIP, err := ginlimit.KeyByClientIP()
+	require.NoError(t, err)
+	byIPLimit, err := ginlimit.New(newLimiter(t, ratelimit.PerMinute(1)), byIP)
+	require.NoError(t, err)
+
+	e := gin.New()
+	require.NoError(t, e.SetTrustedProxies([]string{"10.0.0.0/8"}))
+	auth := func(c *gin.Context) {
+		if u := c.GetHeader("X-User"); u != "" {
+			c.Set("user", u)
+		}
+	}
+	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
+	e.GET("/user", auth, byUser, ok)
+	e.GET("/anon", byIPLimit, ok)
+
+	get := func(path, user, remoteAddr, xff string) int {
+		r := httptest.NewRequest(http.MethodGet, path, nil)
+		if user != "" {
+			r.Header.Set("X-User", user)
+		}
+		if remoteAddr != "" {
+			r.RemoteAddr = remoteAddr
+		}
+		if xff != "" {
+			r.Header.Set("X-Forwarded-For", xff)
+		}
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, r)
+		return w.Code
+	}
+	assert.Equal(t, []int{200, 200, 429, 200, 401}, []int{
+		get("/user", "alice", "", ""), get("/user", "alice", "", ""), get("/user", "alice", "", ""),
+		get("/user", "bob", "", ""), get("/user", "", "", ""),
+	})
+	const proxy = "10.1.2.3:4000"
+	assert.Equal(t, []int{200, 429, 200, 429}, []int{
+		get("/anon", "", proxy, "203.0.113.7"), get("/anon", "", proxy, "198.51.100.1, 203.0.113.7"),
+		get("/anon", "", proxy, "203.0.113.8"), get("/anon", "", "203.0.113.8:1", "192.0.2.99"),
+	})
+}
+
+// TestAbort checks that the handlers after a refusal never run, and that
+// the ones before still see the answer.
+func TestAbort(t *testing.T) {
+	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.PerMinute(1)), func(*http.Request) (string, error) { return "k", nil })
+	require.NoError(t, err)
+	var after, aborted []bool
+	e := gin.New()
+	e.Use(func(c *gin.Context) {
+		c.Next()
+		aborted = append(aborted, c.IsAborted())
+	}, ginlimit.Middleware(m), func(c *gin.Context) { after = append(after, true) })
+	e.GET("/", func(c *gin.Context) { c.Status(http.StatusNoContent) })
+	for range 2 {
+		e.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+	}
+	assert.Equal(t, []bool{true}, after)
+	assert.Equal(t, []bool{false, true}, aborted)
+}
+
+// BenchmarkAllowed measures the adapter on an allowed request through the
+// real engine, against the bare engine.
+func BenchmarkAllowed(b *testing.B) {
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	store, err := memorystore.New(memorystore.WithClock(func() time.Time { return clock }), memorystore.WithSweepInterval(0))
+	require.NoError(b, err)
+	defer store.Close()
+	// Time stands still and the bucket holds 10^15 tokens: every request is
+	// allowed.
+	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Limit{Interval: 1, Burst: 1e15}})
+	require.NoError(b, err)
+	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), ratelimit.WithoutWarnings())
+	require.NoError(b, err)
+	withGinKey, err := ginlimit.New(lim, ginlimit.KeyByValue("user"), ratelimit.WithoutWarnings())
+	require.NoError(b, err)
+	setUser := func(c *gin.Context) { c.Set("user", "alice") }
+
+	ok := func(c *gin.Context) { c.Status(http.StatusNoContent) }
+	for _, bc := range []struct {
+		name     string
+		handlers []gin.HandlerFunc
+	}{
+		{"bare", []gin.HandlerFunc{ok}},
+		{"Middleware", []gin.HandlerFunc{ginlimit.Middleware(m), ok}},
+		{"bare+c.Set", []gin.HandlerFunc{setUser, ok}},
+		{"New+KeyByValue", []gin.HandlerFunc{setUser, withGinKey, ok}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			e := gin.New()
+			e.GET("/geocode", bc.handlers...)
+			r := httptest.NewRequest(http.MethodGet, "/geocode?q=paris", nil)
+			r.Header.Set("X-API-Key", "demo")
+			w := &discard{h: http.Header{}}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				clear(w.h)
+				w.code = 0
+				e.ServeHTTP(w, r)
+			}
+			if w.code != http.StatusNoContent {
+				b.Fatalf("status %d, want 204", w.code)
+			}
+		})
+	}
+}
+
+// discard is a ResponseWriter that keeps only the status.
+type discard struct {
+	h    http.Header
+	code int
+}
+
+func (w *discard) Header() http.Header         { return w.h }
+func (w *discard) WriteHeader(code int)        { w.code = code }
+func (w *discard) Write(b []byte) (int, error) { return len(b), nil }
