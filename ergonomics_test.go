@@ -227,3 +227,27 @@ func TestPanickingKeyFunction(t *testing.T) {
 	assert.Equal(t, 500, w.Code)
 	assert.NotContains(t, w.Body.String(), "boom")
 }
+
+type failingSlots struct{}
+
+func (failingSlots) Acquire(context.Context, string, int64, time.Duration) (string, bool, error) {
+	return "", false, errDown
+}
+func (failingSlots) Release(context.Context, string, string) error { return errDown }
+
+func TestSlotStoreFailure(t *testing.T) {
+	s := newServer(t, ratelimit.PerMinute(5), nil, ratelimit.WithMaxInFlight(1, 0), ratelimit.WithSlotStore(failingSlots{}, time.Minute))
+	w := s.get("c")
+	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
+	assert.Zero(t, s.calls)
+	assert.Equal(t, `"default";r=4;t=12`, w.Header().Get("RateLimit"), "headers of the decision")
+	w = s.get("c")
+	assert.Equal(t, `"default";r=4;t=12`, w.Header().Get("RateLimit"), "the token taken before the failure was given back")
+
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
+	require.NoError(t, err)
+	for _, opt := range []ratelimit.Option{ratelimit.WithSlotStore(nil, time.Second), ratelimit.WithSlotStore(failingSlots{}, 0), ratelimit.WithMaxInFlight(0, 0), ratelimit.WithMaxInFlight(-1, 2)} {
+		_, err := ratelimit.NewMiddleware(lim, keyByHeader, opt)
+		assert.Error(t, err)
+	}
+}

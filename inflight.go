@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"sync"
@@ -43,6 +44,32 @@ func WithMaxInFlight(perKey, total int) Option {
 	}
 }
 
+// SlotStore keeps in-flight slots that several instances share, so that a
+// WithMaxInFlight limit holds across them (redisstore has one). A slot is a
+// lease: if the instance holding it dies, the slot frees itself when the
+// lease ends.
+type SlotStore interface {
+	// Acquire takes one of the limit slots of key for at most lease and
+	// returns the token that releases it, or ok false when all are taken.
+	Acquire(ctx context.Context, key string, limit int64, lease time.Duration) (token string, ok bool, err error)
+	// Release gives back the slot of key that token holds.
+	Release(ctx context.Context, key, token string) error
+}
+
+// WithSlotStore keeps the slots of WithMaxInFlight in s, shared by every
+// instance, each slot leased for lease (a request running longer may lose
+// its slot to another). A failure of s is answered like a store failure:
+// 503, through the error handler. The default keeps slots in the process.
+func WithSlotStore(s SlotStore, lease time.Duration) Option {
+	return func(c *config) error {
+		if s == nil || lease <= 0 {
+			return errors.New("ratelimit: WithSlotStore: want a store and a positive lease")
+		}
+		c.slots, c.lease = s, lease
+		return nil
+	}
+}
+
 // inflight counts the requests running, per key and in all.
 type inflight struct {
 	perKey, total int
@@ -75,6 +102,45 @@ func (f *inflight) release(key string) {
 		f.running[key] = n
 	} else {
 		delete(f.running, key)
+	}
+}
+
+// sharedSlots are the slots of one request in a SlotStore: of its key and
+// of the total, as the limits ask.
+type sharedSlots struct {
+	key, keyToken, totalToken string
+}
+
+// acquireShared takes key's slot and a slot of the total in s.
+func (f *inflight) acquireShared(ctx context.Context, s SlotStore, lease time.Duration, key string) (sharedSlots, bool, error) {
+	held := sharedSlots{key: key}
+	if f.perKey > 0 {
+		token, ok, err := s.Acquire(ctx, key, int64(f.perKey), lease)
+		if !ok || err != nil {
+			return held, false, err
+		}
+		held.keyToken = token
+	}
+	if f.total > 0 {
+		token, ok, err := s.Acquire(ctx, GlobalKey, int64(f.total), lease)
+		if !ok || err != nil {
+			f.releaseShared(ctx, s, held)
+			return held, false, err
+		}
+		held.totalToken = token
+	}
+	return held, true, nil
+}
+
+// releaseShared gives back the slots of held; a failure leaves them to
+// expire with their lease.
+func (f *inflight) releaseShared(ctx context.Context, s SlotStore, held sharedSlots) {
+	ctx = context.WithoutCancel(ctx)
+	if held.keyToken != "" {
+		_ = s.Release(ctx, held.key, held.keyToken)
+	}
+	if held.totalToken != "" {
+		_ = s.Release(ctx, GlobalKey, held.totalToken)
 	}
 }
 

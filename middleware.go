@@ -118,16 +118,31 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 		m.refuse(w, r, res)
 		return
 	}
-	if m.cfg.inflight != nil {
-		if !m.cfg.inflight.acquire(key) {
+	if f := m.cfg.inflight; f != nil {
+		var ok bool
+		if m.cfg.slots == nil {
+			if ok = f.acquire(key); ok {
+				defer f.release(key)
+			}
+		} else {
+			held, acquired, err := f.acquireShared(r.Context(), m.cfg.slots, m.cfg.lease, key)
+			if err != nil {
+				lim.giveBack(r.Context(), key, cost, res)
+				m.cfg.onError(w, r, fmt.Errorf("%w: in-flight slots: %w", ErrStore, err))
+				return
+			}
+			if ok = acquired; ok {
+				defer f.releaseShared(r.Context(), m.cfg.slots, held)
+			}
+		}
+		if !ok {
 			lim.giveBack(r.Context(), key, cost, res)
-			res = m.cfg.inflight.refused
+			res = f.refused
 			writeHeaders(h, m.cfg.headers, res, lim.fields[0])
-			m.cfg.inflight.list(h, m.cfg.headers)
+			f.list(h, m.cfg.headers)
 			m.refuse(w, r, res)
 			return
 		}
-		defer m.cfg.inflight.release(key)
 	}
 	if res.Delay > 0 {
 		if err := m.cfg.wait(r.Context(), res.Delay); err != nil {

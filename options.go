@@ -24,6 +24,8 @@ type config struct {
 	exempt        map[string]bool
 	countIf       func(status int) bool
 	inflight      *inflight
+	slots         SlotStore
+	lease         time.Duration
 	quiet         bool
 }
 

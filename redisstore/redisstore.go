@@ -25,7 +25,9 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -38,10 +40,17 @@ import (
 	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
-//go:embed take.lua
-var takeSource string
+var (
+	//go:embed take.lua
+	takeSource string
+	takeScript = redis.NewScript(takeSource)
 
-var takeScript = redis.NewScript(takeSource)
+	//go:embed slots.lua
+	slotsSource string
+	slotsScript = redis.NewScript(slotsSource)
+
+	releaseScript = redis.NewScript(`return redis.call("ZREM", KEYS[1], ARGV[1])`)
+)
 
 // Store is a [ratelimit.Store] in Redis. It is safe for concurrent use.
 type Store struct {
@@ -52,7 +61,10 @@ type Store struct {
 	skipCheck bool
 }
 
-var _ ratelimit.BatchStore = (*Store)(nil)
+var (
+	_ ratelimit.BatchStore = (*Store)(nil)
+	_ ratelimit.SlotStore  = (*Store)(nil)
+)
 
 // Option configures a Store.
 type Option func(*Store) error
@@ -216,6 +228,37 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, results []rat
 			return fmt.Errorf("redisstore: the script decided %d at %d from state %d, the algorithm %v", allowed, at, state, res.Allowed)
 		}
 		results[i] = res
+	}
+	return nil
+}
+
+// Acquire implements [ratelimit.SlotStore]: the slots of key are a sorted
+// set PREFIX + "inflight:" + key of tokens scored by the end of their lease,
+// taken and pruned in one script call.
+func (s *Store) Acquire(ctx context.Context, key string, limit int64, lease time.Duration) (string, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var b [16]byte
+	rand.Read(b[:])
+	token := hex.EncodeToString(b[:])
+	now := ""
+	if s.now != nil {
+		now = strconv.FormatInt(s.now().UnixMilli(), 10)
+	}
+	ms := max(lease.Milliseconds(), 1)
+	n, err := slotsScript.Run(ctx, s.client, []string{s.prefix + "inflight:" + key}, limit, ms, token, now).Int64()
+	if err != nil {
+		return "", false, fmt.Errorf("redisstore: %w", err)
+	}
+	return token, n == 1, nil
+}
+
+// Release implements [ratelimit.SlotStore].
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if err := releaseScript.Run(ctx, s.client, []string{s.prefix + "inflight:" + key}, token).Err(); err != nil {
+		return fmt.Errorf("redisstore: %w", err)
 	}
 	return nil
 }

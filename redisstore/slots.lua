@@ -1,0 +1,23 @@
+-- Takes one of ARGV[1] in-flight slots of KEYS[1], a sorted set of tokens
+-- scored by the end of their lease in milliseconds. Expired leases are
+-- dropped first, so the slots of a crashed instance come back on their own.
+--
+-- ARGV[1] limit, ARGV[2] lease in ms, ARGV[3] token, ARGV[4] now in ms or ""
+-- to read the Redis server's clock. Returns 1 when the slot is taken, else 0.
+
+local now
+if ARGV[4] == "" then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[4])
+end
+redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
+if redis.call("ZCARD", KEYS[1]) >= tonumber(ARGV[1]) then
+  return 0
+end
+local lease = tonumber(ARGV[2])
+redis.call("ZADD", KEYS[1], now + lease, ARGV[3])
+-- Every lease is as long, so the newest ends last: the set lives until then.
+redis.call("PEXPIRE", KEYS[1], lease)
+return 1

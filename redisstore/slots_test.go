@@ -1,0 +1,103 @@
+package redisstore_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/memorystore"
+	"github.com/tokenfair/ratelimit/nethttp"
+	"github.com/tokenfair/ratelimit/redisstore"
+	"github.com/tokenfair/ratelimit/redisstore/redistest"
+	"github.com/tokenfair/ratelimit/storetest"
+)
+
+// TestSlotsShared: two instances with clients of their own share a limit
+// of two in-flight requests per key through Redis.
+func TestSlotsShared(t *testing.T) {
+	srv := redistest.Start(t)
+	var running, peak atomic.Int64
+	gate := make(chan struct{})
+	instance := func() http.Handler {
+		slots := newStore(t, srv.Client(), redisstore.WithTimeout(time.Second))
+		mem, err := memorystore.New(memorystore.WithSweepInterval(0))
+		require.NoError(t, err)
+		t.Cleanup(func() { mem.Close() })
+		lim, err := ratelimit.New(mem, ratelimit.Policy{Limit: ratelimit.PerSecond(1000).WithBurst(1000)})
+		require.NoError(t, err)
+		m, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { return "k", nil },
+			ratelimit.WithMaxInFlight(2, 0), ratelimit.WithSlotStore(slots, time.Minute))
+		require.NoError(t, err)
+		return nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			<-gate
+		}))
+	}
+	a, b := instance(), instance()
+	codes := make(chan int, 6)
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := httptest.NewRecorder()
+			[]http.Handler{a, b}[i%2].ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+			codes <- w.Code
+		}()
+	}
+	require.Eventually(t, func() bool { return len(codes) == 4 }, 5*time.Second, time.Millisecond)
+	close(gate)
+	wg.Wait()
+	close(codes)
+	count := map[int]int{}
+	for c := range codes {
+		count[c]++
+	}
+	assert.Equal(t, map[int]int{200: 2, 429: 4}, count)
+	assert.Equal(t, int64(2), peak.Load())
+	n, err := srv.Client().ZCard(context.Background(), "ratelimit:inflight:k").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "every slot was released")
+}
+
+// TestSlotsExpire: the slots of an instance that died (never released)
+// come back when their lease ends.
+func TestSlotsExpire(t *testing.T) {
+	clock := new(storetest.Clock)
+	client := redistest.Start(t).Client()
+	s := newStore(t, client, redisstore.WithClock(clock.Now))
+	ctx := context.Background()
+	for range 3 {
+		_, ok, err := s.Acquire(ctx, "k", 3, time.Second)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	_, ok, err := s.Acquire(ctx, "k", 3, time.Second)
+	require.NoError(t, err)
+	assert.False(t, ok, "all three slots are held")
+	clock.Advance(time.Second - time.Millisecond)
+	_, ok, _ = s.Acquire(ctx, "k", 3, time.Second)
+	assert.False(t, ok, "the leases are not over")
+	clock.Advance(time.Millisecond)
+	token, ok, err := s.Acquire(ctx, "k", 3, time.Second)
+	require.NoError(t, err)
+	assert.True(t, ok, "the dead instance's leases ended")
+	ttl, err := client.PTTL(ctx, "ratelimit:inflight:k").Result()
+	require.NoError(t, err)
+	assert.Positive(t, ttl, "the set expires with its newest lease")
+	require.NoError(t, s.Release(ctx, "k", token))
+	n, err := client.ZCard(ctx, "ratelimit:inflight:k").Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), n)
+}
