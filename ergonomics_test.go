@@ -110,6 +110,20 @@ func TestSkipAndExempt(t *testing.T) {
 	assert.Equal(t, 11, s.calls)
 }
 
+// TestExemptSpendsNothing: an exempt key spends nothing, not even from a
+// global policy, and does not reach a failing store.
+func TestExemptSpendsNothing(t *testing.T) {
+	global := ratelimit.Policy{Name: "global", Limit: ratelimit.PerMinute(3), Global: true}
+	s := policyServer(t, []ratelimit.Policy{perKey, global}, ratelimit.WithExemptKeys("monitor"))
+	for range 10 {
+		require.Equal(t, 200, s.get("monitor").Code)
+	}
+	assert.Equal(t, []int{200, 200, 200, 429}, s.codes(4, "c"), "the global bucket is intact")
+
+	down := newServer(t, ratelimit.PerMinute(1), failingStore{errDown}, ratelimit.WithExemptKeys("monitor"))
+	assert.Equal(t, 200, down.get("monitor").Code)
+}
+
 func TestExemptAPIKey(t *testing.T) {
 	store, err := memorystore.New(memorystore.WithSweepInterval(0))
 	require.NoError(t, err)
@@ -236,18 +250,85 @@ func (failingSlots) Acquire(context.Context, string, int64, time.Duration) (stri
 func (failingSlots) Release(context.Context, string, string) error { return errDown }
 
 func TestSlotStoreFailure(t *testing.T) {
-	s := newServer(t, ratelimit.PerMinute(5), nil, ratelimit.WithMaxInFlight(1, 0), ratelimit.WithSlotStore(failingSlots{}, time.Minute))
-	w := s.get("c")
-	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
-	assert.Zero(t, s.calls)
-	assert.Equal(t, `"default";r=4;t=12`, w.Header().Get("RateLimit"), "headers of the decision")
-	w = s.get("c")
-	assert.Equal(t, `"default";r=4;t=12`, w.Header().Get("RateLimit"), "the token taken before the failure was given back")
-
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(5)})
 	require.NoError(t, err)
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, ratelimit.WithMaxInFlight(1, 0), ratelimit.WithSlotStore(failingSlots{}, time.Minute))
+	require.NoError(t, err)
+	calls := 0
+	s := &server{t: t, handler: nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls++ }))}
+	for range 3 {
+		w := s.get("c")
+		assert.Equal(t, http.StatusServiceUnavailable, w.Code)
+		assert.Empty(t, w.Header().Get("RateLimit"), "no decision was answered")
+	}
+	assert.Zero(t, calls)
+	res, err := lim.Take(context.Background(), "c", 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(5), res.Remaining, "the tokens taken before each failure were given back")
+
 	for _, opt := range []ratelimit.Option{ratelimit.WithSlotStore(nil, time.Second), ratelimit.WithSlotStore(failingSlots{}, 0), ratelimit.WithMaxInFlight(0, 0), ratelimit.WithMaxInFlight(-1, 2)} {
 		_, err := ratelimit.NewMiddleware(lim, keyByHeader, opt)
 		assert.Error(t, err)
+	}
+}
+
+type recordingObserver struct{ events []ratelimit.Event }
+
+func (o *recordingObserver) Observe(_ *http.Request, ev ratelimit.Event) {
+	o.events = append(o.events, ev)
+}
+
+// TestInFlightRefusalObserved: an in-flight refusal reaches the Observer as
+// a refusal by the "inflight" policy.
+func TestInFlightRefusalObserved(t *testing.T) {
+	obs := &recordingObserver{}
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(5)})
+	require.NoError(t, err)
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, ratelimit.WithMaxInFlight(1, 0), ratelimit.WithObserver(obs))
+	require.NoError(t, err)
+	var h http.Handler
+	inner := 0
+	h = nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/outer" {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "/inner", nil).WithContext(r.Context()))
+			inner = rec.Code
+		}
+	}))
+	r := httptest.NewRequest("GET", "/outer", nil)
+	r.Header.Set("X-Client", "c")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	require.Len(t, obs.events, 2)
+	assert.Equal(t, 500, inner, "the inner request has no X-Client")
+
+	obs.events = nil
+	h = nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/outer" {
+			in := httptest.NewRequest("GET", "/inner", nil)
+			in.Header.Set("X-Client", "c")
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, in)
+			inner = rec.Code
+		}
+	}))
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	assert.Equal(t, 429, inner)
+	require.Len(t, obs.events, 2)
+	assert.True(t, obs.events[0].Result.Allowed)
+	assert.False(t, obs.events[1].Result.Allowed)
+	assert.Equal(t, []string{ratelimit.InFlightPolicyName}, obs.events[1].Result.Violated)
+}
+
+func TestAllDryRunWritesNoHeaders(t *testing.T) {
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true}
+	for _, format := range []ratelimit.HeaderFormat{ratelimit.HeadersIETF, ratelimit.HeadersLegacy, ratelimit.HeadersX} {
+		s := policyServer(t, []ratelimit.Policy{shadow}, ratelimit.WithHeaders(format))
+		for range 3 {
+			w := s.get("c")
+			assert.Equal(t, 200, w.Code)
+			for name := range w.Header() {
+				assert.NotContains(t, strings.ToLower(name), "ratelimit", "format %v wrote %s", format, name)
+			}
+		}
 	}
 }

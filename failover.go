@@ -24,8 +24,9 @@ const (
 	FailClosed
 	// FailLocal decides in an in-process store with the shared quota
 	// divided among the instances: with N instances each allows 1/N of the
-	// rate and of the burst (at least 1), so together they stay near the
-	// shared quota instead of multiplying it.
+	// rate and of the burst (at least 1, and at least the request's cost),
+	// so together they stay near the shared quota instead of multiplying
+	// it.
 	FailLocal
 )
 
@@ -149,9 +150,15 @@ func (f *Failover) TakeAll(ctx context.Context, reqs []Request, results []Result
 		return ErrNotAtomic
 	}
 	var cause error
-	if f.askPrimary() {
+	if probe := f.degraded.Load(); f.askPrimary() {
 		err := bs.TakeAll(ctx, reqs, results)
-		if errors.Is(err, ErrNotAtomic) || !f.failed(ctx, err) {
+		if errors.Is(err, ErrNotAtomic) {
+			if probe { // no I/O was done: let the Limiter's next Take probe
+				f.nextProbe.Store(0)
+			}
+			return err
+		}
+		if !f.failed(ctx, err) {
 			return err
 		}
 		cause = err
@@ -164,7 +171,7 @@ func (f *Failover) TakeAll(ctx context.Context, reqs []Request, results []Result
 		}
 		shared := slices.Clone(reqs)
 		for i := range shared {
-			shared[i].Policy.Limit = shared[i].Policy.Limit.share(f.cfg.Instances)
+			shared[i].Policy.Limit = shared[i].Policy.Limit.share(f.cfg.Instances, shared[i].Cost)
 		}
 		err := local.TakeAll(ctx, shared, results)
 		for i := range results {
@@ -231,7 +238,7 @@ func (f *Failover) fallback(ctx context.Context, p Policy, key string, cost int6
 		}
 		return Result{}, ErrStoreUnavailable
 	case FailLocal:
-		p.Limit = p.Limit.share(f.cfg.Instances)
+		p.Limit = p.Limit.share(f.cfg.Instances, cost)
 		res, err := f.cfg.Local.Take(ctx, p, key, cost)
 		res.Degraded = true
 		return res, err
@@ -240,12 +247,13 @@ func (f *Failover) fallback(ctx context.Context, p Policy, key string, cost int6
 }
 
 // share returns the part of l that one of n instances may use: 1/n of the
-// rate and of the burst (at least 1 token), within MaxSpan.
-func (l Limit) share(n int64) Limit {
+// rate and of the burst, within MaxSpan, with a burst of at least cost so
+// that a request the shared limit could allow is not refused for ever.
+func (l Limit) share(n, cost int64) Limit {
 	if n <= 1 {
 		return l
 	}
-	burst := max(l.Burst/n, 1)
+	burst := max(l.Burst/n, cost, 1)
 	iv := l.Interval
 	if iv <= MaxSpan/time.Duration(burst)/time.Duration(n) {
 		iv *= time.Duration(n)

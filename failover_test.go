@@ -197,3 +197,73 @@ func TestFailoverConfigErrors(t *testing.T) {
 	_, err := ratelimit.ParseFailureMode("sideways")
 	assert.Error(t, err)
 }
+
+// notAtomic is a primary that can never decide several policies at once,
+// like a Redis Cluster whose keys live in different slots.
+type notAtomic struct{ *flakyStore }
+
+func (notAtomic) TakeAll(context.Context, []ratelimit.Request, []ratelimit.Result) error {
+	return ratelimit.ErrNotAtomic
+}
+
+// TestFailoverRecoversWithoutBatches: a probe that finds the primary cannot
+// batch does not stop the one-by-one takes from probing and recovering.
+func TestFailoverRecoversWithoutBatches(t *testing.T) {
+	rig := newFailover(t, ratelimit.FailOpen, 1)
+	fo, err := ratelimit.NewFailover(notAtomic{rig.primary}, ratelimit.FailoverConfig{Clock: rig.clock.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	lim, err := ratelimit.New(fo, perKey, global)
+	require.NoError(t, err)
+	rig.primary.down.Store(true)
+	res, err := lim.Take(context.Background(), "k", 1)
+	require.NoError(t, err)
+	assert.True(t, res.Degraded)
+	rig.primary.down.Store(false)
+	rig.clock.Advance(time.Second)
+	res, err = lim.Take(context.Background(), "k", 1)
+	require.NoError(t, err)
+	assert.False(t, res.Degraded, "healthy again at the first probe")
+	assert.True(t, fo.Healthy())
+}
+
+// TestFailoverLocalCostAboveShare: a cost the shared limit allows is not
+// refused for ever by an instance's smaller share.
+func TestFailoverLocalCostAboveShare(t *testing.T) {
+	rig := newFailover(t, ratelimit.FailLocal, 3)
+	lim, err := ratelimit.New(rig.store, ratelimit.Policy{Limit: ratelimit.PerSecond(10)})
+	require.NoError(t, err)
+	rig.primary.down.Store(true)
+	res, err := lim.Take(context.Background(), "k", 5)
+	require.NoError(t, err)
+	assert.True(t, res.Allowed, "burst 10 shared by 3 is 3, raised to the cost of 5")
+	res, err = lim.Take(context.Background(), "k", 5)
+	require.NoError(t, err)
+	assert.False(t, res.Allowed)
+	assert.Equal(t, 5*300*time.Millisecond, res.RetryAfter, "at a third of the rate")
+}
+
+type dryRunDown struct{ ratelimit.Store }
+
+func (d dryRunDown) Take(ctx context.Context, p ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+	if p.DryRun {
+		return ratelimit.Result{}, errDown
+	}
+	return d.Store.Take(ctx, p, key, cost)
+}
+
+// TestDryRunStoreError: a failing dry-run policy neither refuses nor makes
+// the enforcing policies lose tokens.
+func TestDryRunStoreError(t *testing.T) {
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true}
+	lim, err := ratelimit.New(dryRunDown{memoryStore(t)}, ratelimit.Policy{Limit: ratelimit.PerMinute(2)}, shadow)
+	require.NoError(t, err)
+	for i := range 2 {
+		res, err := lim.Take(context.Background(), "k", 1)
+		require.NoError(t, err)
+		assert.True(t, res.Allowed, "request %d", i+1)
+		assert.Empty(t, res.DryRunViolated)
+	}
+	res, err := lim.Take(context.Background(), "k", 1)
+	require.NoError(t, err)
+	assert.False(t, res.Allowed, "the enforcing policy counted both")
+}

@@ -17,8 +17,10 @@ const InFlightPolicyName = "inflight"
 // over either limit is refused with 429, Retry-After: 1 and the policy
 // "inflight", and what it took from the rate limits is given back. A slot is
 // released when the handler returns, also by a panic or because the client
-// went away. The limit is kept in the process: with several instances, each
-// allows its own N. The default is no limit.
+// went away. A request that waits in a shaping queue holds its slot while it
+// waits. The limit is kept in the process (with several instances, each
+// allows its own N) unless WithSlotStore shares it. The default is no
+// limit.
 //
 // In the IETF format, the limit is listed in RateLimit-Policy with the
 // draft's concurrency unit: "inflight";q=3;qu="concurrent-requests".

@@ -289,14 +289,9 @@ const maxHops = 32
 //
 // KeyByIP returns an error if an option is invalid.
 func KeyByIP(opts ...IPOption) (KeyFunc, error) {
-	c := &ipConfig{}
-	for _, opt := range opts {
-		if opt == nil {
-			return nil, errors.New("ratelimit: KeyByIP: nil option")
-		}
-		if err := opt(c); err != nil {
-			return nil, err
-		}
+	c, err := newIPConfig("KeyByIP", opts)
+	if err != nil {
+		return nil, err
 	}
 	if !c.quiet {
 		for _, p := range c.trusted {
@@ -327,14 +322,9 @@ func KeyByIP(opts ...IPOption) (KeyFunc, error) {
 // ErrNoClientIP. TrustedProxies and ProxyHeader do not apply, since the
 // address is already chosen; it returns the error of an invalid option.
 func KeyByAddr(opts ...IPOption) (func(addr string) (string, error), error) {
-	c := &ipConfig{}
-	for _, opt := range opts {
-		if opt == nil {
-			return nil, errors.New("ratelimit: KeyByAddr: nil option")
-		}
-		if err := opt(c); err != nil {
-			return nil, err
-		}
+	c, err := newIPConfig("KeyByAddr", opts)
+	if err != nil {
+		return nil, err
 	}
 	return func(addr string) (string, error) {
 		a, ok := parseNode(addr)
@@ -343,6 +333,20 @@ func KeyByAddr(opts ...IPOption) (func(addr string) (string, error), error) {
 		}
 		return c.key(a), nil
 	}, nil
+}
+
+// newIPConfig applies opts for the function named fn.
+func newIPConfig(fn string, opts []IPOption) (*ipConfig, error) {
+	c := &ipConfig{}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("ratelimit: %s: nil option", fn)
+		}
+		if err := opt(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 func (c *ipConfig) key(a netip.Addr) string {

@@ -188,6 +188,7 @@ var (
 type Limiter struct {
 	store    Store
 	policies []Policy
+	all      []int      // indexes of every policy
 	enforce  []int      // indexes of the enforcing policies
 	dryRun   []int      // indexes of the dry-run policies
 	names    [][]string // per policy, a one-element slice of its name
@@ -219,6 +220,7 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 		l.policies = append(l.policies, p)
 		l.names = append(l.names, []string{p.Name})
 		l.names1 = append(l.names1, p.Name)
+		l.all = append(l.all, i)
 		if p.DryRun {
 			l.dryRun = append(l.dryRun, i)
 		} else {
@@ -279,7 +281,9 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int64) (Result, err
 		}
 		res, err := l.store.Take(ctx, p, l.key(i, key), c)
 		if err != nil {
-			return Result{}, fmt.Errorf("%w: %w", ErrStore, err)
+			// A dry-run policy never refuses, not even when its store fails.
+			results[i] = Result{Allowed: true, Policy: p.Name, Limit: p.Limit, Degraded: true}
+			continue
 		}
 		if c != cost { // a look: would the cost have fit?
 			res.Allowed = cost <= p.Limit.Burst && res.Remaining >= cost
@@ -335,7 +339,7 @@ func (l *Limiter) giveBackSome(ctx context.Context, idx []int, key string, cost 
 	}
 	ctx = context.WithoutCancel(ctx)
 	for _, i := range idx {
-		if results[i].Allowed {
+		if r := results[i]; r.Allowed && !r.Degraded && cost <= r.Limit.Burst {
 			_, _ = l.store.Take(ctx, l.policies[i], l.key(i, key), -cost)
 		}
 	}
@@ -344,37 +348,25 @@ func (l *Limiter) giveBackSome(ctx context.Context, idx []int, key string, cost 
 // giveBack returns cost to every policy that res says spent it, after the
 // request turned out not to count (WithCountIf) or could not run.
 func (l *Limiter) giveBack(ctx context.Context, key string, cost int64, res Result) {
-	if cost == 0 || res.Degraded {
+	if res.Degraded {
 		return
 	}
-	ctx = context.WithoutCancel(ctx)
 	if res.Policies == nil {
-		_, _ = l.store.Take(ctx, l.policies[0], l.key(0, key), -cost)
+		l.giveBackSome(ctx, l.all, key, cost, []Result{res})
 		return
 	}
-	for i, r := range res.Policies {
-		if r.Allowed && cost <= r.Limit.Burst {
-			_, _ = l.store.Take(ctx, l.policies[i], l.key(i, key), -cost)
-		}
-	}
+	l.giveBackSome(ctx, l.all, key, cost, res.Policies)
 }
 
-// combine picks the binding policy's result and fills in the lists.
+// combine makes the Result of a request decided by several policies: the
+// binding policy's result, the lists, and every policy's result.
 func (l *Limiter) combine(results []Result, allowed bool) Result {
-	best := -1
 	var delay time.Duration
 	var violated, dry []string
 	for _, i := range l.enforce {
-		r := results[i]
-		delay = max(delay, r.Delay)
-		switch {
-		case !r.Allowed:
-			violated = append(violated, r.Policy)
-			if best < 0 || results[best].Allowed || r.RetryAfter > results[best].RetryAfter {
-				best = i
-			}
-		case allowed && (best < 0 || r.Remaining < results[best].Remaining):
-			best = i
+		delay = max(delay, results[i].Delay)
+		if !results[i].Allowed {
+			violated = append(violated, results[i].Policy)
 		}
 	}
 	for _, i := range l.dryRun {
@@ -382,15 +374,11 @@ func (l *Limiter) combine(results []Result, allowed bool) Result {
 			dry = append(dry, results[i].Policy)
 		}
 	}
-	if best < 0 { // only dry-run policies
-		best = l.dryRun[0]
-		for _, i := range l.dryRun {
-			if results[i].Remaining < results[best].Remaining {
-				best = i
-			}
-		}
+	idx := l.enforce
+	if len(idx) == 0 {
+		idx = l.dryRun
 	}
-	res := results[best]
+	res := results[binding(results, idx)]
 	res.Allowed = allowed
 	res.Delay = 0
 	if allowed {
@@ -398,4 +386,18 @@ func (l *Limiter) combine(results []Result, allowed bool) Result {
 	}
 	res.Violated, res.DryRunViolated, res.Policies = violated, dry, results
 	return res
+}
+
+// binding returns the index, among idx, of the result that binds: a
+// refusing one with the longest wait, else the one with the fewest tokens
+// left (the first of equals).
+func binding(results []Result, idx []int) int {
+	best := idx[0]
+	for _, i := range idx[1:] {
+		r, b := results[i], results[best]
+		if !r.Allowed && (b.Allowed || r.RetryAfter > b.RetryAfter) || r.Allowed && b.Allowed && r.Remaining < b.Remaining {
+			best = i
+		}
+	}
+	return best
 }

@@ -84,9 +84,17 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 		start = time.Now()
 	}
 	lim, key, cost, res, err := m.decide(r)
-	if err == nil && m.cfg.exempt[key] {
+	if errors.Is(err, errExempt) {
 		next()
 		return
+	}
+	var release func()
+	if err == nil && res.Allowed {
+		// An in-flight refusal is a refusal: take the slot before the
+		// decision is observed and answered.
+		if release, res, err = m.acquire(r, lim, key, cost, res); release != nil {
+			defer release()
+		}
 	}
 	if m.cfg.observer != nil {
 		m.cfg.observer.Observe(r, Event{Policies: lim.names1, KeyHash: keyHash(key), Result: res, Err: err, Elapsed: time.Since(start)})
@@ -103,46 +111,10 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 		res.RetryAfter += j
 		res.ResetAfter = max(res.ResetAfter, res.RetryAfter)
 	}
-	h := w.Header()
-	if !res.Degraded {
-		if m.cfg.dryRunHeaders && res.Policies != nil {
-			writeHeaders(h, m.cfg.headers, closest(res.Policies), lim.fields[1])
-		} else {
-			writeHeaders(h, m.cfg.headers, res, lim.fields[0])
-		}
-		if m.cfg.inflight != nil {
-			m.cfg.inflight.list(h, m.cfg.headers)
-		}
-	}
+	m.writeHeaders(w.Header(), lim, res)
 	if !res.Allowed {
 		m.refuse(w, r, res)
 		return
-	}
-	if f := m.cfg.inflight; f != nil {
-		var ok bool
-		if m.cfg.slots == nil {
-			if ok = f.acquire(key); ok {
-				defer f.release(key)
-			}
-		} else {
-			held, acquired, err := f.acquireShared(r.Context(), m.cfg.slots, m.cfg.lease, key)
-			if err != nil {
-				lim.giveBack(r.Context(), key, cost, res)
-				m.cfg.onError(w, r, fmt.Errorf("%w: in-flight slots: %w", ErrStore, err))
-				return
-			}
-			if ok = acquired; ok {
-				defer f.releaseShared(r.Context(), m.cfg.slots, held)
-			}
-		}
-		if !ok {
-			lim.giveBack(r.Context(), key, cost, res)
-			res = f.refused
-			writeHeaders(h, m.cfg.headers, res, lim.fields[0])
-			f.list(h, m.cfg.headers)
-			m.refuse(w, r, res)
-			return
-		}
 	}
 	if res.Delay > 0 {
 		if err := m.cfg.wait(r.Context(), res.Delay); err != nil {
@@ -157,10 +129,55 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 	counted := false
 	defer func() {
 		if !counted { // next did not return normally, or its status does not count
-			lim.giveBack(context.WithoutCancel(r.Context()), key, cost, res)
+			lim.giveBack(r.Context(), key, cost, res)
 		}
 	}()
 	counted = m.cfg.countIf(next())
+}
+
+// acquire takes an in-flight slot for an allowed request (WithMaxInFlight)
+// and returns the function that releases it. When no slot is free it gives
+// back what the decision spent and returns the in-flight refusal; when the
+// SlotStore fails, an error wrapping ErrStore.
+func (m *Middleware) acquire(r *http.Request, lim *Limiter, key string, cost int64, res Result) (func(), Result, error) {
+	f := m.cfg.inflight
+	if f == nil {
+		return nil, res, nil
+	}
+	if m.cfg.slots == nil {
+		if f.acquire(key) {
+			return func() { f.release(key) }, res, nil
+		}
+	} else {
+		held, ok, err := f.acquireShared(r.Context(), m.cfg.slots, m.cfg.lease, key)
+		if err != nil {
+			lim.giveBack(r.Context(), key, cost, res)
+			return nil, Result{}, fmt.Errorf("%w: in-flight slots: %w", ErrStore, err)
+		}
+		if ok {
+			return func() { f.releaseShared(r.Context(), m.cfg.slots, held) }, res, nil
+		}
+	}
+	lim.giveBack(r.Context(), key, cost, res)
+	return nil, f.refused, nil
+}
+
+// writeHeaders writes the rate-limit header fields of res, decided by lim:
+// none for a degraded decision, or when every policy is dry-run and hidden.
+func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
+	switch {
+	case res.Degraded:
+		return
+	case m.cfg.dryRunHeaders && res.Policies != nil:
+		writeHeaders(h, m.cfg.headers, res.Policies[binding(res.Policies, lim.all)], lim.fields[1])
+	case len(lim.enforce) == 0 && !m.cfg.dryRunHeaders:
+		return
+	default:
+		writeHeaders(h, m.cfg.headers, res, lim.fields[0])
+	}
+	if m.cfg.inflight != nil {
+		m.cfg.inflight.list(h, m.cfg.headers)
+	}
 }
 
 // refuse answers a refused request: Retry-After, then the deny handler.
@@ -186,6 +203,9 @@ func (m *Middleware) decide(r *http.Request) (lim *Limiter, key string, cost int
 	if key, err = m.key(r); err != nil {
 		return lim, "", 0, Result{}, err
 	}
+	if m.cfg.exempt[key] {
+		return lim, key, 0, Result{}, errExempt
+	}
 	cost = 1
 	if m.cfg.cost != nil {
 		if cost, err = m.cfg.cost(r); err != nil {
@@ -195,6 +215,9 @@ func (m *Middleware) decide(r *http.Request) (lim *Limiter, key string, cost int
 	res, err = lim.Take(r.Context(), key, cost)
 	return lim, key, cost, res, err
 }
+
+// errExempt tells Handle that the request's key is exempt.
+var errExempt = errors.New("ratelimit: exempt key")
 
 // ErrPanic wraps the value of a panic in a key, cost or limiter-choosing
 // function; the default error handler answers it with 500.
@@ -218,21 +241,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
-}
-
-// closest returns the result to show when every policy is shown: a refusing
-// one with the longest wait, else the one with the fewest tokens left.
-func closest(results []Result) Result {
-	best := results[0]
-	for _, r := range results[1:] {
-		switch {
-		case !r.Allowed && (best.Allowed || r.RetryAfter > best.RetryAfter):
-			best = r
-		case r.Allowed && best.Allowed && r.Remaining < best.Remaining:
-			best = r
-		}
-	}
-	return best
 }
 
 func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {

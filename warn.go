@@ -25,22 +25,25 @@ func warn(w Warner, kind, msg string, args ...any) {
 
 // limitsByStore remembers the limit of every policy name used on each
 // store, to warn when two limiters share a store and a name but not a
-// limit: their buckets would mix.
+// limit: their buckets would mix. Stores are known by address only, so the
+// map keeps none of them alive.
 var limitsByStore sync.Map // storePolicy → Limit
 
 type storePolicy struct {
-	store Store
+	store uintptr
 	name  string
 }
 
 // checkShared warns once for each policy of l whose name another limiter
-// uses on the same store with a different limit.
+// uses on the same store with a different limit. It knows stores that are
+// pointers (all of this module's are).
 func checkShared(l *Limiter, w Warner) {
-	if !reflect.TypeOf(l.store).Comparable() {
+	v := reflect.ValueOf(l.store)
+	if v.Kind() != reflect.Pointer {
 		return
 	}
 	for _, p := range l.policies {
-		prev, loaded := limitsByStore.LoadOrStore(storePolicy{l.store, p.Name}, p.Limit)
+		prev, loaded := limitsByStore.LoadOrStore(storePolicy{v.Pointer(), p.Name}, p.Limit)
 		if loaded && prev.(Limit) != p.Limit {
 			warn(w, "shared-policy-name", "ratelimit: two limiters use one store and the policy name with different limits, so their buckets mix; give the policies different names",
 				"policy", p.Name, "limit", p.Limit.String(), "other", prev.(Limit).String())

@@ -23,6 +23,7 @@ package metrics
 import (
 	"errors"
 	"net/http"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -119,23 +120,14 @@ func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 
 func outcome(policy string, res ratelimit.Result) string {
 	switch {
-	case contains(res.Violated, policy):
+	case slices.Contains(res.Violated, policy):
 		return Limited
-	case contains(res.DryRunViolated, policy):
+	case slices.Contains(res.DryRunViolated, policy):
 		return DryRunLimited
 	case res.Degraded:
 		return Degraded
 	}
 	return Allowed
-}
-
-func contains(names []string, name string) bool {
-	for _, n := range names {
-		if n == name {
-			return true
-		}
-	}
-	return false
 }
 
 // Warn implements [ratelimit.Warner]: it counts a misconfiguration warning.

@@ -49,3 +49,9 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// Flush keeps streaming handlers (which assert http.Flusher) working.
+func (s *statusWriter) Flush() {
+	s.written = true
+	_ = http.NewResponseController(s.ResponseWriter).Flush()
+}

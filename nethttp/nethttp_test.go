@@ -95,3 +95,26 @@ type discard struct {
 func (w *discard) Header() http.Header         { return w.h }
 func (w *discard) WriteHeader(code int)        { w.code = code }
 func (w *discard) Write(b []byte) (int, error) { return len(b), nil }
+
+// TestCountIfKeepsFlusher: the status-recording writer still lets a
+// streaming handler flush.
+func TestCountIfKeepsFlusher(t *testing.T) {
+	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	require.NoError(t, err)
+	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(2)})
+	require.NoError(t, err)
+	m, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { return "k", nil }, ratelimit.WithCountIf(ratelimit.Failed))
+	require.NoError(t, err)
+	h := Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, ok := w.(http.Flusher)
+		require.True(t, ok)
+		w.Write([]byte("chunk"))
+		f.Flush()
+	}))
+	for range 5 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		assert.Equal(t, 200, w.Code, "successful responses do not count")
+		assert.True(t, w.Flushed)
+	}
+}

@@ -7,9 +7,10 @@
 // the Redis server's clock (TIME), so the clocks of the application's hosts
 // never matter. A key's state is one time, the moment its bucket is full
 // again (or its queue empty); the key expires then, so Redis holds only keys
-// that carry information and nothing leaks. Each call touches one key, so
-// the store works on Redis Cluster as well as on a single server, Sentinel
-// (a failover client) or a Ring.
+// that carry information and nothing leaks. A call touches one key, or
+// several in one Cluster slot (TakeAll), so the store works on Redis
+// Cluster as well as on a single server, Sentinel (a failover client) or a
+// Ring.
 //
 // Every call has a deadline (WithTimeout, 100 ms by default). go-redis v9
 // only honours a context's deadline on socket reads when the client was
@@ -233,8 +234,9 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, results []rat
 }
 
 // Acquire implements [ratelimit.SlotStore]: the slots of key are a sorted
-// set PREFIX + "inflight:" + key of tokens scored by the end of their lease,
-// taken and pruned in one script call.
+// set PREFIX + ":inflight:" + key of tokens scored by the end of their
+// lease, taken and pruned in one script call. (Policy names are never
+// empty, so no bucket key starts with PREFIX + ":".)
 func (s *Store) Acquire(ctx context.Context, key string, limit int64, lease time.Duration) (string, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -246,7 +248,7 @@ func (s *Store) Acquire(ctx context.Context, key string, limit int64, lease time
 		now = strconv.FormatInt(s.now().UnixMilli(), 10)
 	}
 	ms := max(lease.Milliseconds(), 1)
-	n, err := slotsScript.Run(ctx, s.client, []string{s.prefix + "inflight:" + key}, limit, ms, token, now).Int64()
+	n, err := slotsScript.Run(ctx, s.client, []string{s.slotsKey(key)}, limit, ms, token, now).Int64()
 	if err != nil {
 		return "", false, fmt.Errorf("redisstore: %w", err)
 	}
@@ -257,11 +259,13 @@ func (s *Store) Acquire(ctx context.Context, key string, limit int64, lease time
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if err := releaseScript.Run(ctx, s.client, []string{s.prefix + "inflight:" + key}, token).Err(); err != nil {
+	if err := releaseScript.Run(ctx, s.client, []string{s.slotsKey(key)}, token).Err(); err != nil {
 		return fmt.Errorf("redisstore: %w", err)
 	}
 	return nil
 }
+
+func (s *Store) slotsKey(key string) string { return s.prefix + ":inflight:" + key }
 
 // pair formats nanoseconds as the script's "seconds:nanoseconds".
 func pair(ns int64) string {

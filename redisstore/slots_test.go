@@ -66,7 +66,7 @@ func TestSlotsShared(t *testing.T) {
 	}
 	assert.Equal(t, map[int]int{200: 2, 429: 4}, count)
 	assert.Equal(t, int64(2), peak.Load())
-	n, err := srv.Client().ZCard(context.Background(), "ratelimit:inflight:k").Result()
+	n, err := srv.Client().ZCard(context.Background(), "ratelimit::inflight:k").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "every slot was released")
 }
@@ -93,11 +93,11 @@ func TestSlotsExpire(t *testing.T) {
 	token, ok, err := s.Acquire(ctx, "k", 3, time.Second)
 	require.NoError(t, err)
 	assert.True(t, ok, "the dead instance's leases ended")
-	ttl, err := client.PTTL(ctx, "ratelimit:inflight:k").Result()
+	ttl, err := client.PTTL(ctx, "ratelimit::inflight:k").Result()
 	require.NoError(t, err)
 	assert.Positive(t, ttl, "the set expires with its newest lease")
 	require.NoError(t, s.Release(ctx, "k", token))
-	n, err := client.ZCard(ctx, "ratelimit:inflight:k").Result()
+	n, err := client.ZCard(ctx, "ratelimit::inflight:k").Result()
 	require.NoError(t, err)
 	assert.Equal(t, int64(0), n)
 }
