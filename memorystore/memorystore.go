@@ -49,7 +49,7 @@ type entryKey struct{ policy, key string }
 
 type shard struct {
 	mu sync.Mutex
-	m  map[entryKey]int64
+	m  map[entryKey]*int64 // a pointer, so that a known key is one map lookup
 	_  [48]byte // keep shards on separate cache lines
 }
 
@@ -130,7 +130,7 @@ func New(opts ...Option) (*Store, error) {
 		perShard: o.maxKeys / n,
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[entryKey]int64)
+		s.shards[i].m = make(map[entryKey]*int64)
 	}
 	if o.clock != nil {
 		clock := o.clock
@@ -154,8 +154,9 @@ func (s *Store) Take(_ context.Context, p ratelimit.Policy, key string, cost int
 	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
 	sh.mu.Lock()
 	now := s.now()
-	state, res := algo.Decide(p, sh.m[ek], now, cost)
-	sh.store(ek, state, now, s.perShard)
+	held := sh.m[ek]
+	state, res := algo.Decide(p, load(held), now, cost)
+	sh.store(ek, held, state, now, s.perShard)
 	sh.mu.Unlock()
 	return res, nil
 }
@@ -177,14 +178,16 @@ func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []r
 	states := stateBuf[:0]
 	for i, r := range reqs {
 		old := s.shards[idx[i]].m[entryKey{r.Policy.Name, r.Key}]
-		state, res := algo.Decide(r.Policy, old, now, r.Cost)
+		state, res := algo.Decide(r.Policy, load(old), now, r.Cost)
 		results[i] = res
 		states = append(states, state)
 		all = all && res.Allowed
 	}
 	if all {
 		for i, r := range reqs {
-			s.shards[idx[i]].store(entryKey{r.Policy.Name, r.Key}, states[i], now, s.perShard)
+			ek := entryKey{r.Policy.Name, r.Key}
+			sh := &s.shards[idx[i]]
+			sh.store(ek, sh.m[ek], states[i], now, s.perShard)
 		}
 	}
 	for _, i := range locked {
@@ -205,20 +208,32 @@ func (s *Store) lockAll(idx []uint64) []uint64 {
 	return locked
 }
 
-// store records state for ek, forgetting it when it carries no information
-// (state at or before now) and making room at the cap. The shard is locked.
-func (sh *shard) store(ek entryKey, state, now int64, perShard int) {
-	old, held := sh.m[ek]
+// load returns the state held at p, or 0 (a full bucket) for none.
+func load(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// store records state for ek, whose state is held at p (nil if none),
+// forgetting it when it carries no information (state at or before now) and
+// making room at the cap. The shard is locked.
+func (sh *shard) store(ek entryKey, p *int64, state, now int64, perShard int) {
 	switch {
 	case state <= now:
-		if held {
+		if p != nil {
 			delete(sh.m, ek)
 		}
-	case state != old || !held:
-		if !held && len(sh.m) >= perShard {
+	case p != nil:
+		*p = state
+	default:
+		if len(sh.m) >= perShard {
 			sh.evict(now)
 		}
-		sh.m[ek] = state
+		p = new(int64) // only here: &state would move state to the heap on every call
+		*p = state
+		sh.m[ek] = p
 	}
 }
 
@@ -230,8 +245,8 @@ const evictSample = 8
 func (sh *shard) evict(now int64) {
 	var victim entryKey
 	oldest, seen, dropped := int64(0), 0, false
-	for k, v := range sh.m {
-		if v <= now {
+	for k, p := range sh.m {
+		if v := *p; v <= now {
 			delete(sh.m, k)
 			dropped = true
 		} else if seen == 0 || v < oldest {
@@ -292,13 +307,13 @@ func (s *Store) sweep() {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		now, before := s.now(), len(sh.m)
-		for k, v := range sh.m {
-			if v <= now {
+		for k, p := range sh.m {
+			if *p <= now {
 				delete(sh.m, k)
 			}
 		}
 		if after := len(sh.m); before >= 1024 && after < before/4 {
-			m := make(map[entryKey]int64, after)
+			m := make(map[entryKey]*int64, after)
 			for k, v := range sh.m {
 				m[k] = v
 			}
