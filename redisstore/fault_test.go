@@ -22,7 +22,7 @@ const (
 	callTimeout = 50 * time.Millisecond
 	// slack covers scheduling on a loaded 2-core machine and the race
 	// detector: no call may take longer than its deadline plus this.
-	slack = 250 * time.Millisecond
+	slack = 400 * time.Millisecond
 )
 
 // TestFaults kills, pauses and restarts a real Redis under load, for each
