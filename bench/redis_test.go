@@ -11,6 +11,9 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	throttledredis "github.com/throttled/throttled/v2/store/goredisstore.v9"
+	ulule "github.com/ulule/limiter/v3"
+	uleredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/redisstore"
@@ -20,54 +23,89 @@ import (
 // redisPeer is one limiter's decision function over a Redis client.
 type redisPeer struct {
 	name string
-	new  func(b *testing.B, c *redis.Client) func(ctx context.Context, key string) bool
+	new  func(tb testing.TB, c *redis.Client, l limit) func(ctx context.Context, key string) bool
 }
 
+// redisLimit is the limit of the Redis benchmarks: every request allowed.
+var redisLimit = limit{1_000_000, time.Second}
+
 var redisPeers = []redisPeer{
-	{"tokenfair", func(b *testing.B, c *redis.Client) func(context.Context, string) bool {
+	{"tokenfair", func(tb testing.TB, c *redis.Client, l limit) func(context.Context, string) bool {
 		s, err := redisstore.New(c, redisstore.WithTimeout(time.Second))
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
-		lim, err := ratelimit.New(s, ratelimit.Policy{Limit: ratelimit.PerSecond(1_000_000).WithBurst(1_000_000)})
+		lim, err := ratelimit.New(s, ratelimit.Policy{Limit: ratelimit.Per(int64(l.n), l.per).WithBurst(int64(l.n))})
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		return func(ctx context.Context, key string) bool {
 			res, err := lim.Take(ctx, key, 1)
 			if err != nil {
-				b.Error(err)
+				tb.Error(err)
 			}
 			return res.Allowed
 		}
 	}},
-	{"redis_rate", func(b *testing.B, c *redis.Client) func(context.Context, string) bool {
+	{"redis_rate", func(tb testing.TB, c *redis.Client, l limit) func(context.Context, string) bool {
 		lim := redis_rate.NewLimiter(c)
-		limit := redis_rate.Limit{Rate: 1_000_000, Burst: 1_000_000, Period: time.Second}
+		limit := redis_rate.Limit{Rate: l.n, Burst: l.n, Period: l.per}
 		return func(ctx context.Context, key string) bool {
 			res, err := lim.Allow(ctx, key, limit)
 			if err != nil {
-				b.Error(err)
+				tb.Error(err)
 			}
 			return res.Allowed > 0
+		}
+	}},
+	// ulule's Redis store: a fixed window counter, one script per decision.
+	{"ulule", func(tb testing.TB, c *redis.Client, l limit) func(context.Context, string) bool {
+		s, err := uleredis.NewStoreWithOptions(c, ulule.StoreOptions{Prefix: "ulule"})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		lim := ulule.New(s, ulule.Rate{Period: l.per, Limit: int64(l.n)})
+		return func(ctx context.Context, key string) bool {
+			res, err := lim.Get(ctx, key)
+			if err != nil {
+				tb.Error(err)
+			}
+			return err == nil && !res.Reached
+		}
+	}},
+	// throttled's go-redis v9 store: GCRA with a read (TIME and GET in one
+	// pipeline) then a compare-and-swap script, retried on conflict.
+	{"throttled", func(tb testing.TB, c *redis.Client, l limit) func(context.Context, string) bool {
+		s, err := throttledredis.NewCtx(c, "throttled:")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		lim := throttledGCRA(tb, s, l)
+		return func(ctx context.Context, key string) bool {
+			limited, _, err := lim.RateLimitCtx(ctx, key, 1)
+			if err != nil {
+				tb.Error(err)
+			}
+			return err == nil && !limited
 		}
 	}},
 }
 
 // BenchmarkRedis measures one decision against a local redis-server started
-// for the benchmark, serially and from parallel goroutines over 1 000 keys,
-// and reports the client's round trips per decision and the commands Redis
-// executed per decision (INFO commandstats, script internals included).
+// for the benchmark, serially and from 8×GOMAXPROCS goroutines, over 1 000
+// keys, all allowed, and reports the client's round trips per decision and
+// the commands Redis executed per decision (INFO commandstats, script
+// internals included).
 func BenchmarkRedis(b *testing.B) {
 	srv := redistest.Start(b)
-	for _, peer := range redisPeers {
-		for _, mode := range []string{"serial", "parallel"} {
-			b.Run(peer.name+"/"+mode, func(b *testing.B) {
+	for _, mode := range []string{"serial", "parallel"} {
+		for _, peer := range redisPeers {
+			b.Run(mode+"/"+peer.name, func(b *testing.B) {
 				c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 64})
 				defer c.Close()
 				trips := new(roundTrips)
 				c.AddHook(trips)
-				take := peer.new(b, c)
+				take := peer.new(b, c, redisLimit)
 				ctx := context.Background()
 				take(ctx, "warm-up") // loads the script
 				before := commandCalls(b, c)
@@ -93,8 +131,8 @@ func BenchmarkRedis(b *testing.B) {
 					})
 				}
 				b.StopTimer()
-				if allowed.Load() == 0 {
-					b.Fatal("nothing allowed")
+				if allowed.Load() != int64(b.N) {
+					b.Fatalf("%s allowed %d of %d", peer.name, allowed.Load(), b.N)
 				}
 				b.ReportMetric(float64(trips.n.Load())/float64(b.N), "round-trips/op")
 				b.ReportMetric(float64(commandCalls(b, c)-before-1)/float64(b.N), "redis-commands/op")
@@ -145,4 +183,31 @@ func commandCalls(b *testing.B, c *redis.Client) int64 {
 		total += n
 	}
 	return total
+}
+
+// TestRedisPeers checks each Redis decision wrapper against a real
+// redis-server: with three requests an hour, a key gets three, the fourth
+// is refused, and another key is unaffected.
+func TestRedisPeers(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	defer c.Close()
+	ctx := context.Background()
+	for _, p := range redisPeers {
+		t.Run(p.name, func(t *testing.T) {
+			take := p.new(t, c, small)
+			a, b := p.name+":a", p.name+":b"
+			for i := 1; i <= 3; i++ {
+				if !take(ctx, a) {
+					t.Fatalf("request %d of key %s refused, want allowed", i, a)
+				}
+			}
+			if take(ctx, a) {
+				t.Fatalf("request 4 of key %s allowed, want refused", a)
+			}
+			if !take(ctx, b) {
+				t.Fatalf("request 1 of key %s refused, want allowed", b)
+			}
+		})
+	}
 }

@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+)
+
+// key returns the i-th key, shaped like the output of ratelimit.KeyByAPIKey
+// (25 bytes).
+func key(i int) string { return fmt.Sprintf("ak:%022d", i) }
+
+// keys returns the first n keys.
+func keys(n int) []string {
+	ks := make([]string, n)
+	for i := range ks {
+		ks[i] = key(i)
+	}
+	return ks
+}
+
+// BenchmarkDecision measures one decision of each peer in one process:
+//
+//   - one-key: every request under one key, all allowed;
+//   - 100k-keys: 100 000 keys (all seen once before timing) cycled, all allowed;
+//   - parallel-1k-keys: GOMAXPROCS goroutines over 1 000 keys, all allowed;
+//   - all-denied: one key whose quota is spent before timing, all refused.
+func BenchmarkDecision(b *testing.B) {
+	b.Run("one-key", func(b *testing.B) {
+		for _, p := range peers {
+			b.Run(p.name, func(b *testing.B) {
+				allow := p.new(b, allowAll)
+				b.ReportAllocs()
+				n := 0
+				for b.Loop() {
+					if allow("ak:one") {
+						n++
+					}
+				}
+				if n != b.N {
+					b.Fatalf("%s allowed %d of %d", p.name, n, b.N)
+				}
+			})
+		}
+	})
+	b.Run("100k-keys", func(b *testing.B) {
+		ks := keys(100_000)
+		for _, p := range peers {
+			b.Run(p.name, func(b *testing.B) {
+				allow := p.new(b, allowAll)
+				for _, k := range ks {
+					allow(k)
+				}
+				b.ReportAllocs()
+				n, i := 0, 0
+				for b.Loop() {
+					if allow(ks[i]) {
+						n++
+					}
+					if i++; i == len(ks) {
+						i = 0
+					}
+				}
+				if n != b.N {
+					b.Fatalf("%s allowed %d of %d", p.name, n, b.N)
+				}
+			})
+		}
+	})
+	b.Run("parallel-1k-keys", func(b *testing.B) {
+		ks := keys(1000)
+		for _, p := range peers {
+			b.Run(p.name, func(b *testing.B) {
+				allow := p.new(b, allowAll)
+				var refused, seed atomic.Int64
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(seed.Add(1)*397) % len(ks)
+					for pb.Next() {
+						if !allow(ks[i]) {
+							refused.Add(1)
+						}
+						if i += 7; i >= len(ks) {
+							i -= len(ks)
+						}
+					}
+				})
+				if refused.Load() != 0 {
+					b.Fatalf("%s refused %d of %d", p.name, refused.Load(), b.N)
+				}
+			})
+		}
+	})
+	b.Run("all-denied", func(b *testing.B) {
+		for _, p := range peers {
+			b.Run(p.name, func(b *testing.B) {
+				allow := p.new(b, denyAll)
+				if !allow("ak:one") {
+					b.Fatalf("%s refused the first request", p.name)
+				}
+				b.ReportAllocs()
+				n := 0
+				for b.Loop() {
+					if !allow("ak:one") {
+						n++
+					}
+				}
+				if n != b.N {
+					b.Fatalf("%s refused %d of %d", p.name, n, b.N)
+				}
+			})
+		}
+	})
+}
+
+// BenchmarkBytesPerKey reports the heap each peer holds per key after one
+// request under each of 1 000 000 distinct 25-byte keys, with a limit that
+// keeps every key's state (run it with -benchtime=1x). Each key is a new
+// string, as it would be when taken from a request, and only the peer keeps
+// it, so a peer that holds its keys pays for their bytes.
+func BenchmarkBytesPerKey(b *testing.B) {
+	const n = 1_000_000
+	for _, p := range peers {
+		b.Run(p.name, func(b *testing.B) {
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				allow := p.new(b, holdKeys)
+				for i := range n {
+					if !allow(key(i)) {
+						b.Fatalf("%s refused new key %q", p.name, key(i))
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "bytes/key")
+				// The peer still holds the first key: of its ten requests
+				// a day, nine are left.
+				for i := range holdKeys.n - 1 {
+					if !allow(key(0)) {
+						b.Fatalf("%s refused request %d of key %q: it forgot the key", p.name, i+2, key(0))
+					}
+				}
+				if allow(key(0)) {
+					b.Fatalf("%s allowed request %d of key %q: it forgot the key", p.name, holdKeys.n+1, key(0))
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,263 @@
+// Command benchtable turns the CSV output of benchstat into the Markdown
+// tables of BENCHMARKS.md: one table per scenario (a benchmark name less
+// its last element, such as Decision/one-key), one row per peer (the last
+// element), each with its ratio to ours, and a summary of the ratios.
+//
+//	benchstat -format csv results.txt | go run ./internal/benchtable
+package main
+
+import (
+	"bufio"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// ours is the peer every ratio is taken against.
+const ours = "tokenfair"
+
+// A stat is benchstat's summary of one metric: the median and the 95%
+// confidence interval around it, as benchstat prints it.
+type stat struct {
+	v  float64
+	ci string
+}
+
+type result map[string]stat // by unit
+
+type table struct {
+	peers   []string
+	results map[string]result // by peer
+}
+
+func main() {
+	groups, order, err := read(os.Stdin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(1)
+	}
+	w := bufio.NewWriter(os.Stdout)
+	defer w.Flush()
+	summary(w, groups, order)
+	for _, g := range order {
+		detail(w, g, groups[g])
+	}
+}
+
+var procs = regexp.MustCompile(`-\d+$`)
+
+// read parses benchstat's CSV: sections that start with a row naming the
+// unit (",sec/op,CI") followed by one row per benchmark.
+func read(r io.Reader) (map[string]*table, []string, error) {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	groups := map[string]*table{}
+	var order []string
+	unit := ""
+	for {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			return groups, order, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(rec) < 2 {
+			continue // the goos/goarch/pkg/cpu lines
+		}
+		if rec[0] == "" {
+			if len(rec) >= 3 && rec[2] == "CI" {
+				unit = rec[1]
+			}
+			continue
+		}
+		name := procs.ReplaceAllString(rec[0], "")
+		i := strings.LastIndexByte(name, '/')
+		if i < 0 || unit == "" {
+			continue // geomean and the like
+		}
+		v, err := strconv.ParseFloat(rec[1], 64)
+		if err != nil {
+			continue
+		}
+		g, peer := name[:i], name[i+1:]
+		t := groups[g]
+		if t == nil {
+			t = &table{results: map[string]result{}}
+			groups[g] = t
+			order = append(order, g)
+		}
+		if t.results[peer] == nil {
+			t.results[peer] = result{}
+			t.peers = append(t.peers, peer)
+		}
+		ci := ""
+		if len(rec) > 2 {
+			ci = rec[2]
+		}
+		t.results[peer][unit] = stat{v, ci}
+	}
+}
+
+// primary returns the unit a group is compared by: bytes/key for the heap
+// benchmark, else time.
+func primary(t *table) string {
+	for _, r := range t.results {
+		if _, ok := r["bytes/key"]; ok {
+			return "bytes/key"
+		}
+	}
+	return "sec/op"
+}
+
+// summary writes one row per peer and one column per group: the primary
+// metric and its ratio to ours.
+func summary(w io.Writer, groups map[string]*table, order []string) {
+	var peers []string
+	for _, g := range order {
+		for _, p := range groups[g].peers {
+			if !slices.Contains(peers, p) {
+				peers = append(peers, p)
+			}
+		}
+	}
+	fmt.Fprintln(w, "## Summary")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Medians of the runs; in brackets the ratio to ours (peer / tokenfair: above 1× the peer is slower or holds more).")
+	fmt.Fprintln(w)
+	grid(w, groups, order, peers, func(t *table, p string) string {
+		u := primary(t)
+		s, ok := t.results[p][u]
+		if !ok {
+			return "—"
+		}
+		return format(s.v, u) + " (" + ratio(t, p, u) + ")"
+	}, func(t *table) string { return label(primary(t)) })
+	fmt.Fprintln(w, "Allocations per operation:")
+	fmt.Fprintln(w)
+	var timed []string
+	for _, g := range order {
+		if primary(groups[g]) == "sec/op" {
+			timed = append(timed, g)
+		}
+	}
+	grid(w, groups, timed, peers, func(t *table, p string) string {
+		s, ok := t.results[p]["allocs/op"]
+		if !ok {
+			return "—"
+		}
+		return format(s.v, "allocs/op")
+	}, func(*table) string { return "allocs/op" })
+}
+
+// grid writes a table with one row per peer and one column per group.
+func grid(w io.Writer, groups map[string]*table, order, peers []string, cell func(*table, string) string, unit func(*table) string) {
+	fmt.Fprint(w, "| peer |")
+	for _, g := range order {
+		fmt.Fprintf(w, " %s (%s) |", g, unit(groups[g]))
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range order {
+		fmt.Fprint(w, "---:|")
+	}
+	fmt.Fprintln(w)
+	for _, p := range peers {
+		row, any := "", false
+		for _, g := range order {
+			c := cell(groups[g], p)
+			any = any || c != "—"
+			row += " " + c + " |"
+		}
+		if any {
+			fmt.Fprintf(w, "| %s |%s\n", p, row)
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// detail writes a group's table: every metric, the primary one with its
+// confidence interval, and the ratio of the primary metric to ours.
+func detail(w io.Writer, g string, t *table) {
+	u := primary(t)
+	units := []string{u}
+	if u == "sec/op" {
+		for _, extra := range []string{"round-trips/op", "redis-commands/op", "B/op", "allocs/op"} {
+			for _, r := range t.results {
+				if _, ok := r[extra]; ok {
+					units = append(units, extra)
+					break
+				}
+			}
+		}
+	}
+	fmt.Fprintf(w, "### %s\n\n| peer |", g)
+	for _, unit := range units {
+		fmt.Fprintf(w, " %s |", label(unit))
+	}
+	fmt.Fprintf(w, " ratio to ours (%s) |\n|---|", label(u))
+	for range units {
+		fmt.Fprint(w, "---:|")
+	}
+	fmt.Fprintln(w, "---:|")
+	for _, p := range t.peers {
+		fmt.Fprintf(w, "| %s |", p)
+		for _, unit := range units {
+			s, ok := t.results[p][unit]
+			switch {
+			case !ok:
+				fmt.Fprint(w, " — |")
+			case unit != u || s.ci == "" || s.ci == "∞":
+				fmt.Fprintf(w, " %s |", format(s.v, unit))
+			default:
+				fmt.Fprintf(w, " %s ± %s |", format(s.v, unit), s.ci)
+			}
+		}
+		fmt.Fprintf(w, " %s |\n", ratio(t, p, u))
+	}
+	fmt.Fprintln(w)
+}
+
+func label(unit string) string {
+	if unit == "sec/op" {
+		return "ns/op"
+	}
+	return unit
+}
+
+func format(v float64, unit string) string {
+	switch unit {
+	case "sec/op":
+		return strconv.FormatFloat(v*1e9, 'f', digits(v*1e9), 64)
+	case "B/op", "allocs/op":
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', digits(v), 64)
+	}
+}
+
+// digits returns the decimals that show v to three significant figures.
+func digits(v float64) int {
+	switch {
+	case v >= 100 || v <= -100:
+		return 0
+	case v >= 10 || v <= -10:
+		return 1
+	default:
+		return 2
+	}
+}
+
+func ratio(t *table, p, unit string) string {
+	o, ok1 := t.results[ours][unit]
+	s, ok2 := t.results[p][unit]
+	if !ok1 || !ok2 || o.v == 0 {
+		return "—"
+	}
+	r := s.v / o.v
+	return strconv.FormatFloat(r, 'f', digits(r), 64) + "×"
+}

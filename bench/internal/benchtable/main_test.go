@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+const sample = `goos: linux
+goarch: amd64
+pkg: github.com/tokenfair/ratelimit/bench
+cpu: AMD EPYC
+,results.txt,
+,sec/op,CI
+Decision/one-key/tokenfair-2,2e-07,3%
+Decision/one-key/x-time-rate-2,1e-07,1%
+HTTP/tokenfair-2,2e-06,∞
+geomean,3e-07,
+
+,allocs/op,CI
+Decision/one-key/tokenfair-2,0,0%
+Decision/one-key/x-time-rate-2,2,0%
+HTTP/tokenfair-2,14,0%
+
+,bytes/key,CI
+BytesPerKey/tokenfair-2,132.4,1%
+BytesPerKey/httprate-2,37.76,2%
+`
+
+func TestTables(t *testing.T) {
+	groups, order, err := read(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(order, " "), "Decision/one-key HTTP BytesPerKey"; got != want {
+		t.Fatalf("groups %q, want %q", got, want)
+	}
+	var b bytes.Buffer
+	summary(&b, groups, order)
+	for _, g := range order {
+		detail(&b, g, groups[g])
+	}
+	out := b.String()
+	for _, want := range []string{
+		"| x-time-rate | 100 (0.50×) | — | — |",
+		"| httprate | — | — | 37.8 (0.29×) |",
+		"| tokenfair | 200 ± 3% | 0 | 1.00× |",
+		"| x-time-rate | 2 | — |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
