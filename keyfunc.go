@@ -9,7 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 )
 
 // KeyFunc returns the key that identifies the client of a request: requests
@@ -134,7 +134,7 @@ type ipConfig struct {
 	header  proxyHeader
 	v6bits  int // 0: no grouping
 	quiet   bool
-	warned  sync.Once // forwarding headers without trusted proxies
+	warned  atomic.Bool // forwarding headers without trusted proxies
 }
 
 // QuietIP turns off the warnings of [KeyByIP]: about a trusted range so
@@ -301,10 +301,9 @@ func KeyByIP(opts ...IPOption) (KeyFunc, error) {
 		}
 	}
 	return func(r *http.Request) (string, error) {
-		if !c.quiet && len(c.trusted) == 0 && (r.Header["X-Forwarded-For"] != nil || r.Header["Forwarded"] != nil) {
-			c.warned.Do(func() {
-				warn(nil, "forwarded-without-trusted-proxy", "ratelimit: requests carry X-Forwarded-For or Forwarded but no proxy is trusted, so every client behind the proxy shares its address; see TrustedProxies")
-			})
+		if !c.quiet && len(c.trusted) == 0 && !c.warned.Load() &&
+			(r.Header["X-Forwarded-For"] != nil || r.Header["Forwarded"] != nil) && c.warned.CompareAndSwap(false, true) {
+			warn(nil, "forwarded-without-trusted-proxy", "ratelimit: requests carry X-Forwarded-For or Forwarded but no proxy is trusted, so every client behind the proxy shares its address; see TrustedProxies")
 		}
 		a, err := c.clientIP(r)
 		if err != nil {

@@ -149,13 +149,13 @@ func New(opts ...Option) (*Store, error) {
 
 // Take implements [ratelimit.Store]. It never fails and does not allocate
 // for a key it already holds.
-func (s *Store) Take(_ context.Context, p ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+func (s *Store) Take(_ context.Context, p ratelimit.Policy, key string, cost int64) (res ratelimit.Result, err error) {
 	ek := entryKey{p.Name, key}
 	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
 	sh.mu.Lock()
 	now := s.now()
 	held := sh.m[ek]
-	state, res := algo.Decide(p, load(held), now, cost)
+	state := algo.Decide(&p, load(held), now, cost, &res)
 	sh.store(ek, held, state, now, s.perShard)
 	sh.mu.Unlock()
 	return res, nil
@@ -178,10 +178,8 @@ func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []r
 	states := stateBuf[:0]
 	for i, r := range reqs {
 		old := s.shards[idx[i]].m[entryKey{r.Policy.Name, r.Key}]
-		state, res := algo.Decide(r.Policy, load(old), now, r.Cost)
-		results[i] = res
-		states = append(states, state)
-		all = all && res.Allowed
+		states = append(states, algo.Decide(&r.Policy, load(old), now, r.Cost, &results[i]))
+		all = all && results[i].Allowed
 	}
 	if all {
 		for i, r := range reqs {

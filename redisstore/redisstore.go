@@ -153,8 +153,10 @@ func contextTimeoutEnabled(c redis.Scripter) bool {
 // Take implements [ratelimit.Store] in one round trip.
 func (s *Store) Take(ctx context.Context, p ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	var res [1]ratelimit.Result
-	err := s.run(ctx, []ratelimit.Request{{Policy: p, Key: key, Cost: cost}}, res[:])
-	return res[0], err
+	if err := s.run(ctx, []ratelimit.Request{{Policy: p, Key: key, Cost: cost}}, res[:]); err != nil {
+		return ratelimit.Result{}, err
+	}
+	return res[0], nil
 }
 
 // TakeAll implements [ratelimit.BatchStore] in one round trip. On a
@@ -224,11 +226,10 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, results []rat
 	at := reply[0]*1e9 + reply[1]
 	for i, r := range reqs {
 		allowed, state := reply[2+3*i], reply[3+3*i]*1e9+reply[4+3*i]
-		_, res := algo.Decide(r.Policy, state, at, r.Cost)
-		if allowed < 0 || allowed > 1 || res.Allowed != (allowed == 1) {
-			return fmt.Errorf("redisstore: the script decided %d at %d from state %d, the algorithm %v", allowed, at, state, res.Allowed)
+		algo.Decide(&r.Policy, state, at, r.Cost, &results[i])
+		if allowed < 0 || allowed > 1 || results[i].Allowed != (allowed == 1) {
+			return fmt.Errorf("redisstore: the script decided %d at %d from state %d, the algorithm %v", allowed, at, state, results[i].Allowed)
 		}
-		results[i] = res
 	}
 	return nil
 }

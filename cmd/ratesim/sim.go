@@ -70,7 +70,8 @@ func (s *simulator) key(key []byte) *keyState {
 func (s *simulator) take(req *request) (*keyState, ratelimit.Result) {
 	ks := s.key(req.key)
 	before := ks.state
-	after, res := algo.Decide(s.policy, before, req.t, req.cost)
+	var res ratelimit.Result
+	after := algo.Decide(&s.policy, before, req.t, req.cost, &res)
 	ks.state = after
 	ks.stats.add(res.Allowed)
 	s.total.add(res.Allowed)

@@ -88,15 +88,16 @@ func ShapeBound(p ratelimit.Policy) int64 {
 	return bound
 }
 
-// Decide applies p's algorithm to state at time now (Unix nanoseconds) and
-// returns the state to store and the Result. A state at or before now
+// Decide applies p's algorithm to state at time now (Unix nanoseconds),
+// writes the Result to res and returns the state to store. (Pointers, not
+// values: a Result is large, and copying it was much of a decision's cost.) A state at or before now
 // carries no information (a full token bucket, an empty queue), so a store
 // may forget it. The caller has validated p and cost.
 //
 // A negative cost gives back −cost tokens taken earlier (a refund, when
 // another policy refused the request): the state moves back by −cost
 // intervals, never to before now, and the result reports the state after.
-func Decide(p ratelimit.Policy, state, now, cost int64) (int64, ratelimit.Result) {
+func Decide(p *ratelimit.Policy, state, now, cost int64, res *ratelimit.Result) int64 {
 	iv, burst := int64(p.Limit.Interval), p.Limit.Burst
 	if cost < 0 {
 		if state > now {
@@ -107,11 +108,11 @@ func Decide(p ratelimit.Policy, state, now, cost int64) (int64, ratelimit.Result
 	var d Decision
 	switch p.Algorithm {
 	case ratelimit.LeakyShape:
-		d = Shape(state, now, iv, burst, cost, ShapeBound(p), p.Immediate)
+		d = Shape(state, now, iv, burst, cost, ShapeBound(*p), p.Immediate)
 	default: // TokenBucket and LeakyPolice make the same decisions.
 		d = TokenBucket(state, now, iv, burst, cost)
 	}
-	return d.State, ratelimit.Result{
+	*res = ratelimit.Result{
 		Allowed:    d.Allowed,
 		Policy:     p.Name,
 		Limit:      p.Limit,
@@ -120,4 +121,5 @@ func Decide(p ratelimit.Policy, state, now, cost int64) (int64, ratelimit.Result
 		ResetAfter: time.Duration(d.ResetAfter),
 		Delay:      time.Duration(d.Delay),
 	}
+	return d.State
 }

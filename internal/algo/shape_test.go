@@ -142,8 +142,8 @@ func TestLeakyPoliceIsTheTokenBucket(t *testing.T) {
 			now += rng.Int64N(3) * iv / 4 * rng.Int64N(3)
 			cost := rng.Int64N(limit.Burst + 2)
 			var pr, br ratelimit.Result
-			ps, pr = Decide(police, ps, now, cost)
-			bs, br = Decide(bucket, bs, now, cost)
+			ps = Decide(&police, ps, now, cost, &pr)
+			bs = Decide(&bucket, bs, now, cost, &br)
 			want := meter.pour(now, cost)
 			decisions++
 			if pr.Allowed != want || br.Allowed != want || !reflect.DeepEqual(pr, br) {
