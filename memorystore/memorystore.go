@@ -50,7 +50,7 @@ type entryKey struct{ policy, key string }
 type shard struct {
 	mu sync.Mutex
 	m  map[entryKey]*int64 // a pointer, so that a known key is one map lookup
-	_  [48]byte // keep shards on separate cache lines
+	_  [48]byte            // keep shards on separate cache lines
 }
 
 // Option configures a Store.
