@@ -1,0 +1,52 @@
+package metrics_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/memorystore"
+	"github.com/tokenfair/ratelimit/metrics"
+	"github.com/tokenfair/ratelimit/nethttp"
+)
+
+// Count decisions by policy and outcome and serve them at /metrics, outside
+// the limiter.
+func Example() {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		panic(err)
+	}
+	store, _ := memorystore.New()
+	defer store.Close()
+	_ = m.TrackKeys("memory", store.Len)
+	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(2)})
+	mw, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), ratelimit.WithObserver(m))
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", nethttp.Middleware(mw)(http.NotFoundHandler()))
+
+	for range 3 {
+		r := httptest.NewRequest("GET", "/geocode", nil)
+		r.Header.Set("X-API-Key", "k")
+		mux.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	for _, line := range strings.Split(w.Body.String(), "\n") {
+		if strings.HasPrefix(line, "ratelimit_decisions_total{") || strings.HasPrefix(line, "ratelimit_keys{") {
+			fmt.Println(line)
+		}
+	}
+	// Output:
+	// ratelimit_decisions_total{outcome="allowed",policy="api"} 2
+	// ratelimit_decisions_total{outcome="limited",policy="api"} 1
+	// ratelimit_keys{store="memory"} 1
+}
