@@ -11,7 +11,7 @@
 //
 // Outcomes, per policy of the limiter that decided: "allowed", "limited"
 // (the policy refused the request), "dry_run_limited" (a dry-run policy
-// would have), "degraded" (the store failed and a Failover decided
+// would have), "fallback" (the store failed and a Failover decided
 // instead), "store_error" (no decision: the store failed), and "invalid"
 // (no decision: no key, a bad cost). Labels never carry a client's key, so
 // the number of series stays small.
@@ -35,7 +35,7 @@ const (
 	Allowed       = "allowed"
 	Limited       = "limited"
 	DryRunLimited = "dry_run_limited"
-	Degraded      = "degraded"
+	Fallback      = "fallback"
 	StoreError    = "store_error"
 	Invalid       = "invalid"
 )
@@ -125,7 +125,7 @@ func outcome(policy string, res ratelimit.Result) string {
 	case slices.Contains(res.DryRunViolated, policy):
 		return DryRunLimited
 	case res.Degraded:
-		return Degraded
+		return Fallback
 	}
 	return Allowed
 }

@@ -161,7 +161,7 @@ func TestStoreErrorsAndDegraded(t *testing.T) {
 		h.ServeHTTP(httptest.NewRecorder(), req)
 	}
 	r := &rig{reg: reg}
-	assert.Equal(t, 3, r.count("default", metrics.Degraded))
+	assert.Equal(t, 3, r.count("default", metrics.Fallback))
 	assert.Equal(t, 1.0, testutil.ToFloat64(gauge(reg, "ratelimit_store_degraded")))
 	assert.Equal(t, 1.0, testutil.ToFloat64(gauge(reg, "ratelimit_store_errors_total")), "one error; the breaker spared the others")
 
