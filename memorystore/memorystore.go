@@ -171,7 +171,8 @@ func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []r
 	for _, r := range reqs {
 		idx = append(idx, maphash.String(s.seed, r.Key)&s.mask)
 	}
-	locked := s.lockAll(idx)
+	var lockBuf [8]uint64
+	locked := s.lockAll(append(lockBuf[:0], idx...))
 	now := s.now()
 	all := true
 	var stateBuf [8]int64
@@ -194,12 +195,11 @@ func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []r
 	return nil
 }
 
-// lockAll locks each distinct shard of idx in ascending order and returns
-// them.
+// lockAll sorts idx in place, locks each distinct shard in ascending order
+// and returns them.
 func (s *Store) lockAll(idx []uint64) []uint64 {
-	locked := slices.Clone(idx)
-	slices.Sort(locked)
-	locked = slices.Compact(locked)
+	slices.Sort(idx)
+	locked := slices.Compact(idx)
 	for _, i := range locked {
 		s.shards[i].mu.Lock()
 	}
