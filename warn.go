@@ -3,8 +3,10 @@ package ratelimit
 import (
 	"log/slog"
 	"reflect"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"weak"
 )
 
 // Warner is an optional interface of an [Observer]: a Middleware tells it
@@ -25,12 +27,13 @@ func warn(w Warner, kind, msg string, args ...any) {
 
 // limitsByStore remembers the limit of every policy name used on each
 // store, to warn when two limiters share a store and a name but not a
-// limit: their buckets would mix. Stores are known by address only, so the
-// map keeps none of them alive.
+// limit: their buckets would mix. Stores are known by weak pointer, so the
+// map keeps none of them alive and a new store at a collected one's address
+// is a different store; a store's entries go when it does.
 var limitsByStore sync.Map // storePolicy → Limit
 
 type storePolicy struct {
-	store uintptr
+	store weak.Pointer[byte]
 	name  string
 }
 
@@ -39,11 +42,17 @@ type storePolicy struct {
 // pointers (all of this module's are).
 func checkShared(l *Limiter, w Warner) {
 	v := reflect.ValueOf(l.store)
-	if v.Kind() != reflect.Pointer {
+	if v.Kind() != reflect.Pointer || v.IsNil() {
 		return
 	}
+	ptr := (*byte)(v.UnsafePointer())
+	store := weak.Make(ptr)
 	for _, p := range l.policies {
-		prev, loaded := limitsByStore.LoadOrStore(storePolicy{v.Pointer(), p.Name}, p.Limit)
+		k := storePolicy{store, p.Name}
+		prev, loaded := limitsByStore.LoadOrStore(k, p.Limit)
+		if !loaded {
+			runtime.AddCleanup(ptr, func(k storePolicy) { limitsByStore.Delete(k) }, k)
+		}
 		if loaded && prev.(Limit) != p.Limit {
 			warn(w, "shared-policy-name", "ratelimit: two limiters use one store and the policy name with different limits, so their buckets mix; give the policies different names",
 				"policy", p.Name, "limit", p.Limit.String(), "other", prev.(Limit).String())

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -123,5 +124,36 @@ func TestWarnSharedPolicyName(t *testing.T) {
 	newMW(ratelimit.PerSecond(50), ratelimit.WithoutWarnings())
 	assert.Empty(t, logs.String())
 	newMW(ratelimit.PerSecond(50))
+	assert.Equal(t, 1, warnings(logs, "shared-policy-name"), logs.String())
+}
+
+// A store that is collected can leave its address to a new one: the new
+// store's policies must not be compared with the old one's.
+func TestWarnSharedPolicyNameNotAcrossCollectedStores(t *testing.T) {
+	logs := captureLogs(t)
+	for i := range 200 {
+		store, err := memorystore.New(memorystore.WithSweepInterval(0))
+		require.NoError(t, err)
+		lim, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(int64(i) + 1)})
+		require.NoError(t, err)
+		_, err = ratelimit.NewMiddleware(lim, keyByHeader)
+		require.NoError(t, err)
+		runtime.GC()
+	}
+	assert.Empty(t, logs.String())
+}
+
+// A store in a package-level variable lives outside the heap; it is still
+// known, and never collected.
+var packageStore failingStore
+
+func TestWarnSharedPolicyNamePackageStore(t *testing.T) {
+	logs := captureLogs(t)
+	for _, l := range []ratelimit.Limit{ratelimit.PerSecond(5), ratelimit.PerSecond(5), ratelimit.PerSecond(6)} {
+		lim, err := ratelimit.New(&packageStore, ratelimit.Policy{Name: "package-store", Limit: l})
+		require.NoError(t, err)
+		_, err = ratelimit.NewMiddleware(lim, keyByHeader)
+		require.NoError(t, err)
+	}
 	assert.Equal(t, 1, warnings(logs, "shared-policy-name"), logs.String())
 }

@@ -1,6 +1,6 @@
 module github.com/tokenfair/ratelimit/bench
 
-go 1.24.0
+go 1.25.0
 
 require (
 	github.com/didip/tollbooth/v7 v7.0.2

@@ -1,6 +1,6 @@
 module github.com/tokenfair/ratelimit/echolimit
 
-go 1.24.0
+go 1.25.0
 
 require (
 	github.com/labstack/echo/v4 v4.15.1

@@ -1,6 +1,6 @@
 module github.com/tokenfair/ratelimit/ginlimit
 
-go 1.24.0
+go 1.25.0
 
 require (
 	github.com/gin-gonic/gin v1.11.0
