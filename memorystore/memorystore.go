@@ -1,5 +1,15 @@
-// Package memorystore is the in-process [ratelimit.Store]: a sharded map
-// with one lock per shard and one int64 of state per key.
+// Package memorystore is the in-process [ratelimit.Store]: a sharded hash
+// table with one lock per shard, 16 bytes per key and no allocation per
+// decision.
+//
+// A bucket is found by a 64-bit fingerprint of its policy name and key
+// (maphash, with a seed drawn when the store is made); the key itself is not
+// kept. Two keys with the same fingerprint share one bucket, which makes
+// both stricter, never looser; with n keys held the chance that any two
+// share is about n²/2⁶⁵ (3 in 100 million at a million keys), and since the
+// seed is secret and new in every process nobody can aim for it. Each slot is
+// the fingerprint and the bucket's state (one int64), in open-addressing
+// tables of plain integers that the garbage collector never scans.
 //
 // Memory is bounded in two ways. A key whose bucket is full again carries no
 // information, so it is dropped: when a decision leaves it full, and by a
@@ -35,7 +45,7 @@ import (
 type Store struct {
 	seed     maphash.Seed
 	shards   []shard
-	mask     uint64
+	shift    uint // a fingerprint's top bits choose its shard
 	perShard int
 	now      func() int64
 	stop     chan struct{}
@@ -45,12 +55,10 @@ type Store struct {
 
 var _ ratelimit.BatchStore = (*Store)(nil)
 
-type entryKey struct{ policy, key string }
-
 type shard struct {
 	mu sync.Mutex
-	m  map[entryKey]*int64 // a pointer, so that a known key is one map lookup
-	_  [48]byte            // keep shards on separate cache lines
+	table
+	_ [40]byte // keep shards on separate cache lines
 }
 
 // Option configures a Store.
@@ -122,15 +130,13 @@ func New(opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
-	n := 1 << (bits.Len(uint(min(o.shards, o.maxKeys))) - 1)
+	bitsN := bits.Len(uint(min(o.shards, o.maxKeys))) - 1
+	n := 1 << bitsN
 	s := &Store{
 		seed:     maphash.MakeSeed(),
 		shards:   make([]shard, n),
-		mask:     uint64(n - 1),
+		shift:    uint(64 - bitsN),
 		perShard: o.maxKeys / n,
-	}
-	for i := range s.shards {
-		s.shards[i].m = make(map[entryKey]*int64)
 	}
 	if o.clock != nil {
 		clock := o.clock
@@ -147,16 +153,30 @@ func New(opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// fingerprint returns the 64-bit fingerprint under which the store keeps
+// key's bucket under the policy named policy. It is never 0.
+func (s *Store) fingerprint(policy, key string) uint64 {
+	fp := maphash.String(s.seed, key) ^ maphash.String(s.seed, policy)*0x9e3779b97f4a7c15
+	if fp == 0 {
+		fp = 1
+	}
+	return fp
+}
+
+// shardIndex returns the index of the shard that holds fp: its top bits.
+func (s *Store) shardIndex(fp uint64) uint64 { return fp >> s.shift & uint64(len(s.shards)-1) }
+
+func (s *Store) shard(fp uint64) *shard { return &s.shards[s.shardIndex(fp)] }
+
 // Take implements [ratelimit.Store]. It never fails and does not allocate
 // for a key it already holds.
 func (s *Store) Take(_ context.Context, p ratelimit.Policy, key string, cost int64) (res ratelimit.Result, err error) {
-	ek := entryKey{p.Name, key}
-	sh := &s.shards[maphash.String(s.seed, key)&s.mask]
+	fp := s.fingerprint(p.Name, key)
+	sh := s.shard(fp)
 	sh.mu.Lock()
 	now := s.now()
-	held := sh.m[ek]
-	state := algo.Decide(&p, load(held), now, cost, &res)
-	sh.store(ek, held, state, now, s.perShard)
+	old, i := sh.get(fp)
+	sh.store(fp, i, algo.Decide(&p, old, now, cost, &res), now, s.perShard)
 	sh.mu.Unlock()
 	return res, nil
 }
@@ -166,27 +186,26 @@ func (s *Store) Take(_ context.Context, p ratelimit.Policy, key string, cost int
 // request at one instant, and writes the new states only if all were
 // allowed.
 func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
-	var buf [8]uint64
-	idx := buf[:0]
+	var fpBuf [8]uint64
+	fps := fpBuf[:0]
 	for _, r := range reqs {
-		idx = append(idx, maphash.String(s.seed, r.Key)&s.mask)
+		fps = append(fps, s.fingerprint(r.Policy.Name, r.Key))
 	}
-	var lockBuf [8]uint64
-	locked := s.lockAll(append(lockBuf[:0], idx...))
+	locked := s.lockAll(fps)
 	now := s.now()
 	all := true
 	var stateBuf [8]int64
 	states := stateBuf[:0]
 	for i, r := range reqs {
-		old := s.shards[idx[i]].m[entryKey{r.Policy.Name, r.Key}]
-		states = append(states, algo.Decide(&r.Policy, load(old), now, r.Cost, &results[i]))
+		old, _ := s.shard(fps[i]).get(fps[i])
+		states = append(states, algo.Decide(&r.Policy, old, now, r.Cost, &results[i]))
 		all = all && results[i].Allowed
 	}
 	if all {
-		for i, r := range reqs {
-			ek := entryKey{r.Policy.Name, r.Key}
-			sh := &s.shards[idx[i]]
-			sh.store(ek, sh.m[ek], states[i], now, s.perShard)
+		for i, fp := range fps {
+			sh := s.shard(fp)
+			_, at := sh.get(fp)
+			sh.store(fp, at, states[i], now, s.perShard)
 		}
 	}
 	for _, i := range locked {
@@ -195,67 +214,38 @@ func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []r
 	return nil
 }
 
-// lockAll sorts idx in place, locks each distinct shard in ascending order
-// and returns them.
-func (s *Store) lockAll(idx []uint64) []uint64 {
-	slices.Sort(idx)
-	locked := slices.Compact(idx)
+// lockAll locks the distinct shards of fps in ascending order and returns
+// their indexes.
+func (s *Store) lockAll(fps []uint64) []uint64 {
+	var buf [8]uint64
+	locked := buf[:0]
+	for _, fp := range fps {
+		locked = append(locked, s.shardIndex(fp))
+	}
+	slices.Sort(locked)
+	locked = slices.Compact(locked)
 	for _, i := range locked {
 		s.shards[i].mu.Lock()
 	}
 	return locked
 }
 
-// load returns the state held at p, or 0 (a full bucket) for none.
-func load(p *int64) int64 {
-	if p == nil {
-		return 0
-	}
-	return *p
-}
-
-// store records state for ek, whose state is held at p (nil if none),
-// forgetting it when it carries no information (state at or before now) and
-// making room at the cap. The shard is locked.
-func (sh *shard) store(ek entryKey, p *int64, state, now int64, perShard int) {
+// store records state for fp, held at slot i (-1 if none), forgetting it
+// when it carries no information (state at or before now) and making room
+// at the cap. The shard is locked.
+func (sh *shard) store(fp uint64, i int, state, now int64, perShard int) {
 	switch {
 	case state <= now:
-		if p != nil {
-			delete(sh.m, ek)
+		if i >= 0 {
+			sh.remove(i)
 		}
-	case p != nil:
-		*p = state
+	case i >= 0:
+		sh.slots[i].state = state
 	default:
-		if len(sh.m) >= perShard {
-			sh.evict(now)
+		if sh.n >= perShard {
+			sh.evict(fp, now)
 		}
-		p = new(int64) // only here: &state would move state to the heap on every call
-		*p = state
-		sh.m[ek] = p
-	}
-}
-
-// evictSample is how many keys a full shard looks at to make room.
-const evictSample = 8
-
-// evict makes room for one key: it drops the expired keys among a sample, or
-// else the sampled key whose bucket is closest to full (the smallest state).
-func (sh *shard) evict(now int64) {
-	var victim entryKey
-	oldest, seen, dropped := int64(0), 0, false
-	for k, p := range sh.m {
-		if v := *p; v <= now {
-			delete(sh.m, k)
-			dropped = true
-		} else if seen == 0 || v < oldest {
-			victim, oldest = k, v
-		}
-		if seen++; seen == evictSample {
-			break
-		}
-	}
-	if !dropped {
-		delete(sh.m, victim)
+		sh.insert(fp, state)
 	}
 }
 
@@ -265,7 +255,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -297,26 +287,13 @@ func (s *Store) sweepEvery(d time.Duration) {
 	}
 }
 
-// sweep drops every key whose bucket is full, one shard at a time. Go maps
-// never shrink, so a shard that lost most of its keys is copied into a
-// smaller map.
+// sweep drops every key whose bucket is full, one shard at a time, and
+// shrinks shards that lost most of their keys.
 func (s *Store) sweep() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		now, before := s.now(), len(sh.m)
-		for k, p := range sh.m {
-			if *p <= now {
-				delete(sh.m, k)
-			}
-		}
-		if after := len(sh.m); before >= 1024 && after < before/4 {
-			m := make(map[entryKey]*int64, after)
-			for k, v := range sh.m {
-				m[k] = v
-			}
-			sh.m = m
-		}
+		sh.table.sweep(s.now())
 		sh.mu.Unlock()
 	}
 }

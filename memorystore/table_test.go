@@ -1,0 +1,123 @@
+package memorystore
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// checkTable asserts that t holds exactly model, that every entry is
+// reachable from its home slot without crossing an empty one (the invariant
+// that lets a lookup stop at the first empty slot), and that it is at most
+// 3/4 full.
+func checkTable(t *testing.T, tb *table, model map[uint64]int64) {
+	t.Helper()
+	require.Equal(t, len(model), tb.n)
+	held := 0
+	mask := len(tb.slots) - 1
+	for i, s := range tb.slots {
+		if s.fp == 0 {
+			continue
+		}
+		held++
+		require.Equal(t, model[s.fp], s.state, "fingerprint %#x", s.fp)
+		for j := int(s.fp) & mask; j != i; j = (j + 1) & mask {
+			require.NotZero(t, tb.slots[j].fp, "entry %#x at %d is cut off from its home %d by an empty slot at %d", s.fp, i, int(s.fp)&mask, j)
+		}
+	}
+	require.Equal(t, len(model), held)
+	require.LessOrEqual(t, tb.n*maxLoadDen, len(tb.slots)*maxLoadNum)
+	for fp, state := range model {
+		got, i := tb.get(fp)
+		require.GreaterOrEqual(t, i, 0, "fingerprint %#x lost", fp)
+		require.Equal(t, state, got)
+	}
+}
+
+// TestTableAgainstMap runs random inserts, updates, removals, evictions and
+// sweeps against a map. Fingerprints share a few home slots, so clusters
+// are long and wrap around the end of the table: the cases where shifting
+// entries back after a removal can go wrong.
+func TestTableAgainstMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 60 {
+		var tb table
+		model := map[uint64]int64{}
+		homes := uint64(1 + round%7)
+		for range 1500 {
+			// The low bits (the home slot) come from a few values near the
+			// end of the table; the high bits keep fingerprints distinct.
+			fp := rng.Uint64()<<16 | (^uint64(0)-rng.Uint64N(homes))&0xffff
+			now := rng.Int64N(100)
+			switch op := rng.IntN(10); {
+			case op < 5:
+				state := 1 + rng.Int64N(100)
+				if _, i := tb.get(fp); i >= 0 {
+					tb.slots[i].state = state
+				} else {
+					tb.insert(fp, state)
+				}
+				model[fp] = state
+			case op < 8 && len(model) > 0:
+				for k := range model { // a random held key
+					_, i := tb.get(k)
+					tb.remove(i)
+					delete(model, k)
+					break
+				}
+			case op == 8 && len(model) > 0:
+				before := tb.n
+				tb.evict(fp, now)
+				require.Less(t, tb.n, before, "evict makes room")
+				for k := range model {
+					if _, i := tb.get(k); i < 0 {
+						require.True(t, model[k] <= now || before-tb.n == 1, "only expired keys go, or one live one")
+						delete(model, k)
+					}
+				}
+			case op == 9:
+				tb.sweep(now)
+				for k, v := range model {
+					if v <= now {
+						delete(model, k)
+					}
+				}
+			}
+			checkTable(t, &tb, model)
+		}
+	}
+}
+
+// TestTableEvictsTheFullestSampled: with no expired key in the sample, the
+// key closest to a full bucket (the smallest state) goes.
+func TestTableEvictsTheFullestSampled(t *testing.T) {
+	var tb table
+	for fp, state := range map[uint64]int64{1: 50, 2: 30, 3: 40} {
+		tb.insert(fp, state)
+	}
+	tb.evict(0, 10)
+	_, i := tb.get(2)
+	require.Equal(t, -1, i)
+	require.Equal(t, 2, tb.n)
+
+	tb.insert(4, 5) // expired at 10, like state 2 would be at 30
+	tb.evict(0, 10)
+	_, i = tb.get(4)
+	require.Equal(t, -1, i, "an expired key goes first")
+	require.Equal(t, 2, tb.n)
+}
+
+// TestTableShrinks: a sweep that leaves a table nearly empty gives the
+// memory back.
+func TestTableShrinks(t *testing.T) {
+	var tb table
+	for fp := uint64(1); fp <= 10_000; fp++ {
+		tb.insert(fp*0x9e3779b97f4a7c15|1, int64(fp))
+	}
+	big := len(tb.slots)
+	tb.sweep(9_990)
+	require.Equal(t, 10, tb.n)
+	require.Less(t, len(tb.slots), big/100)
+	require.GreaterOrEqual(t, len(tb.slots), minSlots)
+}
