@@ -316,7 +316,7 @@ func TestInFlightRefusalObserved(t *testing.T) {
 	require.Len(t, obs.events, 2)
 	assert.True(t, obs.events[0].Result.Allowed)
 	assert.False(t, obs.events[1].Result.Allowed)
-	assert.Equal(t, []string{ratelimit.InFlightPolicyName}, obs.events[1].Result.Violated)
+	assert.Equal(t, []string{ratelimit.InFlightPolicyName}, obs.events[1].Result.Violated())
 }
 
 func TestAllDryRunWritesNoHeaders(t *testing.T) {

@@ -261,7 +261,7 @@ func TestDryRunStoreError(t *testing.T) {
 		res, err := lim.Take(context.Background(), "k", 1)
 		require.NoError(t, err)
 		assert.True(t, res.Allowed, "request %d", i+1)
-		assert.Empty(t, res.DryRunViolated)
+		assert.Empty(t, res.DryRunViolated())
 	}
 	res, err := lim.Take(context.Background(), "k", 1)
 	require.NoError(t, err)

@@ -40,7 +40,7 @@ func WithMaxInFlight(perKey, total int) Option {
 				Limit:      Limit{Interval: time.Second, Burst: int64(q)},
 				RetryAfter: time.Second,
 				ResetAfter: time.Second,
-				Violated:   []string{InFlightPolicyName},
+				lists:      &lists{violated: []string{InFlightPolicyName}},
 			}}
 		return nil
 	}

@@ -134,9 +134,17 @@ func validName(s string) bool {
 // policies, its fields describe the binding policy: the refusing policy with
 // the longest wait when the request is refused, else the policy closest to
 // exhaustion (fewest tokens remaining); Policies has every policy's result.
+//
+// A Result is kept small (it is returned by value on every request); the
+// lists a Limiter adds are behind the methods Violated, DryRunViolated and
+// Policies.
 type Result struct {
 	// Allowed reports whether the request may proceed.
 	Allowed bool
+	// Degraded reports that the store failed and a [Failover] decided
+	// instead: unchecked (FailOpen) or by its local fallback (FailLocal).
+	// The middleware writes no rate-limit header fields for such a result.
+	Degraded bool
 	// Policy is the name of the policy that decided.
 	Policy string
 	// Limit is the policy's limit; Limit.Burst is the quota advertised in
@@ -154,19 +162,42 @@ type Result struct {
 	// (shaping algorithms; with several policies the longest wait); 0
 	// otherwise.
 	Delay time.Duration
-	// Degraded reports that the store failed and a [Failover] decided
-	// instead: unchecked (FailOpen) or by its local fallback (FailLocal).
-	// The middleware writes no rate-limit header fields for such a result.
-	Degraded bool
-	// Violated names the policies that refused the request; nil when it is
-	// allowed. The slice may be shared: do not modify it.
-	Violated []string
-	// DryRunViolated names the dry-run policies that would have refused
-	// the request. The slice may be shared: do not modify it.
-	DryRunViolated []string
-	// Policies holds the result of every policy, in the Limiter's order,
-	// when it has more than one; nil otherwise.
-	Policies []Result
+
+	lists *lists // set by a Limiter; nil for a store's result
+}
+
+// lists holds what a Limiter adds to a Result.
+type lists struct {
+	violated, dryRunViolated []string
+	policies                 []Result
+}
+
+// Violated names the policies that refused the request; nil when it is
+// allowed. The slice may be shared: do not modify it.
+func (r Result) Violated() []string {
+	if r.lists == nil {
+		return nil
+	}
+	return r.lists.violated
+}
+
+// DryRunViolated names the dry-run policies that would have refused the
+// request. The slice may be shared: do not modify it.
+func (r Result) DryRunViolated() []string {
+	if r.lists == nil {
+		return nil
+	}
+	return r.lists.dryRunViolated
+}
+
+// Policies returns the result of every policy, in the Limiter's order, when
+// it has more than one; nil otherwise. The slice may be shared: do not
+// modify it.
+func (r Result) Policies() []Result {
+	if r.lists == nil {
+		return nil
+	}
+	return r.lists.policies
 }
 
 // Errors returned by [Limiter.Take]. Store failures are wrapped with
@@ -188,12 +219,12 @@ var (
 type Limiter struct {
 	store    Store
 	policies []Policy
-	all      []int      // indexes of every policy
-	enforce  []int      // indexes of the enforcing policies
-	dryRun   []int      // indexes of the dry-run policies
-	names    [][]string // per policy, a one-element slice of its name
-	names1   []string   // every policy's name
-	fields   [2]string  // RateLimit-Policy values: enforcing policies, all policies
+	all      []int     // indexes of every policy
+	enforce  []int     // indexes of the enforcing policies
+	dryRun   []int     // indexes of the dry-run policies
+	refused  *lists    // the lists of a refusal by the only policy
+	names1   []string  // every policy's name
+	fields   [2]string // RateLimit-Policy values: enforcing policies, all policies
 }
 
 // New returns a Limiter that enforces policies with state kept in store.
@@ -218,7 +249,6 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 		}
 		seen[p.Name] = true
 		l.policies = append(l.policies, p)
-		l.names = append(l.names, []string{p.Name})
 		l.names1 = append(l.names1, p.Name)
 		l.all = append(l.all, i)
 		if p.DryRun {
@@ -227,6 +257,7 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 			l.enforce = append(l.enforce, i)
 		}
 	}
+	l.refused = &lists{violated: l.names1[:1:1]}
 	l.fields = [2]string{policyField(l.policies, false), policyField(l.policies, true)}
 	return l, nil
 }
@@ -247,27 +278,40 @@ func (l *Limiter) key(i int, key string) string {
 // enforcing policy could never allow) for bad input, and an error wrapping
 // ErrStore when the store fails.
 func (l *Limiter) Take(ctx context.Context, key string, cost int64) (Result, error) {
+	if err := l.check(key, cost); err != nil {
+		return Result{}, err
+	}
+	if len(l.policies) > 1 || len(l.enforce) == 0 {
+		return l.takeMany(ctx, key, cost)
+	}
+	res, err := l.store.Take(ctx, l.policies[0], l.key(0, key), cost)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrStore, err)
+	}
+	if !res.Allowed {
+		res.lists = l.refused
+	}
+	return res, nil
+}
+
+// check returns the error for a key or cost that Take cannot decide.
+func (l *Limiter) check(key string, cost int64) error {
 	switch {
 	case key == "":
-		return Result{}, ErrEmptyKey
+		return ErrEmptyKey
 	case cost < 0:
-		return Result{}, ErrNegativeCost
+		return ErrNegativeCost
 	}
 	for _, i := range l.enforce {
-		if p := l.policies[i]; cost > p.Limit.Burst {
-			return Result{}, fmt.Errorf("%w: cost %d, policy %q has burst %d", ErrCostExceedsBurst, cost, p.Name, p.Limit.Burst)
+		if p := &l.policies[i]; cost > p.Limit.Burst {
+			return fmt.Errorf("%w: cost %d, policy %q has burst %d", ErrCostExceedsBurst, cost, p.Name, p.Limit.Burst)
 		}
 	}
-	if len(l.policies) == 1 && len(l.enforce) == 1 {
-		res, err := l.store.Take(ctx, l.policies[0], l.key(0, key), cost)
-		if err != nil {
-			return Result{}, fmt.Errorf("%w: %w", ErrStore, err)
-		}
-		if !res.Allowed {
-			res.Violated = l.names[0]
-		}
-		return res, nil
-	}
+	return nil
+}
+
+// takeMany is Take for a Limiter of several policies, or only dry-run ones.
+func (l *Limiter) takeMany(ctx context.Context, key string, cost int64) (Result, error) {
 	results := make([]Result, len(l.policies))
 	allowed, err := l.takeAll(ctx, l.enforce, key, cost, results)
 	if err != nil {
@@ -351,11 +395,11 @@ func (l *Limiter) giveBack(ctx context.Context, key string, cost int64, res Resu
 	if res.Degraded {
 		return
 	}
-	if res.Policies == nil {
+	if res.Policies() == nil {
 		l.giveBackSome(ctx, l.all, key, cost, []Result{res})
 		return
 	}
-	l.giveBackSome(ctx, l.all, key, cost, res.Policies)
+	l.giveBackSome(ctx, l.all, key, cost, res.Policies())
 }
 
 // combine makes the Result of a request decided by several policies: the
@@ -384,7 +428,7 @@ func (l *Limiter) combine(results []Result, allowed bool) Result {
 	if allowed {
 		res.RetryAfter, res.Delay = 0, delay
 	}
-	res.Violated, res.DryRunViolated, res.Policies = violated, dry, results
+	res.lists = &lists{violated, dry, results}
 	return res
 }
 

@@ -168,8 +168,8 @@ func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
 	switch {
 	case res.Degraded:
 		return
-	case m.cfg.dryRunHeaders && res.Policies != nil:
-		writeHeaders(h, m.cfg.headers, res.Policies[binding(res.Policies, lim.all)], lim.fields[1])
+	case m.cfg.dryRunHeaders && res.Policies() != nil:
+		writeHeaders(h, m.cfg.headers, res.Policies()[binding(res.Policies(), lim.all)], lim.fields[1])
 	case len(lim.enforce) == 0 && !m.cfg.dryRunHeaders:
 		return
 	default:
@@ -246,7 +246,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 	writeProblem(w, http.StatusTooManyRequests, problemQuotaExceeded, "Quota Exceeded",
 		"Too many requests; retry after "+strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10)+" s.",
-		res.Violated)
+		res.Violated())
 }
 
 // DefaultErrorHandler answers a request that could not be decided with a

@@ -120,9 +120,9 @@ func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 
 func outcome(policy string, res ratelimit.Result) string {
 	switch {
-	case slices.Contains(res.Violated, policy):
+	case slices.Contains(res.Violated(), policy):
 		return Limited
-	case slices.Contains(res.DryRunViolated, policy):
+	case slices.Contains(res.DryRunViolated(), policy):
 		return DryRunLimited
 	case res.Degraded:
 		return Fallback

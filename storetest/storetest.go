@@ -362,11 +362,11 @@ func testGlobalCapacity(t *testing.T, c *Clock, s ratelimit.Store) {
 				admitted++
 				continue
 			}
-			assert.Equal(t, []string{"global"}, res.Violated)
+			assert.Equal(t, []string{"global"}, res.Violated())
 			assert.Equal(t, "global", res.Policy, "the refusing policy binds")
 			assert.Equal(t, time.Second, res.RetryAfter)
-			require.Len(t, res.Policies, 2)
-			assert.True(t, res.Policies[0].Allowed, "the per-client policy would have allowed it")
+			require.Len(t, res.Policies(), 2)
+			assert.True(t, res.Policies()[0].Allowed, "the per-client policy would have allowed it")
 		}
 	}
 	assert.Equal(t, 4, admitted)
@@ -382,19 +382,19 @@ func testRefusedByGlobal(t *testing.T, c *Clock, s ratelimit.Store) {
 	for range 3 {
 		res := limit(t, l, "b", 1)
 		require.False(t, res.Allowed)
-		assert.Equal(t, []string{"global"}, res.Violated)
+		assert.Equal(t, []string{"global"}, res.Violated())
 	}
 	c.Advance(time.Second)
 	res := limit(t, l, "b", 1)
 	require.True(t, res.Allowed)
-	assert.Equal(t, int64(1), res.Policies[0].Remaining, "b's own bucket lost nothing to the refusals")
+	assert.Equal(t, int64(1), res.Policies()[0].Remaining, "b's own bucket lost nothing to the refusals")
 	c.Advance(time.Second)
 	res = limit(t, l, "b", 1)
 	require.True(t, res.Allowed)
-	assert.Equal(t, int64(0), res.Policies[0].Remaining)
+	assert.Equal(t, int64(0), res.Policies()[0].Remaining)
 	c.Advance(time.Second)
 	res = limit(t, l, "b", 1)
-	assert.Equal(t, []string{"per-client"}, res.Violated, "now b's own quota is spent")
+	assert.Equal(t, []string{"per-client"}, res.Violated(), "now b's own quota is spent")
 }
 
 // testMultiWindow: 5/s burst 10 and 15 a day; the result reports the
@@ -416,7 +416,7 @@ func testMultiWindow(t *testing.T, c *Clock, s ratelimit.Store) {
 	}
 	res = limit(t, l, "k", 1)
 	assert.False(t, res.Allowed)
-	assert.Equal(t, []string{"daily"}, res.Violated)
+	assert.Equal(t, []string{"daily"}, res.Violated())
 	assert.Equal(t, 24*time.Hour/15-2*time.Second, res.RetryAfter)
 }
 
@@ -429,17 +429,17 @@ func testDryRun(t *testing.T, c *Clock, s ratelimit.Store) {
 	for range 5 {
 		res := limit(t, l, "k", 1)
 		require.True(t, res.Allowed)
-		assert.Empty(t, res.Violated)
+		assert.Empty(t, res.Violated())
 		assert.Equal(t, "enforced", res.Policy, "dry-run policies never bind")
-		dry = append(dry, res.DryRunViolated)
+		dry = append(dry, res.DryRunViolated())
 	}
 	assert.Equal(t, [][]string{nil, nil, {"shadow"}, {"shadow"}, {"shadow"}}, dry)
 	for range 5 {
 		limit(t, l, "k", 1)
 	}
 	res := limit(t, l, "k", 1)
-	assert.Equal(t, []string{"enforced"}, res.Violated)
-	assert.Equal(t, []string{"shadow"}, res.DryRunViolated)
+	assert.Equal(t, []string{"enforced"}, res.Violated())
+	assert.Equal(t, []string{"shadow"}, res.DryRunViolated())
 }
 
 // testPoliciesConcurrent: goroutines on mixed keys under per-client (5 an
@@ -481,7 +481,7 @@ func testPoliciesConcurrent(t *testing.T, c *Clock, s ratelimit.Store) {
 	c.Advance(time.Second)
 	total = 0
 	for k := range counts {
-		left := limit(t, l, fmt.Sprint("client-", k), 0).Policies[0].Remaining
+		left := limit(t, l, fmt.Sprint("client-", k), 0).Policies()[0].Remaining
 		assert.Equal(t, 5-counts[k].Load(), left, "client-%d's tokens", k)
 		total += left
 	}
