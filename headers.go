@@ -118,6 +118,7 @@ const maxSFInteger = 999_999_999_999_999
 func writeHeaders(h http.Header, f HeaderFormat, res Result, policies string) {
 	var keys []string
 	var ends [3]int
+	ietf := false
 	var buf [256]byte
 	b := buf[:0]
 	switch f {
@@ -131,7 +132,7 @@ func writeHeaders(h http.Header, f HeaderFormat, res Result, policies string) {
 			b = strconv.AppendInt(b, t, 10)
 		}
 		ends[0] = len(b)
-		h[ietfKeys[0]] = []string{policies}
+		ietf = true
 	case HeadersLegacy, HeadersX:
 		keys = legacyKeys[:]
 		if f == HeadersX {
@@ -147,12 +148,16 @@ func writeHeaders(h http.Header, f HeaderFormat, res Result, policies string) {
 		return
 	}
 	s := string(b)
-	vals := make([]string, len(keys))
+	vals := make([]string, len(keys), len(keys)+1) // one allocation for every field's []string
 	start := 0
 	for i, key := range keys {
 		vals[i] = s[start:ends[i]]
 		start = ends[i]
 		h[key] = vals[i : i+1 : i+1]
+	}
+	if ietf { // RateLimit-Policy too
+		vals = append(vals, policies)
+		h[ietfKeys[0]] = vals[len(keys):]
 	}
 }
 
