@@ -27,23 +27,32 @@ type Decision struct {
 // in integer nanoseconds. A clock that goes backwards cannot add tokens:
 // an earlier now only makes TAT − now larger.
 func TokenBucket(state, now, interval, burst, cost int64) Decision {
+	var d Decision
+	d.Allowed, d.State, d.Remaining, d.RetryAfter, d.ResetAfter = tokenBucket(state, now, interval, burst, cost)
+	return d
+}
+
+// tokenBucket is TokenBucket with its results in registers: a Decision is
+// too big for that, and copying it through memory was half of Decide's cost.
+func tokenBucket(state, now, interval, burst, cost int64) (allowed bool, next, remaining, retryAfter, resetAfter int64) {
 	tau := burst * interval
 	tat := max(state, now)
-	d := Decision{State: state}
-	if cost > burst {
+	next = state
+	switch {
+	case cost > burst:
 		// Never allowed; no wait changes that.
-	} else if cost == 0 {
-		d.Allowed = true // a cost of 0 only reads
-	} else if next := tat + cost*interval; next-now <= tau {
-		d.Allowed = true
-		d.State = next
+	case cost == 0:
+		allowed = true // a cost of 0 only reads
+	case tat+cost*interval-now <= tau:
+		allowed = true
+		next = tat + cost*interval
 		tat = next
-	} else {
-		d.RetryAfter = next - tau - now
+	default:
+		retryAfter = tat + cost*interval - tau - now
 	}
-	d.ResetAfter = tat - now
-	d.Remaining = min(max((tau-d.ResetAfter)/interval, 0), burst)
-	return d
+	resetAfter = tat - now
+	remaining = min(max((tau-resetAfter)/interval, 0), burst)
+	return allowed, next, remaining, retryAfter, resetAfter
 }
 
 // Shape is the leaky bucket as a queue. state is the time at which the
@@ -54,28 +63,35 @@ func TokenBucket(state, now, interval, burst, cost int64) Decision {
 // once and changes nothing. The first immediate × interval of every wait is
 // forgiven (nginx's delay=N: the first N queued requests proceed at once).
 func Shape(state, now, interval, burst, cost, bound, immediate int64) Decision {
+	var d Decision
+	d.Allowed, d.State, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay = shape(state, now, interval, burst, cost, bound, immediate)
+	return d
+}
+
+// shape is Shape with its results in registers.
+func shape(state, now, interval, burst, cost, bound, immediate int64) (allowed bool, next, remaining, retryAfter, resetAfter, delay int64) {
 	start := max(state, now)
 	wait := start - now
-	d := Decision{State: state}
+	next = state
 	switch {
 	case cost > burst:
 		// Never allowed.
 	case cost == 0:
-		d.Allowed = true
+		allowed = true
 	case wait <= bound:
-		d.Allowed = true
-		d.Delay = max(wait-immediate*interval, 0)
-		d.State = start + cost*interval
-		start = d.State
+		allowed = true
+		delay = max(wait-immediate*interval, 0)
+		next = start + cost*interval
+		start = next
 	default:
-		d.RetryAfter = wait - bound
+		retryAfter = wait - bound
 	}
-	d.ResetAfter = start - now
+	resetAfter = start - now
 	// Remaining: how many more requests of cost 1 would be admitted now.
-	if next := d.ResetAfter; next <= bound {
-		d.Remaining = min((bound-next)/interval+1, burst)
+	if resetAfter <= bound {
+		remaining = min((bound-resetAfter)/interval+1, burst)
 	}
-	return d
+	return allowed, next, remaining, retryAfter, resetAfter, delay
 }
 
 // ShapeBound returns the longest wait a LeakyShape policy admits: the
@@ -90,9 +106,10 @@ func ShapeBound(p ratelimit.Policy) int64 {
 
 // Decide applies p's algorithm to state at time now (Unix nanoseconds),
 // writes the Result to res and returns the state to store. (Pointers, not
-// values: a Result is large, and copying it was much of a decision's cost.) A state at or before now
-// carries no information (a full token bucket, an empty queue), so a store
-// may forget it. The caller has validated p and cost.
+// values: copying a Result through frames was much of a decision's cost.) A
+// state at or before now carries no information (a full token bucket, an
+// empty queue), so a store may forget it. The caller has validated p and
+// cost.
 //
 // A negative cost gives back −cost tokens taken earlier (a refund, when
 // another policy refused the request): the state moves back by −cost
@@ -105,21 +122,21 @@ func Decide(p *ratelimit.Policy, state, now, cost int64, res *ratelimit.Result) 
 		}
 		cost = 0
 	}
-	var d Decision
-	switch p.Algorithm {
-	case ratelimit.LeakyShape:
-		d = Shape(state, now, iv, burst, cost, ShapeBound(*p), p.Immediate)
-	default: // TokenBucket and LeakyPolice make the same decisions.
-		d = TokenBucket(state, now, iv, burst, cost)
+	var allowed bool
+	var next, remaining, retryAfter, resetAfter, delay int64
+	if p.Algorithm == ratelimit.LeakyShape {
+		allowed, next, remaining, retryAfter, resetAfter, delay = shape(state, now, iv, burst, cost, ShapeBound(*p), p.Immediate)
+	} else { // TokenBucket and LeakyPolice make the same decisions.
+		allowed, next, remaining, retryAfter, resetAfter = tokenBucket(state, now, iv, burst, cost)
 	}
 	*res = ratelimit.Result{
-		Allowed:    d.Allowed,
+		Allowed:    allowed,
 		Policy:     p.Name,
 		Limit:      p.Limit,
-		Remaining:  d.Remaining,
-		RetryAfter: time.Duration(d.RetryAfter),
-		ResetAfter: time.Duration(d.ResetAfter),
-		Delay:      time.Duration(d.Delay),
+		Remaining:  remaining,
+		RetryAfter: time.Duration(retryAfter),
+		ResetAfter: time.Duration(resetAfter),
+		Delay:      time.Duration(delay),
 	}
-	return d.State
+	return next
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
+
+	"github.com/tokenfair/ratelimit"
 )
 
 // ratBucket is an independent model of a token bucket in exact rational
@@ -273,4 +275,24 @@ func FuzzShape(f *testing.F) {
 			state = d.State
 		}
 	})
+}
+
+func BenchmarkDecide(b *testing.B) {
+	for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.LeakyShape} {
+		b.Run(alg.String(), func(b *testing.B) {
+			p := &ratelimit.Policy{Name: "bench", Limit: ratelimit.PerSecond(1_000_000).WithBurst(1_000_000_000), Algorithm: alg}
+			var res ratelimit.Result
+			state, now, allowed := int64(0), int64(1e18), 0
+			for b.Loop() {
+				state = Decide(p, state, now, 1, &res)
+				if res.Allowed {
+					allowed++
+				}
+				now += 500
+			}
+			if allowed == 0 {
+				b.Fatal("nothing allowed")
+			}
+		})
+	}
 }
