@@ -191,7 +191,8 @@ func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []r
 	for _, r := range reqs {
 		fps = append(fps, s.fingerprint(r.Policy.Name, r.Key))
 	}
-	locked := s.lockAll(fps)
+	var lockBuf [8]uint64
+	locked := s.lockAll(fps, lockBuf[:0])
 	now := s.now()
 	all := true
 	var stateBuf [8]int64
@@ -215,10 +216,8 @@ func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []r
 }
 
 // lockAll locks the distinct shards of fps in ascending order and returns
-// their indexes.
-func (s *Store) lockAll(fps []uint64) []uint64 {
-	var buf [8]uint64
-	locked := buf[:0]
+// their indexes, appended to locked.
+func (s *Store) lockAll(fps, locked []uint64) []uint64 {
 	for _, fp := range fps {
 		locked = append(locked, s.shardIndex(fp))
 	}

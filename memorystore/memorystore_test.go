@@ -142,4 +142,10 @@ func TestTakeDoesNotAllocate(t *testing.T) {
 	assert.Zero(t, allocs)
 	allocs = testing.AllocsPerRun(500, func() { _, _ = s.Take(ctx, slow, "present", 1) })
 	assert.Zero(t, allocs)
+
+	reqs := []ratelimit.Request{{Policy: slow, Key: "present", Cost: 1}, {Policy: ratelimit.Policy{Name: "global", Limit: slow.Limit}, Key: "*", Cost: 1}}
+	results := make([]ratelimit.Result, len(reqs))
+	require.NoError(t, s.TakeAll(ctx, reqs, results))
+	allocs = testing.AllocsPerRun(300, func() { _ = s.TakeAll(ctx, reqs, results) })
+	assert.Zero(t, allocs, "a batch of keys held")
 }
