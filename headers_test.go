@@ -119,9 +119,9 @@ var headerCases = []headerCase{
 	{
 		// Burst beyond the 15 digits of an sf-integer is clamped in ietf only.
 		name:   "huge burst",
-		res:    Result{Allowed: true, Policy: "default", Limit: Limit{Interval: 1, Burst: 3_000_000_000_000_000_000}, Remaining: 2_000_000_000_000_000_000, ResetAfter: time.Duration(1_000_000_000_000_000_000)},
-		ietf:   [2]string{`"default";q=999999999999999;w=3000000000`, `"default";r=999999999999999;t=1`},
-		legacy: [3]string{"3000000000000000000", "2000000000000000000", "1000000000"},
+		res:    Result{Allowed: true, Policy: "default", Limit: Limit{Interval: 1, Burst: 1_500_000_000_000_000_000}, Remaining: 1_000_000_000_000_000_000, ResetAfter: time.Duration(500_000_000_000_000_000)},
+		ietf:   [2]string{`"default";q=999999999999999;w=1500000000`, `"default";r=999999999999999;t=1`},
+		legacy: [3]string{"1500000000000000000", "1000000000000000000", "500000000"},
 	},
 }
 

@@ -9,9 +9,10 @@ import (
 )
 
 // MaxSpan is the longest time a bucket may take to refill from empty:
-// Burst × Interval must not exceed it. The bound keeps every sum of a
-// Unix-nanosecond timestamp and a span inside int64 until the 22nd century.
-const MaxSpan = 100 * 365 * 24 * time.Hour
+// Burst × Interval must not exceed it. A bucket's state is at most one span
+// ahead of now and a decision moves it on by at most one more, so the bound
+// keeps a Unix-nanosecond timestamp plus two spans inside int64 until 2162.
+const MaxSpan = 50 * 365 * 24 * time.Hour
 
 // Limit is a rate and a capacity: a bucket holds at most Burst tokens and
 // earns one token every Interval. Representing the rate as a whole number of

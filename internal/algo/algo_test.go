@@ -296,3 +296,31 @@ func BenchmarkDecide(b *testing.B) {
 		})
 	}
 }
+
+// TestNoOverflowAtTheLongestSpan: with a limit of MaxSpan, a state a whole
+// span ahead and the clock in 2161, now plus two spans stays inside int64:
+// the token bucket refuses with a wait of exactly one span, and the queue
+// admits the request one span from now, moves on to two spans from now, and
+// then is full.
+func TestNoOverflowAtTheLongestSpan(t *testing.T) {
+	now := time.Date(2161, 12, 31, 0, 0, 0, 0, time.UTC).UnixNano()
+	span := ratelimit.MaxSpan
+	limit := ratelimit.Every(span)
+	var res ratelimit.Result
+
+	state := Decide(&ratelimit.Policy{Limit: limit}, now+int64(span), now, 1, &res)
+	assert.False(t, res.Allowed)
+	assert.Equal(t, now+int64(span), state)
+	assert.Equal(t, span, res.RetryAfter)
+	assert.Equal(t, span, res.ResetAfter)
+
+	state = Decide(&ratelimit.Policy{Limit: limit, Algorithm: ratelimit.LeakyShape}, now+int64(span), now, 1, &res)
+	assert.True(t, res.Allowed)
+	assert.Equal(t, now+2*int64(span), state)
+	assert.Equal(t, span, res.Delay)
+	assert.Equal(t, 2*span, res.ResetAfter)
+	// A state that had wrapped around would look long past: the queue empty.
+	assert.Greater(t, state, now)
+	Decide(&ratelimit.Policy{Limit: limit, Algorithm: ratelimit.LeakyShape}, state, now, 1, &res)
+	assert.False(t, res.Allowed, "the queue is full")
+}
