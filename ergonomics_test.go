@@ -242,6 +242,39 @@ func TestPanickingKeyFunction(t *testing.T) {
 	assert.NotContains(t, w.Body.String(), "boom")
 }
 
+// A panicking cost function is a clean 500 too, and an error handler of
+// one's own sees ErrPanic and chooses the answer; the next handler never
+// runs and the server goes on.
+func TestPanickingCostFunction(t *testing.T) {
+	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	require.NoError(t, err)
+	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
+	require.NoError(t, err)
+	oneKey := func(*http.Request) (string, error) { return "k", nil }
+	boom := ratelimit.WithCost(func(*http.Request) (int64, error) { panic("boom") })
+	ran := false
+	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true })
+
+	m, err := ratelimit.NewMiddleware(lim, oneKey, boom)
+	require.NoError(t, err)
+	w := httptest.NewRecorder()
+	nethttp.Middleware(m)(next).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	assert.Equal(t, 500, w.Code)
+	assert.NotContains(t, w.Body.String(), "boom")
+
+	var seen error
+	m, err = ratelimit.NewMiddleware(lim, oneKey, boom, ratelimit.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
+		seen = err
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	require.NoError(t, err)
+	w = httptest.NewRecorder()
+	nethttp.Middleware(m)(next).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
+	assert.ErrorIs(t, seen, ratelimit.ErrPanic)
+	assert.False(t, ran)
+}
+
 type failingSlots struct{}
 
 func (failingSlots) Acquire(context.Context, string, int64, time.Duration) (string, bool, error) {
