@@ -36,7 +36,7 @@ func shapingServer(t *testing.T, l ratelimit.Limit, handler http.HandlerFunc, op
 
 // TestShapingEndToEnd: 5 per second, burst 10, twelve concurrent requests
 // through a real server: eleven succeed, leaving about 200 ms apart (never
-// earlier than their turn), and one is refused at once.
+// earlier than their turn, never in bunches), and one is refused at once.
 func TestShapingEndToEnd(t *testing.T) {
 	srv := shapingServer(t, ratelimit.PerSecond(5).WithBurst(10), func(w http.ResponseWriter, r *http.Request) {})
 	start := time.Now()
@@ -74,6 +74,11 @@ func TestShapingEndToEnd(t *testing.T) {
 		turn := time.Duration(i) * 200 * time.Millisecond
 		assert.GreaterOrEqual(t, d, turn, "request %d completed before its turn", i+1)
 		assert.Less(t, d, turn+time.Second, "request %d completed long after its turn", i+1)
+	}
+	// They leave one by one, not in bursts: any three completions span at
+	// least one interval (two, less any lateness of the first).
+	for i := range len(done) - 2 {
+		assert.GreaterOrEqual(t, done[i+2]-done[i], 200*time.Millisecond, "requests %d to %d left together", i+1, i+3)
 	}
 }
 
