@@ -89,15 +89,18 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 		return
 	}
 	var release func()
+	policies := lim.names1
 	if err == nil && res.Allowed {
 		// An in-flight refusal is a refusal: take the slot before the
 		// decision is observed and answered.
 		if release, res, err = m.acquire(r, lim, key, cost, res); release != nil {
 			defer release()
+		} else if err == nil && !res.Allowed {
+			policies = res.Violated() // the in-flight limit's alone
 		}
 	}
 	if m.cfg.observer != nil {
-		m.cfg.observer.Observe(r, Event{Policies: lim.names1, KeyHash: keyHash(key), Result: res, Err: err, Elapsed: time.Since(start)})
+		m.cfg.observer.Observe(r, Event{Policies: policies, KeyHash: keyHash(key), Result: res, Err: err, Elapsed: time.Since(start)})
 	}
 	if err != nil {
 		m.cfg.onError(w, r, err)

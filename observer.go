@@ -16,8 +16,9 @@ type Observer interface {
 
 // Event describes one decision for an [Observer].
 type Event struct {
-	// Policies names every policy of the limiter that decided, in order.
-	// The slice is shared: do not modify it.
+	// Policies names every policy of the limiter that decided, in order,
+	// or only InFlightPolicyName for a request that the limiter admitted
+	// but WithMaxInFlight refused. The slice is shared: do not modify it.
 	Policies []string
 	// KeyHash is a 64-bit FNV-1a hash of the request's key, to tell
 	// clients apart in logs without recording the key; 0 when the request

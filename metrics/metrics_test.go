@@ -39,6 +39,12 @@ type rig struct {
 
 func newRig(t *testing.T, store ratelimit.Store, policies ...ratelimit.Policy) *rig {
 	t.Helper()
+	return newRigWith(t, store, nil, policies)
+}
+
+// newRigWith is newRig with a next handler and middleware options.
+func newRigWith(t *testing.T, store ratelimit.Store, next http.Handler, policies []ratelimit.Policy, opts ...ratelimit.Option) *rig {
+	t.Helper()
 	r := &rig{reg: prometheus.NewRegistry()}
 	var err error
 	r.m, err = metrics.New(r.reg)
@@ -51,9 +57,12 @@ func newRig(t *testing.T, store ratelimit.Store, policies ...ratelimit.Policy) *
 	}
 	lim, err := ratelimit.New(store, policies...)
 	require.NoError(t, err)
-	mw, err := ratelimit.NewMiddleware(lim, keyByHeader, ratelimit.WithObserver(r.m))
+	mw, err := ratelimit.NewMiddleware(lim, keyByHeader, append(opts, ratelimit.WithObserver(r.m))...)
 	require.NoError(t, err)
-	r.handler = nethttp.Middleware(mw)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	if next == nil {
+		next = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	}
+	r.handler = nethttp.Middleware(mw)(next)
 	return r
 }
 
@@ -123,6 +132,26 @@ func TestDecisionsCounted(t *testing.T) {
 	}
 	assert.Equal(t, 9, testutil.CollectAndCount(r.reg, "ratelimit_decisions_total"), "3 policies × 3 outcomes seen")
 	assert.Equal(t, 5.0, testutil.ToFloat64(gauge(r.reg, "ratelimit_keys")), "per-key a and b, global *, shadow a and b")
+}
+
+// A request refused for want of an in-flight slot is counted as limited by
+// the in-flight policy, not as allowed by the limiter's.
+func TestInFlightRefusalsCounted(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	slow := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		entered <- struct{}{}
+		<-release
+	})
+	r := newRigWith(t, nil, slow, []ratelimit.Policy{{Name: "per-key", Limit: ratelimit.PerMinute(10)}}, ratelimit.WithMaxInFlight(1, 0))
+	done := make(chan int)
+	go func() { done <- r.get("a") }()
+	<-entered
+	assert.Equal(t, http.StatusTooManyRequests, r.get("a"), "a's one slot is taken")
+	close(release)
+	assert.Equal(t, http.StatusOK, <-done)
+	assert.Equal(t, 1, r.count(ratelimit.InFlightPolicyName, metrics.Limited))
+	assert.Equal(t, 1, r.count("per-key", metrics.Allowed), "the refused request is not counted as allowed")
+	assert.Equal(t, 2, testutil.CollectAndCount(r.reg, "ratelimit_decisions_total"), "no other series")
 }
 
 func gauge(reg *prometheus.Registry, name string) prometheus.Collector {
