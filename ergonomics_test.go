@@ -365,3 +365,42 @@ func TestAllDryRunWritesNoHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestInFlightTotal: a total in-flight limit holds across keys: with two
+// slots in all, a third client is refused while two requests run, whatever
+// its own per-key room, and admitted once one of them ends.
+func TestInFlightTotal(t *testing.T) {
+	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	require.NoError(t, err)
+	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1000).WithBurst(1000)})
+	require.NoError(t, err)
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, ratelimit.WithMaxInFlight(5, 2))
+	require.NoError(t, err)
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/wait" {
+			entered <- struct{}{}
+			<-release
+		}
+	}))
+	serve := func(client, path string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", path, nil)
+		r.Header.Set("X-Client", client)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	done := make(chan int, 2)
+	for _, client := range []string{"a", "b"} {
+		go func() { done <- serve(client, "/wait").Code }()
+		<-entered
+	}
+	refused := serve("c", "/")
+	assert.Equal(t, http.StatusTooManyRequests, refused.Code)
+	assert.Contains(t, refused.Header().Values("RateLimit-Policy"), `"inflight";q=2;qu="concurrent-requests"`, "the binding quota is the total")
+	release <- struct{}{}
+	assert.Equal(t, http.StatusOK, <-done)
+	assert.Equal(t, http.StatusOK, serve("c", "/").Code, "a slot came back")
+	close(release)
+	assert.Equal(t, http.StatusOK, <-done)
+}
