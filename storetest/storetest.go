@@ -58,6 +58,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Exercise", testExercise},
 		{"Cost", testCost},
 		{"RefusalSpendsNothing", testRefusalSpendsNothing},
+		{"GiveBack", testGiveBack},
 		{"KeysAndPoliciesIndependent", testIndependent},
 		{"FullBucketForgotten", testFullBucketForgotten},
 		{"ClockBackwards", testClockBackwards},
@@ -214,6 +215,20 @@ func testRefusalSpendsNothing(t *testing.T, c *Clock, s ratelimit.Store) {
 	}
 	c.Advance(200 * ms)
 	assert.True(t, take(t, s, p, "k", 1).Allowed, "the first token earned after refusals")
+}
+
+// testGiveBack: a negative cost gives tokens back (the Limiter's refunds),
+// never beyond a full bucket, and is always allowed.
+func testGiveBack(t *testing.T, c *Clock, s ratelimit.Store) {
+	run(t, c, s, policy("p", fivePerSecond), []step{
+		{cost: 6, want: allowed(4, 1200*ms)},
+		{cost: -2, want: allowed(6, 800*ms)},
+		{advance: 200 * ms, cost: -1, want: allowed(8, 400*ms)},
+		{cost: -10, want: allowed(10, 0)},
+		{cost: -1, want: allowed(10, 0)},
+		{cost: 10, want: allowed(0, 2*time.Second)},
+		{cost: 1, want: refused(0, 200*ms, 2*time.Second)},
+	})
 }
 
 func testIndependent(t *testing.T, c *Clock, s ratelimit.Store) {
