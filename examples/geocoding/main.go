@@ -105,6 +105,9 @@ import (
 )
 
 func main() {
+	// The library logs (warnings, store failures) with slog.Default: make
+	// its lines look like the server's own.
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
