@@ -26,27 +26,31 @@ type redisPeer struct {
 	new  func(tb testing.TB, c *redis.Client, l limit) func(ctx context.Context, key string) bool
 }
 
+// baseline names the Redis peer that is no limiter but the floor the
+// others are measured against: it allows everything.
+const baseline = "incr"
+
 // redisLimit is the limit of the Redis benchmarks: every request allowed.
 var redisLimit = limit{1_000_000, time.Second}
 
 var redisPeers = []redisPeer{
-	{"tokenfair", func(tb testing.TB, c *redis.Client, l limit) func(context.Context, string) bool {
-		s, err := redisstore.New(c, redisstore.WithTimeout(time.Second))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		lim, err := ratelimit.New(s, ratelimit.Policy{Limit: ratelimit.Per(int64(l.n), l.per).WithBurst(int64(l.n))})
-		if err != nil {
-			tb.Fatal(err)
-		}
+	// incr is the baseline, not a limiter: one bare INCR of the key per
+	// decision, always allowed. It is what talking to Redis costs at all
+	// (one plain command, one round trip), so a limiter's ratio to it is
+	// what its limiting adds.
+	{baseline, func(tb testing.TB, c *redis.Client, _ limit) func(context.Context, string) bool {
 		return func(ctx context.Context, key string) bool {
-			res, err := lim.Take(ctx, key, 1)
-			if err != nil {
+			if err := c.Incr(ctx, "incr:"+key).Err(); err != nil {
 				tb.Error(err)
+				return false
 			}
-			return res.Allowed
+			return true
 		}
 	}},
+	{"tokenfair", tokenfairRedis()},
+	// tokenfair-batching is ours with WithBatching: decisions that arrive
+	// while a round trip is in flight share the next one, in a pipeline.
+	{"tokenfair-batching", tokenfairRedis(redisstore.WithBatching(true))},
 	{"redis_rate", func(tb testing.TB, c *redis.Client, l limit) func(context.Context, string) bool {
 		lim := redis_rate.NewLimiter(c)
 		limit := redis_rate.Limit{Rate: l.n, Burst: l.n, Period: l.per}
@@ -89,6 +93,28 @@ var redisPeers = []redisPeer{
 			return err == nil && !limited
 		}
 	}},
+}
+
+// tokenfairRedis returns our decision through the public API, a Limiter
+// over a redisstore.Store made with opts.
+func tokenfairRedis(opts ...redisstore.Option) func(testing.TB, *redis.Client, limit) func(context.Context, string) bool {
+	return func(tb testing.TB, c *redis.Client, l limit) func(context.Context, string) bool {
+		s, err := redisstore.New(c, append([]redisstore.Option{redisstore.WithTimeout(time.Second)}, opts...)...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		lim, err := ratelimit.New(s, ratelimit.Policy{Limit: ratelimit.Per(int64(l.n), l.per).WithBurst(int64(l.n))})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return func(ctx context.Context, key string) bool {
+			res, err := lim.Take(ctx, key, 1)
+			if err != nil {
+				tb.Error(err)
+			}
+			return res.Allowed
+		}
+	}
 }
 
 // BenchmarkRedis measures one decision against a local redis-server started
@@ -187,7 +213,8 @@ func commandCalls(b *testing.B, c *redis.Client) int64 {
 
 // TestRedisPeers checks each Redis decision wrapper against a real
 // redis-server: with three requests an hour, a key gets three, the fourth
-// is refused, and another key is unaffected.
+// is refused, and another key is unaffected. The baseline limits nothing:
+// it allows every request and counts each in its key.
 func TestRedisPeers(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
@@ -197,6 +224,17 @@ func TestRedisPeers(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			take := p.new(t, c, small)
 			a, b := p.name+":a", p.name+":b"
+			if p.name == baseline {
+				for i := 1; i <= 4; i++ {
+					if !take(ctx, a) {
+						t.Fatalf("request %d of key %s refused, want allowed", i, a)
+					}
+				}
+				if n, err := c.Get(ctx, "incr:"+a).Int(); err != nil || n != 4 {
+					t.Fatalf("GET incr:%s = %d, %v, want 4", a, n, err)
+				}
+				return
+			}
 			for i := 1; i <= 3; i++ {
 				if !take(ctx, a) {
 					t.Fatalf("request %d of key %s refused, want allowed", i, a)

@@ -3,11 +3,13 @@
 //
 // Every decision is one round trip: an embedded Lua script that reads the
 // bucket's state, decides and writes it back atomically, run with EVALSHA
-// (and EVAL when the server does not have the script yet). The script reads
-// the Redis server's clock (TIME), so the clocks of the application's hosts
-// never matter. A key's state is one time, the moment its bucket is full
-// again (or its queue empty); the key expires then, so Redis holds only keys
-// that carry information and nothing leaks. A call touches one key, or
+// (and EVAL when the server does not have the script yet). With
+// WithBatching, concurrent decisions share round trips and script calls,
+// so there are fewer of both than decisions. The script reads the Redis
+// server's clock (TIME), so the clocks of the application's hosts never
+// matter. A key's state is one time, the moment its bucket is full again
+// (or its queue empty); the key expires then, so Redis holds only keys that
+// carry information and nothing leaks. A call touches one key, or
 // several in one Cluster slot (TakeAll), so the store works on Redis
 // Cluster as well as on a single server, Sentinel (a failover client) or a
 // Ring.
@@ -31,6 +33,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,10 +60,21 @@ var (
 // Store is a [ratelimit.Store] in Redis. It is safe for concurrent use.
 type Store struct {
 	client    redis.Scripter
+	proc      processor // client, when it has Process and Pipeline
 	prefix    string
 	timeout   time.Duration
 	now       func() time.Time
 	skipCheck bool
+	batching  bool
+	batch     batcher
+}
+
+// processor is what every go-redis client (Client, ClusterClient, Ring,
+// Conn) has beyond redis.Scripter: the store sends its own commands, and
+// pipelines of them, through it.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+	Pipeline() redis.Pipeliner
 }
 
 var (
@@ -105,6 +120,26 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
+// WithBatching turns the batching of concurrent decisions on or off
+// (default off). With it, the decisions that arrive while one of the
+// store's round trips is in flight wait for it to end and then go together
+// in the next: on a *redis.Client in one script call that decides each of
+// them on its own (so Redis pays a script call's fixed cost, much of a
+// decision's, once for all), on a *redis.ClusterClient in one script call
+// per slot, on a *redis.Ring in one script call each; several script calls
+// go in one pipeline. A decision that finds nothing in flight is sent at
+// once; one that queues waits for the round trip ahead of it, so a
+// decision takes at most two round trips. Each decision keeps its own
+// deadline, and its own result or error. Other Scripters than go-redis's
+// clients send every decision alone. TakeAll batches too; Acquire and
+// Release never do.
+func WithBatching(enabled bool) Option {
+	return func(s *Store) error {
+		s.batching = enabled
+		return nil
+	}
+}
+
 // SkipContextTimeoutCheck lets New accept a client created without
 // ContextTimeoutEnabled. Calls then still carry a deadline, but go-redis
 // does not apply it to socket reads: a hung Redis holds requests for the
@@ -133,6 +168,7 @@ func New(client redis.Scripter, opts ...Option) (*Store, error) {
 	if !s.skipCheck && !contextTimeoutEnabled(client) {
 		return nil, errors.New("redisstore: the client was created without ContextTimeoutEnabled, so deadlines would not cut socket reads short; set it, or pass SkipContextTimeoutCheck")
 	}
+	s.proc, _ = client.(processor)
 	return s, nil
 }
 
@@ -193,46 +229,164 @@ func (s *Store) oneNode(reqs []ratelimit.Request) bool {
 
 func (s *Store) key(r ratelimit.Request) string { return s.prefix + r.Policy.Name + ":" + r.Key }
 
-// run decides reqs in one script call and fills results.
+// The script's arguments that do not change, boxed once.
+var (
+	argEvalSha any = "evalsha"
+	argEval    any = "eval"
+	argSHA     any = takeScript.Hash()
+	argSource  any = takeSource
+	argNone    any = ""
+)
+
+// run decides reqs, as one group of the script (see take.lua), and fills
+// results.
 func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	keys := make([]string, len(reqs))
-	args := make([]any, 1, 1+3*len(reqs))
+	// EVALSHA sha numkeys key… m now-s now-n (kind inc-s inc-n bound-s bound-n)…
+	n := len(reqs)
+	c := &call{ctx: ctx, n: n, args: make([]any, 3+n, 6+6*n)}
+	c.args[0], c.args[1], c.args[2] = argEvalSha, argSHA, n
+	c.args = append(c.args, n, argNone, argNone)
 	if s.now != nil {
-		args[0] = pair(s.now().UnixNano())
-	} else {
-		args[0] = ""
+		ns := s.now().UnixNano()
+		c.args[4+n], c.args[5+n] = ns/1e9, ns%1e9
 	}
 	for i, r := range reqs {
-		keys[i] = s.key(r)
+		c.args[3+i] = s.key(r)
 		iv := int64(r.Policy.Limit.Interval)
-		kind, inc, bound := "gcra", r.Cost*iv, r.Policy.Limit.Burst*iv
+		var kind any = "gcra"
+		inc, bound := r.Cost*iv, r.Policy.Limit.Burst*iv
 		switch {
 		case r.Cost < 0:
 			kind, inc = "refund", -inc
 		case r.Policy.Algorithm == ratelimit.LeakyShape:
 			kind, bound = "shape", algo.ShapeBound(r.Policy)
 		}
-		args = append(args, kind, pair(inc), pair(bound))
+		c.args = append(c.args, kind, inc/1e9, inc%1e9, bound/1e9, bound%1e9)
 	}
-	reply, err := takeScript.Run(ctx, s.client, keys, args...).Int64Slice()
+	reply, err := s.decide(c)
 	if err != nil {
 		return fmt.Errorf("redisstore: %w", err)
 	}
-	if len(reply) != 2+3*len(reqs) {
+	if len(reply) != 3*n {
 		return fmt.Errorf("redisstore: malformed reply %v", reply)
 	}
-	at := reply[0]*1e9 + reply[1]
 	for i, r := range reqs {
-		allowed, state := reply[2+3*i], reply[3+3*i]*1e9+reply[4+3*i]
-		algo.Decide(&r.Policy, state, at, r.Cost, &results[i])
+		allowed, ok1 := reply[3*i].(int64)
+		sec, ok2 := reply[3*i+1].(int64)
+		nsec, ok3 := reply[3*i+2].(int64)
+		if !ok1 || !ok2 || !ok3 || sec < 0 || sec > math.MaxInt64/1_000_000_000-1 || nsec < 0 || nsec >= 1e9 {
+			return fmt.Errorf("redisstore: malformed reply %v", reply)
+		}
+		// The script reports how far the state is ahead of now; the
+		// algorithm depends only on that, so it decides at a now of 0.
+		ahead := sec*1e9 + nsec
+		algo.Decide(&r.Policy, ahead, 0, r.Cost, &results[i])
 		if allowed < 0 || allowed > 1 || results[i].Allowed != (allowed == 1) {
-			return fmt.Errorf("redisstore: the script decided %d at %d from state %d, the algorithm %v", allowed, at, state, results[i].Allowed)
+			return fmt.Errorf("redisstore: the script decided %d with the state %d ahead of now, the algorithm %v", allowed, ahead, results[i].Allowed)
 		}
 	}
 	return nil
 }
+
+// A call is one group of the script on its way to Redis: the requests of
+// one Take or TakeAll, decided all or nothing.
+type call struct {
+	ctx   context.Context // the caller's, with the store's deadline
+	n     int             // the number of keys
+	args  []any           // the call as a command of its own: EVALSHA sha n keys… m now… (…)…
+	reply []any           // once decided: per key allowed, ahead-s, ahead-n
+	err   error           // or why it could not be
+	done  chan struct{}   // for a queued call: closed once reply or err is set
+}
+
+func (c *call) keys() []any { return c.args[3 : 3+c.n] }
+func (c *call) argv() []any { return c.args[3+c.n:] }
+
+// decide sends c and returns its reply or error. Through a go-redis client
+// it may share a round trip with concurrent calls (see batcher); through
+// any other Scripter it goes alone.
+func (s *Store) decide(c *call) ([]any, error) {
+	switch {
+	case s.proc == nil:
+		keys := make([]string, c.n)
+		for i, k := range c.keys() {
+			keys[i] = k.(string)
+		}
+		settle(takeScript.Run(c.ctx, s.client, keys, c.argv()...), c)
+	case s.batching:
+		return s.batch.send(s.proc, c)
+	default:
+		settle(process(c.ctx, s.proc, redis.NewCmd(c.ctx, c.args...)), c)
+	}
+	return c.reply, c.err
+}
+
+// command returns the script call that decides calls, one group each.
+func command(ctx context.Context, calls []*call) *redis.Cmd {
+	if len(calls) == 1 {
+		return redis.NewCmd(ctx, calls[0].args...)
+	}
+	keys, size := 0, 3
+	for _, c := range calls {
+		keys += c.n
+		size += len(c.args) - 3
+	}
+	args := make([]any, 3, size)
+	args[0], args[1], args[2] = argEvalSha, argSHA, keys
+	for _, c := range calls {
+		args = append(args, c.keys()...)
+	}
+	for _, c := range calls {
+		args = append(args, c.argv()...)
+	}
+	return redis.NewCmd(ctx, args...)
+}
+
+// settle sets the reply or error of each of calls from cmd, the script
+// call that decided them, one group each.
+func settle(cmd *redis.Cmd, calls ...*call) {
+	err := cmd.Err()
+	groups, ok := cmd.Val().([]any)
+	if err == nil && (!ok || len(groups) != len(calls)) {
+		err = fmt.Errorf("malformed reply %v", cmd.Val())
+	}
+	for i, c := range calls {
+		if err != nil {
+			c.err = err
+			continue
+		}
+		switch g := groups[i].(type) {
+		case []any:
+			c.reply = g
+		case error: // the group's own, such as WRONGTYPE: the others stand
+			c.err = g
+		default:
+			c.err = fmt.Errorf("malformed reply %v", groups[i])
+		}
+	}
+}
+
+// process sends cmd alone, and again as EVAL on NOSCRIPT.
+func process(ctx context.Context, p processor, cmd *redis.Cmd) *redis.Cmd {
+	_ = p.Process(ctx, cmd)
+	if isNoScript(cmd.Err()) {
+		cmd = evalOf(ctx, cmd)
+		_ = p.Process(ctx, cmd)
+	}
+	return cmd
+}
+
+// evalOf returns cmd, an EVALSHA of the take script, as an EVAL, which
+// also loads the script into Redis's cache.
+func evalOf(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
+	args := slices.Clone(cmd.Args())
+	args[0], args[1] = argEval, argSource
+	return redis.NewCmd(ctx, args...)
+}
+
+func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 // Acquire implements [ratelimit.SlotStore]: the slots of key are a sorted
 // set PREFIX + ":inflight:" + key of tokens scored by the end of their
@@ -267,11 +421,6 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 }
 
 func (s *Store) slotsKey(key string) string { return s.prefix + ":inflight:" + key }
-
-// pair formats nanoseconds as the script's "seconds:nanoseconds".
-func pair(ns int64) string {
-	return strconv.FormatInt(ns/1e9, 10) + ":" + strconv.FormatInt(ns%1e9, 10)
-}
 
 // slotOf returns the Redis Cluster slot of key: CRC16 (XMODEM) of the key,
 // or of its hash tag (the text between the first "{" and the next "}", if

@@ -1,0 +1,212 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// maxBatch caps the calls sent in one round trip, so that it stays short
+// next to the deadlines of the calls queued behind it.
+const maxBatch = 256
+
+// A batcher sends the calls of concurrent decisions together: while a
+// round trip is in flight, the calls that arrive queue up, and when it ends
+// they all leave in the next. A call that finds nothing in flight is sent at
+// once on its caller's goroutine, so a lone caller waits for nothing but its
+// own round trip; under load there are fewer round trips than decisions,
+// since each carries every call that queued during the one before.
+//
+// A batch is as few script calls as the client allows, each deciding many
+// calls (one group of the script each, independent of the others), so that
+// Redis pays a script call's fixed cost once for all of them: one script
+// call on a *redis.Client, one per slot on a *redis.ClusterClient, and one
+// per call on a *redis.Ring, whose shards cannot be known; several script
+// calls go in one pipeline, which go-redis splits by node.
+//
+// No goroutine outlives the calls: the caller whose round trip ends with
+// calls queued starts one goroutine that sends them, and the batches that
+// queue behind those, and ends when the queue is empty. Every round trip
+// has a deadline, the latest of its calls', so that goroutine ends within
+// the store's timeout of the last call's arrival even when Redis hangs.
+//
+// The zero value is ready to use.
+type batcher struct {
+	mu    sync.Mutex
+	busy  bool    // a round trip is in flight
+	queue []*call // calls waiting for it to end
+}
+
+// send decides c through p, with the calls that arrive while a round trip
+// is in flight, and returns its reply or error. It returns when c is
+// decided or its context ends, whichever is first.
+func (b *batcher) send(p processor, c *call) ([]any, error) {
+	b.mu.Lock()
+	if !b.busy {
+		b.busy = true
+		b.mu.Unlock()
+		defer b.next(p)
+		settle(process(c.ctx, p, redis.NewCmd(c.ctx, c.args...)), c)
+		return c.reply, c.err
+	}
+	c.done = make(chan struct{})
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+	select {
+	case <-c.done:
+	case <-c.ctx.Done():
+		select {
+		case <-c.done: // decided as the context ended: take the decision
+		default:
+			// The batch may be in flight; the caller does not wait for it,
+			// and leaves c to the goroutine that sends it. (A call not sent
+			// yet never will be.)
+			return nil, c.ctx.Err()
+		}
+	}
+	return c.reply, c.err
+}
+
+// next starts the round trip of the calls queued during the one that just
+// ended, on a goroutine of its own, or records that none is in flight.
+func (b *batcher) next(p processor) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		b.busy = false
+		return
+	}
+	go b.flush(p, b.take(nil))
+}
+
+// flush sends batch, then every batch that queues meanwhile, until the
+// queue is empty.
+func (b *batcher) flush(p processor, batch []*call) {
+	for {
+		exec(p, batch)
+		clear(batch)
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.busy = false
+			b.mu.Unlock()
+			return
+		}
+		batch = b.take(batch[:0])
+		b.mu.Unlock()
+	}
+}
+
+// take moves up to maxBatch calls from the queue into spare and returns
+// them. b.mu is held.
+func (b *batcher) take(spare []*call) []*call {
+	if len(b.queue) <= maxBatch {
+		batch := b.queue
+		b.queue = spare
+		return batch
+	}
+	batch := append(spare, b.queue[:maxBatch]...)
+	n := copy(b.queue, b.queue[maxBatch:])
+	clear(b.queue[n:])
+	b.queue = b.queue[:n]
+	return batch
+}
+
+// exec decides the calls of batch in one round trip and wakes their
+// callers. A call whose caller has given up is not sent. Script calls that
+// meet NOSCRIPT (a Redis restarted, or SCRIPT FLUSH) are sent again as
+// EVAL, which loads the script, in a second round trip.
+func exec(p processor, batch []*call) {
+	live := batch[:0]
+	var deadline time.Time
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.err = err
+			close(c.done)
+			continue
+		}
+		if d, _ := c.ctx.Deadline(); d.After(deadline) {
+			deadline = d
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	// The round trip belongs to no caller: it must go on when one of them
+	// is canceled, until the last one's deadline. It carries the first
+	// caller's values (for tracing hooks, say).
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(live[0].ctx), deadline)
+	defer cancel()
+	groups := split(p, live)
+	cmds := make([]*redis.Cmd, len(groups))
+	for i, g := range groups {
+		cmds[i] = command(ctx, g)
+	}
+	if len(cmds) == 1 {
+		cmds[0] = process(ctx, p, cmds[0])
+	} else {
+		pipeline(ctx, p, cmds)
+		var retry []int
+		for i, cmd := range cmds {
+			if isNoScript(cmd.Err()) {
+				cmds[i] = evalOf(ctx, cmd)
+				retry = append(retry, i)
+			}
+		}
+		if retry != nil {
+			again := make([]*redis.Cmd, len(retry))
+			for j, i := range retry {
+				again[j] = cmds[i]
+			}
+			pipeline(ctx, p, again)
+		}
+	}
+	for i, g := range groups {
+		settle(cmds[i], g...)
+		for _, c := range g {
+			close(c.done)
+		}
+	}
+}
+
+// split divides calls into the script calls that decide them: all in one
+// on a *redis.Client, by slot on a *redis.ClusterClient (the keys of one
+// call share a slot: see TakeAll), one each on anything else.
+func split(p processor, calls []*call) [][]*call {
+	switch p.(type) {
+	case *redis.Client:
+		return [][]*call{calls}
+	case *redis.ClusterClient:
+		var groups [][]*call
+		slots := make(map[int]int, len(calls)) // slot → index in groups
+		for _, c := range calls {
+			slot := slotOf(c.keys()[0].(string))
+			i, ok := slots[slot]
+			if !ok {
+				i = len(groups)
+				slots[slot] = i
+				groups = append(groups, nil)
+			}
+			groups[i] = append(groups[i], c)
+		}
+		return groups
+	}
+	groups := make([][]*call, len(calls))
+	for i := range calls {
+		groups[i] = calls[i : i+1 : i+1]
+	}
+	return groups
+}
+
+// pipeline sends cmds in one pipeline. Each gets its own reply or error:
+// go-redis splits the pipeline by node on a ClusterClient or a Ring, and
+// sets the error of a failed round trip on every command it carried.
+func pipeline(ctx context.Context, p processor, cmds []*redis.Cmd) {
+	pipe := p.Pipeline()
+	for _, cmd := range cmds {
+		_ = pipe.Process(ctx, cmd)
+	}
+	_, _ = pipe.Exec(ctx)
+}
