@@ -21,6 +21,10 @@ import (
 // ours is the peer every ratio is taken against.
 const ours = "tokenfair"
 
+// baseline is a row that is no limiter but the floor of its group (a bare
+// Redis INCR): a group that has it gets a second ratio column, to it.
+const baseline = "incr"
+
 // A stat is benchstat's summary of one metric: the median and the 95%
 // confidence interval around it, as benchstat prints it.
 type stat struct {
@@ -136,7 +140,7 @@ func summary(w io.Writer, groups map[string]*table, order []string) {
 		if !ok {
 			return "—"
 		}
-		return format(s.v, u) + " (" + ratio(t, p, u) + ")"
+		return format(s.v, u) + " (" + ratio(t, ours, p, u) + ")"
 	}, func(t *table) string { return label(primary(t)) })
 	fmt.Fprintln(w, "Allocations per operation:")
 	fmt.Fprintln(w)
@@ -199,8 +203,16 @@ func detail(w io.Writer, g string, t *table) {
 	for _, unit := range units {
 		fmt.Fprintf(w, " %s |", label(unit))
 	}
-	fmt.Fprintf(w, " ratio to ours (%s) |\n|---|", label(u))
+	fmt.Fprintf(w, " ratio to ours (%s) |", label(u))
+	_, hasBase := t.results[baseline]
+	if hasBase {
+		fmt.Fprintf(w, " ratio to %s (%s) |", baseline, label(u))
+	}
+	fmt.Fprint(w, "\n|---|")
 	for range units {
+		fmt.Fprint(w, "---:|")
+	}
+	if hasBase {
 		fmt.Fprint(w, "---:|")
 	}
 	fmt.Fprintln(w, "---:|")
@@ -217,7 +229,11 @@ func detail(w io.Writer, g string, t *table) {
 				fmt.Fprintf(w, " %s ± %s |", format(s.v, unit), s.ci)
 			}
 		}
-		fmt.Fprintf(w, " %s |\n", ratio(t, p, u))
+		fmt.Fprintf(w, " %s |", ratio(t, ours, p, u))
+		if hasBase {
+			fmt.Fprintf(w, " %s |", ratio(t, baseline, p, u))
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w)
 }
@@ -252,8 +268,9 @@ func digits(v float64) int {
 	}
 }
 
-func ratio(t *table, p, unit string) string {
-	o, ok1 := t.results[ours][unit]
+// ratio returns p's value of unit over base's, as "1.23×".
+func ratio(t *table, base, p, unit string) string {
+	o, ok1 := t.results[base][unit]
 	s, ok2 := t.results[p][unit]
 	if !ok1 || !ok2 || o.v == 0 {
 		return "—"
