@@ -24,12 +24,17 @@
 //
 // Keys are PREFIX + POLICY + ":" + KEY, with the prefix "ratelimit:" by
 // default. Policy names never contain ":", so no two policies' keys collide.
+// A KEY longer than 128 bytes is replaced by "#" and its SHA-256 (after its
+// hash tag, if it has one), so Redis never holds a long key, or a secret
+// that a custom key function forgot to hash.
 package redisstore
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -227,7 +232,31 @@ func (s *Store) oneNode(reqs []ratelimit.Request) bool {
 	return true
 }
 
-func (s *Store) key(r ratelimit.Request) string { return s.prefix + r.Policy.Name + ":" + r.Key }
+func (s *Store) key(r ratelimit.Request) string {
+	return s.prefix + r.Policy.Name + ":" + shortKey(r.Key)
+}
+
+// maxRawKey is the longest client key kept as it is in a Redis key name.
+const maxRawKey = 128
+
+// shortKey returns key, or for a key longer than maxRawKey (a 100 kB header
+// from a custom key function, say) "#" and its SHA-256 in base64url, after
+// its hash tag ("{tag}") if it has one, so that a Redis Cluster still puts it
+// in the slot its tag chooses. Redis never holds long or raw secrets that a
+// key function forgot to hash.
+func shortKey(key string) string {
+	if len(key) <= maxRawKey {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	h := "#" + base64.RawURLEncoding.EncodeToString(sum[:])
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 && j <= maxRawKey {
+			h = key[i:i+j+2] + h
+		}
+	}
+	return h
+}
 
 // The script's arguments that do not change, boxed once.
 var (
@@ -420,7 +449,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
-func (s *Store) slotsKey(key string) string { return s.prefix + ":inflight:" + key }
+func (s *Store) slotsKey(key string) string { return s.prefix + ":inflight:" + shortKey(key) }
 
 // slotOf returns the Redis Cluster slot of key: CRC16 (XMODEM) of the key,
 // or of its hash tag (the text between the first "{" and the next "}", if

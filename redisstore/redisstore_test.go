@@ -67,6 +67,38 @@ func TestServerClock(t *testing.T) {
 	assert.InDelta(t, float64(200*time.Millisecond), float64(res.RetryAfter), float64(100*time.Millisecond))
 }
 
+// TestLongKeys: a 100 kB key (from a custom key function that forgot to
+// hash it) is limited like any other, under a short Redis key name that does
+// not hold it; in-flight slots too.
+func TestLongKeys(t *testing.T) {
+	client := redistest.Start(t).Client()
+	s := newStore(t, client, redisstore.WithPrefix("long:"))
+	ctx := context.Background()
+	long, other := strings.Repeat("s3cr3t", 100_000/6), strings.Repeat("s3cr3t", 100_000/6)+"!"
+	for range 10 {
+		res, err := s.Take(ctx, policy, long, 1)
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+	}
+	res, err := s.Take(ctx, policy, long, 1)
+	require.NoError(t, err)
+	assert.False(t, res.Allowed, "the long key's burst is spent")
+	res, err = s.Take(ctx, policy, other, 1)
+	require.NoError(t, err)
+	assert.True(t, res.Allowed, "a different long key has its own bucket")
+	_, ok, err := s.Acquire(ctx, long, 1, time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	keys, err := client.Keys(ctx, "*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 3)
+	for _, k := range keys {
+		assert.Less(t, len(k), 100, "key name %.40q…", k)
+		assert.NotContains(t, k, "s3cr3t")
+	}
+}
+
 // TestKeysExpire: every key carries a TTL that ends when its bucket is full
 // again, so Redis holds nothing that carries no information.
 func TestKeysExpire(t *testing.T) {
