@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -265,7 +266,10 @@ func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 //
 // Errors answered with a 5xx status are logged with slog.Default, except
 // ErrWaitAbandoned (the client left) and ErrStoreUnavailable (a Failover
-// logs once when the store fails, not once per request).
+// logs once when the store fails, not once per request). Other store
+// failures are logged at most once every 10 seconds per process, with the
+// number left unlogged since the last line ("suppressed"): during an
+// outage every request fails the same way.
 func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	status, typ, title := http.StatusInternalServerError, "about:blank", "Internal Server Error"
 	switch {
@@ -283,10 +287,41 @@ func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", "1")
 	}
 	if status >= 500 && !errors.Is(err, ErrWaitAbandoned) && !errors.Is(err, ErrStoreUnavailable) {
-		slog.Default().ErrorContext(r.Context(), "ratelimit: cannot decide request",
-			"method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		args := []any{"method", r.Method, "path", r.URL.Path, "status", status, "err", err}
+		suppressed, log := int64(0), true
+		if errors.Is(err, ErrStore) {
+			suppressed, log = storeErrorLines.take(time.Now())
+		}
+		if log {
+			if suppressed > 0 {
+				args = append(args, "suppressed", suppressed)
+			}
+			slog.Default().ErrorContext(r.Context(), "ratelimit: cannot decide request", args...)
+		}
 	}
 	writeProblem(w, status, typ, title, "", nil)
+}
+
+// storeErrorLines spaces out DefaultErrorHandler's log lines about store
+// failures.
+var storeErrorLines = logSpacing{every: 10 * time.Second}
+
+// logSpacing lets one log line through per period and counts the others.
+type logSpacing struct {
+	every      time.Duration
+	next       atomic.Int64 // Unix nanoseconds before which lines are only counted
+	suppressed atomic.Int64
+}
+
+// take reports whether a line may be logged at now, and how many were
+// suppressed since the last one.
+func (l *logSpacing) take(now time.Time) (suppressed int64, ok bool) {
+	next := l.next.Load()
+	if now.UnixNano() < next || !l.next.CompareAndSwap(next, now.UnixNano()+int64(l.every)) {
+		l.suppressed.Add(1)
+		return 0, false
+	}
+	return l.suppressed.Swap(0), true
 }
 
 const (
