@@ -223,7 +223,7 @@ type Limiter struct {
 	enforce  []int     // indexes of the enforcing policies
 	dryRun   []int     // indexes of the dry-run policies
 	refused  *lists    // the lists of a refusal by the only policy
-	names1   []string  // every policy's name
+	names    []string  // every policy's name
 	fields   [2]string // RateLimit-Policy values: enforcing policies, all policies
 }
 
@@ -249,7 +249,7 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 		}
 		seen[p.Name] = true
 		l.policies = append(l.policies, p)
-		l.names1 = append(l.names1, p.Name)
+		l.names = append(l.names, p.Name)
 		l.all = append(l.all, i)
 		if p.DryRun {
 			l.dryRun = append(l.dryRun, i)
@@ -257,7 +257,7 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 			l.enforce = append(l.enforce, i)
 		}
 	}
-	l.refused = &lists{violated: l.names1[:1:1]}
+	l.refused = &lists{violated: l.names[:1:1]}
 	l.fields = [2]string{policyField(l.policies, false), policyField(l.policies, true)}
 	return l, nil
 }

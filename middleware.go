@@ -90,7 +90,7 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 		return
 	}
 	var release func()
-	policies := lim.names1
+	policies := lim.names
 	if err == nil && res.Allowed {
 		// An in-flight refusal is a refusal: take the slot before the
 		// decision is observed and answered.
