@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -219,12 +220,13 @@ var (
 type Limiter struct {
 	store    Store
 	policies []Policy
-	all      []int     // indexes of every policy
-	enforce  []int     // indexes of the enforcing policies
-	dryRun   []int     // indexes of the dry-run policies
-	refused  *lists    // the lists of a refusal by the only policy
-	names    []string  // every policy's name
-	fields   [2]string // RateLimit-Policy values: enforcing policies, all policies
+	all      []int       // indexes of every policy
+	enforce  []int       // indexes of the enforcing policies
+	dryRun   []int       // indexes of the dry-run policies
+	refused  *lists      // the lists of a refusal by the only policy
+	names    []string    // every policy's name
+	fields   [2]string   // RateLimit-Policy values: enforcing policies, all policies
+	checked  atomic.Bool // checkShared has seen it
 }
 
 // New returns a Limiter that enforces policies with state kept in store.

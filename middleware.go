@@ -50,7 +50,7 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts ...Option) (*Middleware, error)
 	m.warner, _ = m.cfg.observer.(Warner)
 	if !m.cfg.quiet {
 		m.keys = new(dominance)
-		checkShared(l, m.warner)
+		l.checkSharedOnce(m.warner)
 	}
 	return m, nil
 }
@@ -202,6 +202,9 @@ func (m *Middleware) decide(r *http.Request) (lim *Limiter, key string, cost int
 	if m.cfg.pick != nil {
 		if picked := m.cfg.pick(r); picked != nil {
 			lim = picked
+			if !m.cfg.quiet {
+				lim.checkSharedOnce(m.warner) // the limiters it picks, the first time each
+			}
 		}
 	}
 	if key, err = m.key(r); err != nil {

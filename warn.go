@@ -37,6 +37,13 @@ type storePolicy struct {
 	name  string
 }
 
+// checkSharedOnce runs checkShared the first time it sees l.
+func (l *Limiter) checkSharedOnce(w Warner) {
+	if !l.checked.Load() && l.checked.CompareAndSwap(false, true) {
+		checkShared(l, w)
+	}
+}
+
 // checkShared warns once for each policy of l whose name another limiter
 // uses on the same store with a different limit. It knows stores that are
 // pointers (all of this module's are).

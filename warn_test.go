@@ -127,6 +127,34 @@ func TestWarnSharedPolicyName(t *testing.T) {
 	assert.Equal(t, 1, warnings(logs, "shared-policy-name"), logs.String())
 }
 
+// The limiters that WithLimiterFor picks are checked too, the first time
+// each is picked, and once.
+func TestWarnSharedPolicyNamePickedLimiter(t *testing.T) {
+	logs := captureLogs(t)
+	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	require.NoError(t, err)
+	free, err := ratelimit.New(store, ratelimit.Policy{Name: "tier", Limit: ratelimit.PerSecond(5)})
+	require.NoError(t, err)
+	paid, err := ratelimit.New(store, ratelimit.Policy{Name: "tier", Limit: ratelimit.PerSecond(50)})
+	require.NoError(t, err)
+	m, err := ratelimit.NewMiddleware(free, keyByHeader, ratelimit.WithLimiterFor(func(r *http.Request) *ratelimit.Limiter {
+		if r.Header.Get("X-Paid") != "" {
+			return paid
+		}
+		return nil
+	}))
+	require.NoError(t, err)
+	h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	assert.Empty(t, logs.String())
+	for range 3 {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-Client", "c")
+		r.Header.Set("X-Paid", "yes")
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	assert.Equal(t, 1, warnings(logs, "shared-policy-name"), logs.String())
+}
+
 // A store that is collected can leave its address to a new one: the new
 // store's policies must not be compared with the old one's.
 func TestWarnSharedPolicyNameNotAcrossCollectedStores(t *testing.T) {
