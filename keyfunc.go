@@ -133,17 +133,33 @@ type ipConfig struct {
 	trusted []netip.Prefix
 	header  proxyHeader
 	v6bits  int // 0: no grouping
-	quiet   bool
+	quiet   quiet
+	warner  Warner      // also told about warnings, if not nil
 	warned  atomic.Bool // forwarding headers without trusted proxies
 }
 
 // QuietIP turns off the warnings of [KeyByIP]: about a trusted range so
-// wide that it trusts the internet, and about requests that carry
-// forwarding headers while no proxy is trusted (which usually means every
-// client is keyed by the proxy's address).
-func QuietIP() IPOption {
+// wide that it trusts the internet ([WarnWideTrustedRange]), and about
+// requests that carry forwarding headers while no proxy is trusted, which
+// usually means every client is keyed by the proxy's address
+// ([WarnForwardedWithoutTrustedProxy]). With no kind it turns off both; an
+// unknown kind is an error.
+func QuietIP(kinds ...string) IPOption {
+	return func(c *ipConfig) (err error) {
+		c.quiet, err = newQuiet("QuietIP", kinds, []string{WarnWideTrustedRange, WarnForwardedWithoutTrustedProxy})
+		return err
+	}
+}
+
+// WarnTo tells w, too, about the warnings of [KeyByIP], so that metrics
+// count them (a Middleware tells its Observer about its own warnings; a key
+// function has no Observer).
+func WarnTo(w Warner) IPOption {
 	return func(c *ipConfig) error {
-		c.quiet = true
+		if w == nil {
+			return errors.New("ratelimit: WarnTo: nil Warner")
+		}
+		c.warner = w
 		return nil
 	}
 }
@@ -293,17 +309,17 @@ func KeyByIP(opts ...IPOption) (KeyFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !c.quiet {
+	if !c.quiet.off(WarnWideTrustedRange) {
 		for _, p := range c.trusted {
 			if p.Bits() < 8 || p.Addr().Is6() && p.Bits() < 16 {
-				warn(nil, "wide-trusted-range", "ratelimit: a trusted proxy range covers much of the internet; clients there can forge their address", "range", p.String())
+				warn(c.warner, WarnWideTrustedRange, "ratelimit: a trusted proxy range covers much of the internet; clients there can forge their address", "range", p.String())
 			}
 		}
 	}
 	return func(r *http.Request) (string, error) {
-		if !c.quiet && len(c.trusted) == 0 && !c.warned.Load() &&
+		if !c.quiet.off(WarnForwardedWithoutTrustedProxy) && len(c.trusted) == 0 && !c.warned.Load() &&
 			(r.Header["X-Forwarded-For"] != nil || r.Header["Forwarded"] != nil) && c.warned.CompareAndSwap(false, true) {
-			warn(nil, "forwarded-without-trusted-proxy", "ratelimit: requests carry X-Forwarded-For or Forwarded but no proxy is trusted, so every client behind the proxy shares its address; see TrustedProxies")
+			warn(c.warner, WarnForwardedWithoutTrustedProxy, "ratelimit: requests carry X-Forwarded-For or Forwarded but no proxy is trusted, so every client behind the proxy shares its address; see TrustedProxies")
 		}
 		a, err := c.clientIP(r)
 		if err != nil {

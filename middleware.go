@@ -48,8 +48,10 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts ...Option) (*Middleware, error)
 		}
 	}
 	m.warner, _ = m.cfg.observer.(Warner)
-	if !m.cfg.quiet {
+	if !m.cfg.quiet.off(WarnOneKey) {
 		m.keys = new(dominance)
+	}
+	if !m.cfg.quiet.off(WarnSharedPolicyName) {
 		l.checkSharedOnce(m.warner)
 	}
 	return m, nil
@@ -202,7 +204,7 @@ func (m *Middleware) decide(r *http.Request) (lim *Limiter, key string, cost int
 	if m.cfg.pick != nil {
 		if picked := m.cfg.pick(r); picked != nil {
 			lim = picked
-			if !m.cfg.quiet {
+			if !m.cfg.quiet.off(WarnSharedPolicyName) {
 				lim.checkSharedOnce(m.warner) // the limiters it picks, the first time each
 			}
 		}

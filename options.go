@@ -26,17 +26,19 @@ type config struct {
 	inflight      *inflight
 	slots         SlotStore
 	lease         time.Duration
-	quiet         bool
+	quiet         quiet
 }
 
 // WithoutWarnings turns off the Middleware's misconfiguration warnings,
 // which are otherwise logged once each with slog.Default (and told to the
-// Observer if it is a Warner): nearly all requests having one key, and two
-// limiters sharing a store and a policy name with different limits.
-func WithoutWarnings() Option {
-	return func(c *config) error {
-		c.quiet = true
-		return nil
+// Observer if it is a Warner): nearly all requests having one key
+// ([WarnOneKey]), and two limiters sharing a store and a policy name with
+// different limits ([WarnSharedPolicyName]). With no kind it turns off both;
+// an unknown kind is an error.
+func WithoutWarnings(kinds ...string) Option {
+	return func(c *config) (err error) {
+		c.quiet, err = newQuiet("WithoutWarnings", kinds, []string{WarnOneKey, WarnSharedPolicyName})
+		return err
 	}
 }
 

@@ -1,9 +1,11 @@
 package ratelimit
 
 import (
+	"fmt"
 	"log/slog"
 	"reflect"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"weak"
@@ -14,6 +16,42 @@ import (
 // count them.
 type Warner interface {
 	Warn(kind string)
+}
+
+// The kinds of misconfiguration warning: the "warning" attribute of the
+// log line, and what a [Warner] is told.
+const (
+	// WarnForwardedWithoutTrustedProxy: requests carry X-Forwarded-For or
+	// Forwarded while KeyByIP trusts no proxy. (KeyByIP; QuietIP.)
+	WarnForwardedWithoutTrustedProxy = "forwarded-without-trusted-proxy"
+	// WarnWideTrustedRange: a trusted proxy range covers much of the
+	// internet, such as 0.0.0.0/0. (KeyByIP; QuietIP.)
+	WarnWideTrustedRange = "wide-trusted-range"
+	// WarnOneKey: nearly all requests have the same key. (Middleware;
+	// WithoutWarnings.)
+	WarnOneKey = "one-key"
+	// WarnSharedPolicyName: two limiters use one store and one policy name
+	// with different limits. (Middleware; WithoutWarnings.)
+	WarnSharedPolicyName = "shared-policy-name"
+)
+
+// quiet is the set of warning kinds turned off.
+type quiet struct {
+	all   bool
+	kinds []string
+}
+
+func (q quiet) off(kind string) bool { return q.all || slices.Contains(q.kinds, kind) }
+
+// newQuiet turns off kinds, or every kind when there is none; each must be
+// one of valid.
+func newQuiet(option string, kinds, valid []string) (quiet, error) {
+	for _, k := range kinds {
+		if !slices.Contains(valid, k) {
+			return quiet{}, fmt.Errorf("ratelimit: %s: unknown warning %q; want one of %q", option, k, valid)
+		}
+	}
+	return quiet{all: len(kinds) == 0, kinds: kinds}, nil
 }
 
 // warn logs a misconfiguration warning with slog.Default and tells w, if
@@ -61,7 +99,7 @@ func checkShared(l *Limiter, w Warner) {
 			runtime.AddCleanup(ptr, func(k storePolicy) { limitsByStore.Delete(k) }, k)
 		}
 		if loaded && prev.(Limit) != p.Limit {
-			warn(w, "shared-policy-name", "ratelimit: two limiters use one store and the policy name with different limits, so their buckets mix; give the policies different names",
+			warn(w, WarnSharedPolicyName, "ratelimit: two limiters use one store and the policy name with different limits, so their buckets mix; give the policies different names",
 				"policy", p.Name, "limit", p.Limit.String(), "other", prev.(Limit).String())
 		}
 	}
@@ -102,7 +140,7 @@ func (d *dominance) see(key string, w Warner) {
 	}
 	for _, n := range d.counts {
 		if n*10 >= d.sampled*9 && d.warned.CompareAndSwap(false, true) {
-			warn(w, "one-key", "ratelimit: nearly all requests have the same key, so one bucket limits everybody; check the key function (behind a proxy, see TrustedProxies)")
+			warn(w, WarnOneKey, "ratelimit: nearly all requests have the same key, so one bucket limits everybody; check the key function (behind a proxy, see TrustedProxies)")
 		}
 	}
 	clear(d.counts)

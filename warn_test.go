@@ -185,3 +185,39 @@ func TestWarnSharedPolicyNamePackageStore(t *testing.T) {
 	}
 	assert.Equal(t, 1, warnings(logs, "shared-policy-name"), logs.String())
 }
+
+// Each warning can be turned off on its own, an unknown kind is an error,
+// and WarnTo counts KeyByIP's warnings.
+func TestWarningsOneByOne(t *testing.T) {
+	logs := captureLogs(t)
+	w := &countingWarner{kinds: map[string]int{}}
+	_, err := ratelimit.KeyByIP(ratelimit.TrustedProxies("0.0.0.0/0"), ratelimit.QuietIP(ratelimit.WarnForwardedWithoutTrustedProxy), ratelimit.WarnTo(w))
+	require.NoError(t, err)
+	assert.Equal(t, 1, warnings(logs, ratelimit.WarnWideTrustedRange))
+	assert.Equal(t, map[string]int{ratelimit.WarnWideTrustedRange: 1}, w.kinds, "told to the Warner too")
+
+	logs.Reset()
+	byIP, err := ratelimit.KeyByIP(ratelimit.QuietIP(ratelimit.WarnWideTrustedRange))
+	require.NoError(t, err)
+	serveKeys(t, byIP, 100)
+	assert.Equal(t, 1, warnings(logs, ratelimit.WarnForwardedWithoutTrustedProxy), "only the other IP warning is off")
+
+	logs.Reset()
+	one := func(*http.Request) (string, error) { return "everyone", nil }
+	serveKeys(t, one, 2*64*256, ratelimit.WithoutWarnings(ratelimit.WarnSharedPolicyName))
+	assert.Equal(t, 1, warnings(logs, ratelimit.WarnOneKey), "only the shared-name warning is off")
+	logs.Reset()
+	serveKeys(t, one, 2*64*256, ratelimit.WithoutWarnings(ratelimit.WarnOneKey))
+	assert.Empty(t, logs.String())
+
+	_, err = ratelimit.KeyByIP(ratelimit.QuietIP(ratelimit.WarnOneKey))
+	assert.ErrorContains(t, err, "unknown warning")
+	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	require.NoError(t, err)
+	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
+	require.NoError(t, err)
+	_, err = ratelimit.NewMiddleware(lim, one, ratelimit.WithoutWarnings("bogus"))
+	assert.ErrorContains(t, err, "unknown warning")
+	_, err = ratelimit.KeyByIP(ratelimit.WarnTo(nil))
+	assert.Error(t, err)
+}

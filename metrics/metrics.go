@@ -84,7 +84,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		warnings: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_warnings_total",
-			Help: "Misconfiguration warnings logged by the middleware, by kind.",
+			Help: "Misconfiguration warnings logged by the middleware or KeyByIP (with WarnTo), by kind.",
 		}, []string{"kind"}),
 		reg: reg,
 	}

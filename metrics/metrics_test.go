@@ -232,7 +232,7 @@ func TestWarnings(t *testing.T) {
 	m.Warn("one-key")
 	m.Warn("one-key")
 	err = testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP ratelimit_warnings_total Misconfiguration warnings logged by the middleware, by kind.
+# HELP ratelimit_warnings_total Misconfiguration warnings logged by the middleware or KeyByIP (with WarnTo), by kind.
 # TYPE ratelimit_warnings_total counter
 ratelimit_warnings_total{kind="one-key"} 2
 `), "ratelimit_warnings_total")

@@ -31,9 +31,14 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("-headers: %w", err)
 	}
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		return nil, nil, err
+	}
 	// The trusted proxies are validated even with -key api-key, which does
 	// not use them, so that a typo never goes unnoticed.
-	byIP, err := ratelimit.KeyByIP(ratelimit.TrustedProxies(strings.Split(cfg.trustedProxies, ",")...))
+	byIP, err := ratelimit.KeyByIP(ratelimit.TrustedProxies(strings.Split(cfg.trustedProxies, ",")...), ratelimit.WarnTo(m))
 	if err != nil {
 		return nil, nil, fmt.Errorf("-trusted-proxies: %w", err)
 	}
@@ -47,11 +52,6 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		return nil, nil, fmt.Errorf("-key %s: want api-key or ip", cfg.key)
 	}
 
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
-	if err != nil {
-		return nil, nil, err
-	}
 	store, cleanup, err := newStore(cfg, m)
 	if err != nil {
 		return nil, nil, err
