@@ -9,31 +9,18 @@ import (
 	"github.com/tokenfair/ratelimit"
 )
 
-// Decision is the outcome of one algorithm step, in nanoseconds.
-type Decision struct {
-	Allowed    bool
-	State      int64 // state to store; the input state when refused
-	Remaining  int64
-	RetryAfter int64
-	ResetAfter int64
-	Delay      int64
-}
-
-// TokenBucket is GCRA. state is the theoretical arrival time (TAT): the time
+// tokenBucket is GCRA. state is the theoretical arrival time (TAT): the time
 // at which the bucket is full again. With τ = burst × interval, the bucket
 // holds (now + τ − max(TAT, now)) / interval tokens, so a request of cost n
 // is allowed iff max(TAT, now) + n × interval − now ≤ τ, and then TAT moves
 // to max(TAT, now) + n × interval. This is the exact token-bucket decision
 // in integer nanoseconds. A clock that goes backwards cannot add tokens:
-// an earlier now only makes TAT − now larger.
-func TokenBucket(state, now, interval, burst, cost int64) Decision {
-	var d Decision
-	d.Allowed, d.State, d.Remaining, d.RetryAfter, d.ResetAfter = tokenBucket(state, now, interval, burst, cost)
-	return d
-}
-
-// tokenBucket is TokenBucket with its results in registers: a Decision is
-// too big for that, and copying it through memory was half of Decide's cost.
+// an earlier now only makes TAT − now larger. It returns the state to
+// store as next (the input state when refused).
+//
+// The results are separate values, so that they travel in registers: a
+// struct of six fields goes through memory, and copying it was half of
+// Decide's cost.
 func tokenBucket(state, now, interval, burst, cost int64) (allowed bool, next, remaining, retryAfter, resetAfter int64) {
 	tau := burst * interval
 	tat := max(state, now)
@@ -55,20 +42,14 @@ func tokenBucket(state, now, interval, burst, cost int64) (allowed bool, next, r
 	return allowed, next, remaining, retryAfter, resetAfter
 }
 
-// Shape is the leaky bucket as a queue. state is the time at which the
+// shape is the leaky bucket as a queue. state is the time at which the
 // queue is empty: the earliest start of the next request. A request arriving
 // at now starts at max(state, now), waits start − now, and moves state on by
 // cost × interval. It is admitted iff that wait is at most bound, the queue's
 // room (burst × interval, or less: see Decide); otherwise it is refused at
 // once and changes nothing. The first immediate × interval of every wait is
 // forgiven (nginx's delay=N: the first N queued requests proceed at once).
-func Shape(state, now, interval, burst, cost, bound, immediate int64) Decision {
-	var d Decision
-	d.Allowed, d.State, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay = shape(state, now, interval, burst, cost, bound, immediate)
-	return d
-}
-
-// shape is Shape with its results in registers.
+// Its results are separate values, as tokenBucket's are.
 func shape(state, now, interval, burst, cost, bound, immediate int64) (allowed bool, next, remaining, retryAfter, resetAfter, delay int64) {
 	start := max(state, now)
 	wait := start - now
