@@ -1,8 +1,6 @@
 package ratelimit
 
 import (
-	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -72,23 +70,20 @@ var headerFormatNames = [...]string{
 	HeadersNone:   "none",
 }
 
-// String returns the format's name as the demo server's -headers flag spells
-// it: "ietf", "legacy", "x" or "none".
+// String returns the format's name: "ietf", "legacy", "x" or "none".
 func (f HeaderFormat) String() string {
-	if int(f) < len(headerFormatNames) {
-		return headerFormatNames[f]
-	}
-	return fmt.Sprintf("HeaderFormat(%d)", uint8(f))
+	return enumString("HeaderFormat", headerFormatNames[:], uint8(f))
 }
 
-// ParseHeaderFormat returns the HeaderFormat whose String is s.
-func ParseHeaderFormat(s string) (HeaderFormat, error) {
-	for i, name := range headerFormatNames {
-		if name == s {
-			return HeaderFormat(i), nil
-		}
-	}
-	return 0, fmt.Errorf("ratelimit: unknown header format %q: want ietf, legacy, x or none", s)
+// MarshalText implements [encoding.TextMarshaler].
+func (f HeaderFormat) MarshalText() ([]byte, error) {
+	return enumMarshal("header format", headerFormatNames[:], uint8(f))
+}
+
+// UnmarshalText implements [encoding.TextUnmarshaler]; it accepts "ietf",
+// "legacy", "x" and "none".
+func (f *HeaderFormat) UnmarshalText(text []byte) error {
+	return enumUnmarshal("header format", headerFormatNames[:], (*uint8)(f), text)
 }
 
 // Field names in the canonical form of textproto.CanonicalMIMEHeaderKey, so
@@ -124,7 +119,7 @@ func writeHeaders(h http.Header, f HeaderFormat, res Result, policies string) {
 	switch f {
 	case HeadersIETF:
 		keys = ietfKeys[1:]
-		b = appendPolicyItem(b, res.Policy)
+		b = appendPolicyItem(b, res.Policy.Name)
 		b = append(b, ";r="...)
 		b = strconv.AppendInt(b, sfInteger(res.Remaining), 10)
 		if t, ok := quotaSeconds(res); ok {
@@ -138,7 +133,7 @@ func writeHeaders(h http.Header, f HeaderFormat, res Result, policies string) {
 		if f == HeadersX {
 			keys = xKeys[:]
 		}
-		b = strconv.AppendInt(b, res.Limit.Burst, 10)
+		b = strconv.AppendInt(b, res.Policy.Limit.burst, 10)
 		ends[0] = len(b)
 		b = strconv.AppendInt(b, max(res.Remaining, 0), 10)
 		ends[1] = len(b)
@@ -175,9 +170,9 @@ func policyField(ps []Policy, withDryRun bool) string {
 		}
 		b = appendPolicyItem(b, p.Name)
 		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, sfInteger(p.Limit.Burst), 10)
+		b = strconv.AppendInt(b, sfInteger(p.Limit.burst), 10)
 		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, windowSeconds(p.Limit), 10)
+		b = strconv.AppendInt(b, p.Limit.window(), 10)
 	}
 	return string(b)
 }
@@ -194,27 +189,6 @@ func appendPolicyItem(b []byte, name string) []byte {
 // carry.
 func sfInteger(n int64) int64 { return min(max(n, 0), maxSFInteger) }
 
-// windowSeconds returns the w parameter of l: the time an empty bucket takes
-// to fill, Burst × Interval, in whole seconds rounded up, at least 1. An
-// excess over whole seconds of at most Burst/2 ns is dropped rather than
-// rounded up: it is all that rounding the interval to the nearest nanosecond
-// can add, so [PerMinute](9), whose interval is 6666666667ns, advertises
-// w=60 rather than 61: w names the period of every limit built by [Per] and
-// its shorthands, for bursts below a billion.
-func windowSeconds(l Limit) int64 {
-	if l.Interval <= 0 || l.Burst <= 0 {
-		return 1
-	}
-	if l.Burst > int64(math.MaxInt64/l.Interval) {
-		return ceilSeconds(math.MaxInt64)
-	}
-	span := time.Duration(l.Burst) * l.Interval
-	if excess := span % time.Second; excess <= time.Duration(l.Burst/2) {
-		span -= excess
-	}
-	return max(1, ceilSeconds(span))
-}
-
 // quotaSeconds returns the t parameter of res and whether it is present: the
 // seconds, rounded up, until additional quota is made available. On a
 // refusal that is the time until the same request would be allowed, exactly
@@ -229,7 +203,7 @@ func quotaSeconds(res Result) (int64, bool) {
 		return 0, false
 	}
 	wait := res.ResetAfter
-	if iv := res.Limit.Interval; iv > 0 {
+	if iv := res.Policy.Limit.interval; iv > 0 {
 		if wait %= iv; wait == 0 {
 			wait = iv
 		}

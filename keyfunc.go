@@ -3,8 +3,8 @@ package ratelimit
 import (
 	"crypto/sha256"
 	"encoding/base64"
-	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -15,14 +15,11 @@ import (
 // KeyFunc returns the key that identifies the client of a request: requests
 // with the same key share a bucket. It returns ErrMissingKey when the request
 // carries no identity. An empty key with a nil error is refused by the
-// middleware (ErrEmptyKey), never turned into one bucket shared by everybody.
+// middleware (ErrMissingKey), never turned into one bucket shared by everybody.
 type KeyFunc func(r *http.Request) (string, error)
 
 // Errors returned by the key functions of this package.
-var (
-	ErrMissingKey = errors.New("ratelimit: request carries no key")
-	ErrNoClientIP = errors.New("ratelimit: no valid client IP")
-)
+var errNoClientIP = fmt.Errorf("%w: no valid client IP", ErrBadRequest)
 
 // hashedLen is the length of hashKey's digest: 16 bytes of SHA-256 in
 // unpadded base64url.
@@ -134,33 +131,20 @@ type ipConfig struct {
 	header  proxyHeader
 	v6bits  int // 0: no grouping
 	quiet   quiet
-	warner  Warner      // also told about warnings, if not nil
+	logger  *slog.Logger
 	warned  atomic.Bool // forwarding headers without trusted proxies
 }
 
 // QuietIP turns off the warnings of [KeyByIP]: about a trusted range so
-// wide that it trusts the internet ([WarnWideTrustedRange]), and about
+// wide that it trusts the internet ([warnWideTrustedRange]), and about
 // requests that carry forwarding headers while no proxy is trusted, which
 // usually means every client is keyed by the proxy's address
-// ([WarnForwardedWithoutTrustedProxy]). With no kind it turns off both; an
+// ([warnForwardedWithoutTrustedProxy]). With no kind it turns off both; an
 // unknown kind is an error.
 func QuietIP(kinds ...string) IPOption {
 	return func(c *ipConfig) (err error) {
-		c.quiet, err = newQuiet("QuietIP", kinds, []string{WarnWideTrustedRange, WarnForwardedWithoutTrustedProxy})
+		c.quiet, err = newQuiet("QuietIP", kinds, []string{warnWideTrustedRange, warnForwardedWithoutTrustedProxy})
 		return err
-	}
-}
-
-// WarnTo tells w, too, about the warnings of [KeyByIP], so that metrics
-// count them (a Middleware tells its Observer about its own warnings; a key
-// function has no Observer).
-func WarnTo(w Warner) IPOption {
-	return func(c *ipConfig) error {
-		if w == nil {
-			return errors.New("ratelimit: WarnTo: nil Warner")
-		}
-		c.warner = w
-		return nil
 	}
 }
 
@@ -266,7 +250,7 @@ func IPv6Prefix(bits int) IPOption {
 }
 
 // maxHops is the number of forwarding entries examined from the right before
-// KeyByIP gives up with ErrNoClientIP because all of them are trusted.
+// KeyByIP gives up with errNoClientIP because all of them are trusted.
 const maxHops = 32
 
 // KeyByIP returns a KeyFunc that keys requests by the client's IP address:
@@ -294,7 +278,7 @@ const maxHops = 32
 //
 // An address that cannot be parsed (r.RemoteAddr, or a header entry reached
 // by the walk, such as "unknown" or an obfuscated RFC 7239 identifier) gives
-// an error wrapping ErrNoClientIP, never a key built from the raw text.
+// an error wrapping errNoClientIP, never a key built from the raw text.
 //
 // An IP address is a poor identity. Behind NAT and carrier-grade NAT one
 // IPv4 address is shared by a whole office or by thousands of mobile
@@ -309,17 +293,17 @@ func KeyByIP(opts ...IPOption) (KeyFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !c.quiet.off(WarnWideTrustedRange) {
+	if !c.quiet.off(warnWideTrustedRange) {
 		for _, p := range c.trusted {
 			if p.Bits() < 8 || p.Addr().Is6() && p.Bits() < 16 {
-				warn(c.warner, WarnWideTrustedRange, "ratelimit: a trusted proxy range covers much of the internet; clients there can forge their address", "range", p.String())
+				warn(slog.Default(), warnWideTrustedRange, "ratelimit: a trusted proxy range covers much of the internet; clients there can forge their address", "range", p.String())
 			}
 		}
 	}
 	return func(r *http.Request) (string, error) {
-		if !c.quiet.off(WarnForwardedWithoutTrustedProxy) && len(c.trusted) == 0 && !c.warned.Load() &&
+		if !c.quiet.off(warnForwardedWithoutTrustedProxy) && len(c.trusted) == 0 && !c.warned.Load() &&
 			(r.Header["X-Forwarded-For"] != nil || r.Header["Forwarded"] != nil) && c.warned.CompareAndSwap(false, true) {
-			warn(c.warner, WarnForwardedWithoutTrustedProxy, "ratelimit: requests carry X-Forwarded-For or Forwarded but no proxy is trusted, so every client behind the proxy shares its address; see TrustedProxies")
+			warn(slog.Default(), warnForwardedWithoutTrustedProxy, "ratelimit: requests carry X-Forwarded-For or Forwarded but no proxy is trusted, so every client behind the proxy shares its address; see TrustedProxies")
 		}
 		a, err := c.clientIP(r)
 		if err != nil {
@@ -334,7 +318,7 @@ func KeyByIP(opts ...IPOption) (KeyFunc, error) {
 // address it finds: "ip:" followed by the address (with or without a port),
 // IPv4-mapped addresses unmapped, zones dropped, IPv6 grouped by
 // [IPv6Prefix]. An address that cannot be parsed gives an error wrapping
-// ErrNoClientIP. TrustedProxies and ProxyHeader do not apply, since the
+// errNoClientIP. TrustedProxies and ProxyHeader do not apply, since the
 // address is already chosen; it returns the error of an invalid option.
 func KeyByAddr(opts ...IPOption) (func(addr string) (string, error), error) {
 	c, err := newIPConfig("KeyByAddr", opts)
@@ -344,7 +328,7 @@ func KeyByAddr(opts ...IPOption) (func(addr string) (string, error), error) {
 	return func(addr string) (string, error) {
 		a, ok := parseNode(addr)
 		if !ok {
-			return "", fmt.Errorf("%w: %q", ErrNoClientIP, clip(addr))
+			return "", fmt.Errorf("%w: %q", errNoClientIP, clip(addr))
 		}
 		return c.key(a), nil
 	}, nil
@@ -379,7 +363,7 @@ func (c *ipConfig) key(a netip.Addr) string {
 func (c *ipConfig) clientIP(r *http.Request) (netip.Addr, error) {
 	peer, ok := parseNode(r.RemoteAddr)
 	if !ok {
-		return netip.Addr{}, fmt.Errorf("%w: RemoteAddr %q", ErrNoClientIP, clip(r.RemoteAddr))
+		return netip.Addr{}, fmt.Errorf("%w: RemoteAddr %q", errNoClientIP, clip(r.RemoteAddr))
 	}
 	if len(c.trusted) == 0 || !c.isTrusted(peer) {
 		return peer, nil
@@ -408,12 +392,12 @@ func (c *ipConfig) fromXFF(lines []string, peer netip.Addr) (netip.Addr, error) 
 				continue // empty list elements are allowed and ignored
 			}
 			if n == maxHops {
-				return netip.Addr{}, fmt.Errorf("%w: more than %d trusted entries in X-Forwarded-For", ErrNoClientIP, maxHops)
+				return netip.Addr{}, fmt.Errorf("%w: more than %d trusted entries in X-Forwarded-For", errNoClientIP, maxHops)
 			}
 			n++
 			a, ok := parseNode(e)
 			if !ok {
-				return netip.Addr{}, fmt.Errorf("%w: X-Forwarded-For entry %q", ErrNoClientIP, clip(e))
+				return netip.Addr{}, fmt.Errorf("%w: X-Forwarded-For entry %q", errNoClientIP, clip(e))
 			}
 			if !c.isTrusted(a) {
 				return a, nil
@@ -453,11 +437,11 @@ func (c *ipConfig) fromForwarded(lines []string, peer netip.Addr) (netip.Addr, e
 	var last netip.Addr
 	for k := 0; k < ring.n; k++ {
 		if k == maxHops {
-			return netip.Addr{}, fmt.Errorf("%w: more than %d trusted elements in Forwarded", ErrNoClientIP, maxHops)
+			return netip.Addr{}, fmt.Errorf("%w: more than %d trusted elements in Forwarded", errNoClientIP, maxHops)
 		}
 		h := ring.h[(ring.n-1-k)%maxHops]
 		if h.bad {
-			return netip.Addr{}, fmt.Errorf("%w: malformed Forwarded element", ErrNoClientIP)
+			return netip.Addr{}, fmt.Errorf("%w: malformed Forwarded element", errNoClientIP)
 		}
 		v := h.v
 		if h.esc {
@@ -465,7 +449,7 @@ func (c *ipConfig) fromForwarded(lines []string, peer netip.Addr) (netip.Addr, e
 		}
 		a, ok := parseNode(v)
 		if !ok {
-			return netip.Addr{}, fmt.Errorf("%w: Forwarded for=%q", ErrNoClientIP, clip(v))
+			return netip.Addr{}, fmt.Errorf("%w: Forwarded for=%q", errNoClientIP, clip(v))
 		}
 		if !c.isTrusted(a) {
 			return a, nil
@@ -580,7 +564,7 @@ func fromRealIP(lines []string, peer netip.Addr) (netip.Addr, error) {
 		return peer, nil
 	case 1:
 	default:
-		return netip.Addr{}, fmt.Errorf("%w: %d X-Real-IP lines", ErrNoClientIP, len(lines))
+		return netip.Addr{}, fmt.Errorf("%w: %d X-Real-IP lines", errNoClientIP, len(lines))
 	}
 	v := trimOWS(lines[0])
 	if v == "" {
@@ -588,7 +572,7 @@ func fromRealIP(lines []string, peer netip.Addr) (netip.Addr, error) {
 	}
 	a, ok := parseNode(v)
 	if !ok {
-		return netip.Addr{}, fmt.Errorf("%w: X-Real-IP %q", ErrNoClientIP, clip(v))
+		return netip.Addr{}, fmt.Errorf("%w: X-Real-IP %q", errNoClientIP, clip(v))
 	}
 	return a, nil
 }
@@ -744,7 +728,7 @@ func decimalLen(n int) int {
 // JoinKeyFuncs returns a KeyFunc that calls every function of fs and joins
 // their keys with [JoinKeys], for limits per route and client, or per tenant
 // and user. It fails with the first error, and with an error wrapping
-// ErrEmptyKey when a function returns an empty key without an error. A nil
+// ErrMissingKey when a function returns an empty key without an error. A nil
 // function makes every call fail.
 func JoinKeyFuncs(fs ...KeyFunc) KeyFunc {
 	fs = append([]KeyFunc(nil), fs...)
@@ -760,7 +744,7 @@ func JoinKeyFuncs(fs ...KeyFunc) KeyFunc {
 				return "", err
 			}
 			if k == "" {
-				return "", fmt.Errorf("%w: from key function %d of JoinKeyFuncs", ErrEmptyKey, i)
+				return "", fmt.Errorf("%w: from key function %d of JoinKeyFuncs", ErrMissingKey, i)
 			}
 			parts = append(parts, k)
 		}

@@ -1,116 +1,157 @@
 package ratelimit
 
 import (
-	"errors"
 	"fmt"
-	"math"
+	"math/bits"
 	"strconv"
 	"time"
 )
 
-// MaxSpan is the longest time a bucket may take to refill from empty:
-// Burst × Interval must not exceed it. A bucket's state is at most one span
-// ahead of now and a decision moves it on by at most one more, so the bound
-// keeps a Unix-nanosecond timestamp plus two spans inside int64 until 2162.
-const MaxSpan = 50 * 365 * 24 * time.Hour
+// maxSpan is the longest time a bucket may take to refill from empty: a
+// state is at most one span ahead of now and a decision moves it on by at
+// most one more, so Unix nanoseconds plus two spans fit in an int64 until
+// 2162.
+const maxSpan = 50 * 365 * 24 * time.Hour
 
-// Limit is a rate and a capacity: a bucket holds at most Burst tokens and
-// earns one token every Interval. Representing the rate as a whole number of
-// nanoseconds per token keeps every decision exact integer arithmetic.
+// Limit is a rate and a capacity: a bucket earns n tokens every period and
+// holds at most Burst of them. It remembers the rate as it was written, for
+// String and the RateLimit-Policy header field, and decides with a whole
+// number of nanoseconds per token (period/n, rounded to the nearest), so
+// every decision is exact integer arithmetic.
 //
-// Build a Limit with [Per], [PerSecond], [PerMinute], [PerHour], [PerDay],
-// [Every] or [Rate], and change its capacity with [Limit.WithBurst]. The zero
-// Limit is invalid; constructors that take a Limit call [Limit.Validate].
+// Build a Limit with [Per] or its shorthands, such as [PerSecond]. The zero
+// Limit is invalid; [New] reports an invalid Limit with the value at fault.
 type Limit struct {
-	// Interval is the time it takes to earn one token, the inverse of the rate.
-	Interval time.Duration
-	// Burst is the capacity: the most tokens that can be spent at once.
-	Burst int64
+	interval time.Duration // time to earn one token
+	burst    int64
+	n        int64         // tokens per period, as written
+	period   time.Duration // as written
 }
 
-// Per returns a Limit of n tokens per period with a burst of n. The interval
-// is period/n rounded to the nearest nanosecond. A non-positive n or period
-// gives an invalid Limit.
+// Per returns a Limit of n tokens per period, with a burst of n.
 func Per(n int64, period time.Duration) Limit {
-	if n <= 0 || period <= 0 {
-		return Limit{Burst: n}
+	l := Limit{burst: n, n: n, period: period}
+	if n > 0 && period > 0 {
+		l.interval = time.Duration((int64(period) + n/2) / n)
 	}
-	return Limit{Interval: time.Duration((int64(period) + n/2) / n), Burst: n}
-}
-
-// PerSecond returns a Limit of n tokens per second with a burst of n.
-func PerSecond(n int64) Limit { return Per(n, time.Second) }
-
-// PerMinute returns a Limit of n tokens per minute with a burst of n.
-func PerMinute(n int64) Limit { return Per(n, time.Minute) }
-
-// PerHour returns a Limit of n tokens per hour with a burst of n.
-func PerHour(n int64) Limit { return Per(n, time.Hour) }
-
-// PerDay returns a Limit of n tokens per day (24 hours) with a burst of n.
-func PerDay(n int64) Limit { return Per(n, 24*time.Hour) }
-
-// Every returns a Limit of one token every interval with a burst of 1.
-func Every(interval time.Duration) Limit { return Limit{Interval: interval, Burst: 1} }
-
-// Rate returns a Limit of r tokens per second, for rates that are not whole
-// numbers (0.5 is one token every two seconds). The interval is 1s/r rounded
-// to the nearest nanosecond and the burst is max(1, ⌊r⌋). A rate that is not
-// positive and finite gives an invalid Limit.
-func Rate(r float64) Limit {
-	if !(r > 0) || math.IsInf(r, 1) {
-		return Limit{Burst: 1}
-	}
-	burst := int64(1)
-	if r >= 2 {
-		burst = int64(min(r, math.MaxInt64/2))
-	}
-	iv := math.Round(float64(time.Second) / r)
-	if iv >= math.MaxInt64 {
-		return Limit{Interval: math.MaxInt64, Burst: burst}
-	}
-	return Limit{Interval: time.Duration(iv), Burst: burst}
-}
-
-// WithBurst returns a copy of l with capacity burst.
-func (l Limit) WithBurst(burst int64) Limit {
-	l.Burst = burst
 	return l
 }
 
-// ErrInvalidLimit is wrapped by every error that reports an invalid [Limit].
-var ErrInvalidLimit = errors.New("ratelimit: invalid limit")
+// PerSecond returns a Limit of n tokens per second, with a burst of n.
+func PerSecond(n int64) Limit { return Per(n, time.Second) }
 
-// Validate reports why l cannot be used, or nil: the interval must be
-// positive (a rate that is positive and finite), the burst at least 1, and
-// Burst × Interval at most [MaxSpan].
-func (l Limit) Validate() error {
-	switch {
-	case l.Interval <= 0:
-		return fmt.Errorf("%w: rate must be positive and finite (interval %v)", ErrInvalidLimit, l.Interval)
-	case l.Burst < 1:
-		return fmt.Errorf("%w: burst must be at least 1, got %d", ErrInvalidLimit, l.Burst)
-	case l.Burst > int64(MaxSpan/l.Interval):
-		return fmt.Errorf("%w: burst %d × interval %v exceeds %v", ErrInvalidLimit, l.Burst, l.Interval, MaxSpan)
-	}
-	return nil
+// PerMinute returns a Limit of n tokens per minute, with a burst of n.
+func PerMinute(n int64) Limit { return Per(n, time.Minute) }
+
+// PerHour returns a Limit of n tokens per hour, with a burst of n.
+func PerHour(n int64) Limit { return Per(n, time.Hour) }
+
+// PerDay returns a Limit of n tokens per day (24 hours), with a burst of n.
+func PerDay(n int64) Limit { return Per(n, 24*time.Hour) }
+
+// WithBurst returns a copy of l with a capacity of burst tokens.
+func (l Limit) WithBurst(burst int64) Limit {
+	l.burst = burst
+	return l
 }
 
-// Span returns the time an empty bucket takes to fill: Burst × Interval.
-func (l Limit) Span() time.Duration { return time.Duration(l.Burst) * l.Interval }
+// Burst returns the capacity: the most tokens that can be spent at once.
+func (l Limit) Burst() int64 { return l.burst }
 
-// String describes l compactly: "5/s burst 10", "100/min burst 100",
-// "1 every 7s burst 1".
+// Interval returns the time it takes to earn one token: the period divided
+// by n, rounded to the nearest nanosecond.
+func (l Limit) Interval() time.Duration { return l.interval }
+
+// units are the periods that String writes as a unit.
+var units = [...]struct {
+	d    time.Duration
+	name string
+}{{time.Second, "s"}, {time.Minute, "min"}, {time.Hour, "h"}, {24 * time.Hour, "d"}}
+
+// String returns l as it was written: "3/s", "5/s burst 10", "2/3s",
+// "100/min". An invalid Limit is written as the call that built it, such
+// as "PerSecond(-5)".
 func (l Limit) String() string {
-	if l.Interval > 0 {
-		for _, u := range [...]struct {
-			d    time.Duration
-			name string
-		}{{time.Second, "s"}, {time.Minute, "min"}, {time.Hour, "h"}, {24 * time.Hour, "d"}} {
-			if u.d%l.Interval == 0 {
-				return strconv.FormatInt(int64(u.d/l.Interval), 10) + "/" + u.name + " burst " + strconv.FormatInt(l.Burst, 10)
-			}
+	if l.validate() != nil {
+		return l.call()
+	}
+	s := strconv.FormatInt(l.n, 10) + "/" + l.period.String()
+	for _, u := range units {
+		if l.period == u.d {
+			s = strconv.FormatInt(l.n, 10) + "/" + u.name
 		}
 	}
-	return "1 every " + l.Interval.String() + " burst " + strconv.FormatInt(l.Burst, 10)
+	if l.burst != l.n {
+		s += " burst " + strconv.FormatInt(l.burst, 10)
+	}
+	return s
+}
+
+// call returns the expression that built l, for error messages.
+func (l Limit) call() string {
+	if l == (Limit{}) {
+		return "Limit{}"
+	}
+	s := fmt.Sprintf("Per(%d, %v)", l.n, l.period)
+	for _, u := range [...]struct {
+		d    time.Duration
+		name string
+	}{{time.Second, "PerSecond"}, {time.Minute, "PerMinute"}, {time.Hour, "PerHour"}, {24 * time.Hour, "PerDay"}} {
+		if l.period == u.d {
+			s = fmt.Sprintf("%s(%d)", u.name, l.n)
+		}
+	}
+	if l.burst != l.n {
+		s += fmt.Sprintf(".WithBurst(%d)", l.burst)
+	}
+	return s
+}
+
+// validate reports why l cannot be used, naming the call that built it.
+func (l Limit) validate() error {
+	var why string
+	switch {
+	case l == (Limit{}):
+		why = "the zero Limit; build one with Per or PerSecond"
+	case l.n <= 0:
+		why = "the number of tokens must be positive"
+	case l.period <= 0:
+		why = "the period must be positive"
+	case l.interval <= 0:
+		why = "faster than one token a nanosecond"
+	case l.burst < 1:
+		why = "the burst must be at least 1"
+	case l.burst > int64(maxSpan/l.interval):
+		why = fmt.Sprintf("an empty bucket would take %d × %v to fill, more than 50 years", l.burst, l.interval)
+	default:
+		return nil
+	}
+	return fmt.Errorf("ratelimit: %s: %s", l.call(), why)
+}
+
+// span returns the time an empty bucket takes to fill: burst × interval.
+func (l Limit) span() time.Duration { return time.Duration(l.burst) * l.interval }
+
+// window returns the w parameter of RateLimit-Policy: the time in which the
+// burst is earned at the rate as written, burst × period / n, in whole
+// seconds rounded up and at least 1. It is the period itself when the burst
+// is n.
+func (l Limit) window() int64 {
+	if l.n <= 0 || l.period <= 0 || l.burst <= 0 {
+		return 1
+	}
+	// ⌈⌈burst × period / n⌉ / 1s⌉ = ⌈burst × period / (n × 1s)⌉, in 128 bits.
+	hi, lo := bits.Mul64(uint64(l.burst), uint64(l.period))
+	if hi >= uint64(l.n) {
+		return maxSFInteger
+	}
+	ns, r := bits.Div64(hi, lo, uint64(l.n))
+	if r != 0 {
+		ns++
+	}
+	q := ns / uint64(time.Second)
+	if ns%uint64(time.Second) != 0 {
+		q++
+	}
+	return int64(min(max(q, 1), maxSFInteger))
 }

@@ -17,42 +17,38 @@ import (
 // the rate-limit header fields and, when the request may not proceed, the
 // whole answer. Adapters (package nethttp, and the ginlimit and echolimit
 // modules) only plumb a framework's request and response into
-// [Middleware.Handle], so every framework behaves the same. A Middleware is safe for concurrent use.
+// [Middleware.Handle], so every framework behaves the same. A Middleware is
+// safe for concurrent use.
 type Middleware struct {
 	limiter *Limiter
 	key     KeyFunc
 	cfg     config
-	warner  Warner     // the Observer, if it is one
-	keys    *dominance // nil when warnings are off
+	keys    *dominance  // nil when the one-key warning is off
+	limits  *limitsSeen // nil when the shared-policy-name warning is off
 }
 
 // NewMiddleware returns a Middleware that limits requests with l, keyed by
-// key. Options change the cost of a request, the header fields, and how
-// refusals and errors are answered.
-func NewMiddleware(l *Limiter, key KeyFunc, opts ...Option) (*Middleware, error) {
+// key and configured by opts (nil for the defaults). It returns an error,
+// naming the field and value at fault, for a nil limiter or key function
+// or invalid options.
+func NewMiddleware(l *Limiter, key KeyFunc, opts *Options) (*Middleware, error) {
 	if l == nil {
 		return nil, errors.New("ratelimit: NewMiddleware: nil limiter")
 	}
 	if key == nil {
 		return nil, errors.New("ratelimit: NewMiddleware: nil key function")
 	}
-	m := &Middleware{limiter: l, key: key, cfg: config{
-		headers: HeadersIETF,
-		deny:    denyProblem,
-		onError: DefaultErrorHandler,
-		wait:    sleep,
-	}}
-	for _, opt := range opts {
-		if err := opt(&m.cfg); err != nil {
-			return nil, err
-		}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
 	}
-	m.warner, _ = m.cfg.observer.(Warner)
-	if !m.cfg.quiet.off(WarnOneKey) {
+	m := &Middleware{limiter: l, key: key, cfg: cfg}
+	if !cfg.quiet.off(warnOneKey) {
 		m.keys = new(dominance)
 	}
-	if !m.cfg.quiet.off(WarnSharedPolicyName) {
-		l.checkSharedOnce(m.warner)
+	if !cfg.quiet.off(warnSharedPolicyName) {
+		m.limits = new(limitsSeen)
+		m.limits.check(l, cfg.Logger)
 	}
 	return m, nil
 }
@@ -73,47 +69,40 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts ...Option) (*Middleware, error)
 // request's place in the queue stays spent: the requests behind it keep
 // their times, and the slot is not given back.
 //
-// With WithCountIf, the cost is taken before next runs, so a spent budget
-// refuses the request, and given back after it returns if its status does
-// not count. With WithMaxInFlight, the request holds a slot while next runs,
-// released when next returns or panics.
+// With Options.CountIf, the cost is taken before next runs, so a spent
+// budget refuses the request, and given back after it returns if its status
+// does not count. With Options.MaxInFlight, the request holds a slot while
+// next runs, released when next returns or panics.
 func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() (status int)) {
-	if m.cfg.skip != nil && m.cfg.skip(r) {
+	if m.cfg.Skip != nil && m.cfg.Skip(r) {
 		next()
 		return
 	}
 	var start time.Time
-	if m.cfg.observer != nil {
+	if m.cfg.Observer != nil {
 		start = time.Now()
 	}
 	lim, key, cost, res, err := m.decide(r)
-	if errors.Is(err, errExempt) {
-		next()
-		return
-	}
 	var release func()
-	policies := lim.names
 	if err == nil && res.Allowed {
 		// An in-flight refusal is a refusal: take the slot before the
 		// decision is observed and answered.
 		if release, res, err = m.acquire(r, lim, key, cost, res); release != nil {
 			defer release()
-		} else if err == nil && !res.Allowed {
-			policies = res.Violated() // the in-flight limit's alone
 		}
 	}
-	if m.cfg.observer != nil {
-		m.cfg.observer.Observe(r, Event{Policies: policies, KeyHash: keyHash(key), Result: res, Err: err, Elapsed: time.Since(start)})
+	if m.cfg.Observer != nil {
+		m.cfg.Observer.Observe(r, Event{Limiter: lim, KeyHash: keyHash(key), Result: res, Err: err, Elapsed: time.Since(start)})
 	}
 	if err != nil {
-		m.cfg.onError(w, r, err)
+		m.cfg.OnError(w, r, err)
 		return
 	}
 	if m.keys != nil {
-		m.keys.see(key, m.warner)
+		m.keys.see(key, m.cfg.Logger)
 	}
-	if !res.Allowed && m.cfg.jitter > 0 {
-		j := time.Duration(rand.Int64N(int64(m.cfg.jitter)))
+	if !res.Allowed && m.cfg.RetryJitter > 0 {
+		j := time.Duration(rand.Int64N(int64(m.cfg.RetryJitter)))
 		res.RetryAfter += j
 		res.ResetAfter = max(res.ResetAfter, res.RetryAfter)
 	}
@@ -123,12 +112,12 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 		return
 	}
 	if res.Delay > 0 {
-		if err := m.cfg.wait(r.Context(), res.Delay); err != nil {
-			m.cfg.onError(w, r, fmt.Errorf("%w: %w", ErrWaitAbandoned, err))
+		if err := sleep(r.Context(), res.Delay); err != nil {
+			m.cfg.OnError(w, r, fmt.Errorf("%w: %w", ErrWaitAbandoned, err))
 			return
 		}
 	}
-	if m.cfg.countIf == nil {
+	if m.cfg.CountIf == nil {
 		next()
 		return
 	}
@@ -138,10 +127,10 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 			lim.giveBack(r.Context(), key, cost, res)
 		}
 	}()
-	counted = m.cfg.countIf(next())
+	counted = m.cfg.CountIf(next())
 }
 
-// acquire takes an in-flight slot for an allowed request (WithMaxInFlight)
+// acquire takes an in-flight slot for an allowed request (MaxInFlight)
 // and returns the function that releases it. When no slot is free it gives
 // back what the decision spent and returns the in-flight refusal; when the
 // SlotStore fails, an error wrapping ErrStore.
@@ -150,18 +139,18 @@ func (m *Middleware) acquire(r *http.Request, lim *Limiter, key string, cost int
 	if f == nil {
 		return nil, res, nil
 	}
-	if m.cfg.slots == nil {
+	if m.cfg.Slots == nil {
 		if f.acquire(key) {
 			return func() { f.release(key) }, res, nil
 		}
 	} else {
-		held, ok, err := f.acquireShared(r.Context(), m.cfg.slots, m.cfg.lease, key)
+		held, ok, err := f.acquireShared(r.Context(), m.cfg.Slots, m.cfg.SlotLease, key)
 		if err != nil {
 			lim.giveBack(r.Context(), key, cost, res)
 			return nil, Result{}, fmt.Errorf("%w: in-flight slots: %w", ErrStore, err)
 		}
 		if ok {
-			return func() { f.releaseShared(r.Context(), m.cfg.slots, held) }, res, nil
+			return func() { f.releaseShared(r.Context(), m.cfg.Slots, held) }, res, nil
 		}
 	}
 	lim.giveBack(r.Context(), key, cost, res)
@@ -174,22 +163,22 @@ func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
 	switch {
 	case res.Degraded:
 		return
-	case m.cfg.dryRunHeaders && res.Policies() != nil:
-		writeHeaders(h, m.cfg.headers, res.Policies()[binding(res.Policies(), lim.all)], lim.fields[1])
-	case len(lim.enforce) == 0 && !m.cfg.dryRunHeaders:
+	case m.cfg.DryRunHeaders && res.Results() != nil:
+		writeHeaders(h, m.cfg.Headers, res.Results()[binding(res.Results(), lim.all)], lim.fields[1])
+	case len(lim.enforce) == 0 && !m.cfg.DryRunHeaders:
 		return
 	default:
-		writeHeaders(h, m.cfg.headers, res, lim.fields[0])
+		writeHeaders(h, m.cfg.Headers, res, lim.fields[0])
 	}
 	if m.cfg.inflight != nil {
-		m.cfg.inflight.list(h, m.cfg.headers)
+		m.cfg.inflight.list(h, m.cfg.Headers)
 	}
 }
 
 // refuse answers a refused request: Retry-After, then the deny handler.
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, res Result) {
 	w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10))
-	m.cfg.deny(w, r, res)
+	m.cfg.OnDeny(w, r, res)
 }
 
 // decide finds the limiter, key and cost of r and takes the decision. A
@@ -201,43 +190,26 @@ func (m *Middleware) decide(r *http.Request) (lim *Limiter, key string, cost int
 			err = fmt.Errorf("%w: %v", ErrPanic, p)
 		}
 	}()
-	if m.cfg.pick != nil {
-		if picked := m.cfg.pick(r); picked != nil {
+	if m.cfg.LimiterFor != nil {
+		if picked := m.cfg.LimiterFor(r); picked != nil {
 			lim = picked
-			if !m.cfg.quiet.off(WarnSharedPolicyName) {
-				lim.checkSharedOnce(m.warner) // the limiters it picks, the first time each
+			if m.limits != nil {
+				m.limits.check(lim, m.cfg.Logger) // the limiters it picks, the first time each
 			}
 		}
 	}
 	if key, err = m.key(r); err != nil {
 		return lim, "", 0, Result{}, err
 	}
-	if m.cfg.exempt[key] {
-		return lim, key, 0, Result{}, errExempt
-	}
 	cost = 1
-	if m.cfg.cost != nil {
-		if cost, err = m.cfg.cost(r); err != nil {
-			return lim, key, 0, Result{}, errors.Join(ErrInvalidCost, err)
+	if m.cfg.Cost != nil {
+		if cost, err = m.cfg.Cost(r); err != nil {
+			return lim, key, 0, Result{}, fmt.Errorf("%w: the cost function failed: %w", ErrBadRequest, err)
 		}
 	}
 	res, err = lim.Take(r.Context(), key, cost)
 	return lim, key, cost, res, err
 }
-
-// errExempt tells Handle that the request's key is exempt.
-var errExempt = errors.New("ratelimit: exempt key")
-
-// ErrPanic wraps the value of a panic in a key, cost or limiter-choosing
-// function; the default error handler answers it with 500.
-var ErrPanic = errors.New("ratelimit: panic while deciding")
-
-// ErrInvalidCost wraps an error returned by the cost function.
-var ErrInvalidCost = errors.New("ratelimit: cost function failed")
-
-// ErrWaitAbandoned is reported to the error handler when a request's
-// context ends while it waits for its turn in a shaping queue.
-var ErrWaitAbandoned = errors.New("ratelimit: request left the queue before its turn")
 
 // sleep waits for d or until ctx ends, and returns ctx's error in the latter
 // case.
@@ -260,29 +232,26 @@ func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 
 // DefaultErrorHandler answers a request that could not be decided with a
 // problem body that never contains the error's text:
-//   - ErrMissingKey (no credentials): 401 Unauthorized;
-//   - ErrNoClientIP, ErrInvalidCost, ErrNegativeCost, ErrCostExceedsBurst:
-//     400 Bad Request;
-//   - ErrStore (the store failed, or a FailClosed [Failover] refuses while
-//     it does): 503 with Retry-After: 1 and the temporary-reduced-capacity
+//   - ErrMissingKey: 401 Unauthorized;
+//   - ErrBadRequest: 400 Bad Request;
+//   - ErrStore: 503 with Retry-After: 1 and the temporary-reduced-capacity
 //     problem type;
 //   - ErrWaitAbandoned: 503 with Retry-After: 1;
-//   - anything else: 500 Internal Server Error.
+//   - anything else (ErrPanic included): 500 Internal Server Error.
 //
-// Errors answered with a 5xx status are logged with slog.Default, except
-// ErrWaitAbandoned (the client left) and ErrStoreUnavailable (a Failover
-// logs once when the store fails, not once per request). Other store
-// failures are logged at most once every 10 seconds per process, with the
-// number left unlogged since the last line ("suppressed"): during an
-// outage every request fails the same way.
+// Errors answered with 400, 401 or 500 are logged with slog.Default at the
+// debug, debug and error levels; ErrWaitAbandoned (the client left) is not
+// logged. Store failures are logged at most once every 10 seconds per
+// process, with the number left unlogged since the last line
+// ("suppressed"): during an outage every request fails the same way.
 func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	status, typ, title := http.StatusInternalServerError, "about:blank", "Internal Server Error"
 	switch {
 	case errors.Is(err, ErrMissingKey):
 		status, title = http.StatusUnauthorized, "Missing Credentials"
-	case errors.Is(err, ErrCostExceedsBurst):
+	case errors.Is(err, errCostExceedsBurst):
 		status, title = http.StatusBadRequest, "Request Cost Exceeds Capacity"
-	case errors.Is(err, ErrNoClientIP), errors.Is(err, ErrInvalidCost), errors.Is(err, ErrNegativeCost):
+	case errors.Is(err, ErrBadRequest):
 		status, title = http.StatusBadRequest, "Bad Request"
 	case errors.Is(err, ErrStore):
 		status, typ, title = http.StatusServiceUnavailable, problemReducedCapacity, "Temporary Reduced Capacity"
@@ -291,7 +260,9 @@ func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 		status, title = http.StatusServiceUnavailable, "Service Unavailable"
 		w.Header().Set("Retry-After", "1")
 	}
-	if status >= 500 && !errors.Is(err, ErrWaitAbandoned) && !errors.Is(err, ErrStoreUnavailable) {
+	if status < 500 {
+		slog.Default().DebugContext(r.Context(), "ratelimit: cannot decide request", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+	} else if !errors.Is(err, ErrWaitAbandoned) {
 		args := []any{"method", r.Method, "path", r.URL.Path, "status", status, "err", err}
 		suppressed, log := int64(0), true
 		if errors.Is(err, ErrStore) {
@@ -371,6 +342,6 @@ func writeProblem(w http.ResponseWriter, status int, typ, title, detail string, 
 }
 
 // CountsResponses reports whether the status that Handle's next returns
-// matters (WithCountIf). Adapters that must wrap the response writer to
+// matters (Options.CountIf). Adapters that must wrap the response writer to
 // learn the status can skip that work when it does not.
-func (m *Middleware) CountsResponses() bool { return m.cfg.countIf != nil }
+func (m *Middleware) CountsResponses() bool { return m.cfg.CountIf != nil }

@@ -16,10 +16,11 @@ type Observer interface {
 
 // Event describes one decision for an [Observer].
 type Event struct {
-	// Policies names every policy of the limiter that decided, in order,
-	// or only InFlightPolicyName for a request that the limiter admitted
-	// but WithMaxInFlight refused. The slice is shared: do not modify it.
-	Policies []string
+	// Limiter is the limiter that decided (Options.LimiterFor may pick
+	// another than the Middleware's). Its Policies are the policies of the
+	// decision, except for a request that MaxInFlight refused, whose
+	// Result.Policy is the in-flight limit's, named "inflight".
+	Limiter *Limiter
 	// KeyHash is a 64-bit FNV-1a hash of the request's key, to tell
 	// clients apart in logs without recording the key; 0 when the request
 	// had no key.
@@ -28,21 +29,12 @@ type Event struct {
 	// name the policies that refused or would have. It is the zero Result
 	// when Err is set.
 	Result Result
-	// Err is why no decision could be taken (ErrMissingKey, ErrInvalidCost,
-	// ErrCostExceedsBurst, ErrStore, ...), or nil.
+	// Err is why no decision could be taken (wrapping ErrMissingKey,
+	// ErrBadRequest, ErrStore, ...), or nil.
 	Err error
 	// Elapsed is the time the decision took, store round trip included,
 	// shaping delay excluded.
 	Elapsed time.Duration
-}
-
-// WithObserver sets the Observer told about every decision. The default is
-// none.
-func WithObserver(o Observer) Option {
-	return func(c *config) error {
-		c.observer = o
-		return nil
-	}
 }
 
 // keyHash returns the FNV-1a hash of key, or 0 for no key.

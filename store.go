@@ -1,35 +1,36 @@
 package ratelimit
 
-import (
-	"context"
-	"errors"
-)
+import "context"
 
-// Store keeps the state of every bucket and applies an algorithm to it
-// atomically: two concurrent calls for the same policy and key must behave as
-// if one ran entirely before the other.
+// Store keeps the state of every bucket and decides atomically: two
+// concurrent calls for the same policy and key must behave as if one ran
+// entirely before the other. Implementations must be safe for concurrent
+// use.
 //
-// State is namespaced by policy name: the same key under two policy names is
-// two buckets. A [Limiter] validates its policies and the cost before it
-// calls a store, so a store may assume that the policy is valid, the key is
-// not empty and cost ≤ the policy's burst.
+// A bucket's whole state is one int64, and [Policy.Decide] is the
+// algorithm, so a store on any database is a read-modify-write made atomic
+// by that database (a transaction, a compare-and-swap, a script):
 //
-// Implementations in this module: memorystore (in process) and [Failover]
-// (a wrapper that decides what happens while another store fails). The
-// redisstore module shares one quota across many processes. The storetest
-// package is a conformance suite that every implementation should pass.
+//	state := load(p.Name, key)                   // 0 if absent
+//	res, next := p.Decide(state, now, cost)      // now in Unix nanoseconds
+//	if next > now { save(p.Name, key, next, next-now) } else { remove(p.Name, key) }
+//
+// State is namespaced by policy name: the same key under two names is two
+// buckets. A [Limiter] validates its policies and the cost before it calls
+// a store, so a store may assume that p is valid, the key is not empty and
+// cost ≤ the burst; a negative cost gives tokens back. The package example
+// ExampleStore is a complete store, and the storetest package is the
+// conformance suite every store should pass.
 type Store interface {
-	// Take spends cost tokens from the bucket of key under policy p if the
-	// bucket holds them, and reports the decision. A refused request spends
-	// nothing. A negative cost gives back −cost tokens spent earlier and is
-	// always allowed. Take returns an error only when the store cannot
-	// decide.
-	Take(ctx context.Context, p Policy, key string, cost int64) (Result, error)
+	// Take decides one request of cost tokens for the bucket of key under
+	// p, and spends them if allowed. It returns an error only when the
+	// store cannot decide; p is shared and must not be modified.
+	Take(ctx context.Context, p *Policy, key string, cost int64) (Result, error)
 }
 
 // Request is one of the decisions a [BatchStore] takes together.
 type Request struct {
-	Policy Policy
+	Policy *Policy
 	Key    string
 	Cost   int64 // not negative
 }
@@ -49,7 +50,3 @@ type BatchStore interface {
 	// left spent.
 	TakeAll(ctx context.Context, reqs []Request, results []Result) error
 }
-
-// ErrNotAtomic is returned by [BatchStore.TakeAll] when it cannot decide the
-// requests atomically.
-var ErrNotAtomic = errors.New("ratelimit: requests cannot be decided atomically")

@@ -37,7 +37,6 @@ import (
 	"time"
 
 	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
 // Store is an in-process [ratelimit.Store]. It is safe for concurrent use.
@@ -170,13 +169,14 @@ func (s *Store) shard(fp uint64) *shard { return &s.shards[s.shardIndex(fp)] }
 
 // Take implements [ratelimit.Store]. It never fails and does not allocate
 // for a key it already holds.
-func (s *Store) Take(_ context.Context, p ratelimit.Policy, key string, cost int64) (res ratelimit.Result, err error) {
+func (s *Store) Take(_ context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	fp := s.fingerprint(p.Name, key)
 	sh := s.shard(fp)
 	sh.mu.Lock()
 	now := s.now()
 	old, i := sh.get(fp)
-	sh.store(fp, i, algo.Decide(&p, old, now, cost, &res), now, s.perShard)
+	res, next := p.Decide(old, now, cost)
+	sh.store(fp, i, next, now, s.perShard)
 	sh.mu.Unlock()
 	return res, nil
 }
@@ -199,7 +199,9 @@ func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []r
 	states := stateBuf[:0]
 	for i, r := range reqs {
 		old, _ := s.shard(fps[i]).get(fps[i])
-		states = append(states, algo.Decide(&r.Policy, old, now, r.Cost, &results[i]))
+		var next int64
+		results[i], next = r.Policy.Decide(old, now, r.Cost)
+		states = append(states, next)
 		all = all && results[i].Allowed
 	}
 	if all {

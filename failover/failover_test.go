@@ -1,4 +1,4 @@
-package ratelimit_test
+package failover_test
 
 import (
 	"context"

@@ -1,0 +1,110 @@
+package ratelimit
+
+import "time"
+
+// Decide applies p's algorithm to one bucket: state is what a store keeps
+// for the bucket (0 for a bucket it has never seen), now is the time in Unix
+// nanoseconds and cost the tokens the request spends. It returns the
+// decision and the state to store in place of state; a refused request
+// leaves state unchanged. Decide is a pure function, safe for concurrent
+// use; p must be valid, as every policy that a [Limiter] passes to a
+// [Store] is, and cost at most its burst.
+//
+// A state at or before now carries no information (a full bucket, an empty
+// queue), so a store may forget the bucket when next ≤ now, and keep it for
+// next − now at most. A negative cost gives back −cost tokens spent earlier:
+// the state moves back by −cost intervals, never to before now.
+//
+// The state is, for TokenBucket and LeakyPolice, the time the bucket is full
+// again (GCRA's theoretical arrival time); for LeakyShape, the time the
+// queue is empty. docs/algorithms.md derives both.
+func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
+	iv, burst := int64(p.Limit.interval), p.Limit.burst
+	if cost < 0 {
+		if state > now {
+			state = max(state+cost*iv, now)
+		}
+		cost = 0
+	}
+	var allowed bool
+	var remaining, retryAfter, resetAfter, delay int64
+	if p.Algorithm == LeakyShape {
+		allowed, next, remaining, retryAfter, resetAfter, delay = shape(state, now, iv, burst, cost, p.shapeBound(), p.Immediate)
+	} else { // TokenBucket and LeakyPolice make the same decisions.
+		allowed, next, remaining, retryAfter, resetAfter = tokenBucket(state, now, iv, burst, cost)
+	}
+	return Result{
+		Allowed:    allowed,
+		Policy:     p,
+		Remaining:  remaining,
+		RetryAfter: time.Duration(retryAfter),
+		ResetAfter: time.Duration(resetAfter),
+		Delay:      time.Duration(delay),
+	}, next
+}
+
+// tokenBucket is GCRA: with τ = burst × interval and TAT = max(state, now),
+// a request of cost n is allowed iff TAT + n × interval − now ≤ τ, and then
+// the state moves to TAT + n × interval. A clock that goes backwards cannot
+// add tokens. The results are separate values so that they travel in
+// registers.
+func tokenBucket(state, now, interval, burst, cost int64) (allowed bool, next, remaining, retryAfter, resetAfter int64) {
+	tau := burst * interval
+	tat := max(state, now)
+	next = state
+	switch {
+	case cost > burst:
+		// Never allowed; no wait changes that.
+	case cost == 0:
+		allowed = true // a cost of 0 only reads
+	case tat+cost*interval-now <= tau:
+		allowed = true
+		next = tat + cost*interval
+		tat = next
+	default:
+		retryAfter = tat + cost*interval - tau - now
+	}
+	resetAfter = tat - now
+	remaining = min(max((tau-resetAfter)/interval, 0), burst)
+	return allowed, next, remaining, retryAfter, resetAfter
+}
+
+// shape is the leaky bucket as a queue: a request arriving at now starts at
+// max(state, now), waits start − now, and moves the state on by cost ×
+// interval. It is admitted iff that wait is at most bound; otherwise it is
+// refused at once and changes nothing. The first immediate × interval of
+// every wait is forgiven.
+func shape(state, now, interval, burst, cost, bound, immediate int64) (allowed bool, next, remaining, retryAfter, resetAfter, delay int64) {
+	start := max(state, now)
+	wait := start - now
+	next = state
+	switch {
+	case cost > burst:
+		// Never allowed.
+	case cost == 0:
+		allowed = true
+	case wait <= bound:
+		allowed = true
+		delay = max(wait-immediate*interval, 0)
+		next = start + cost*interval
+		start = next
+	default:
+		retryAfter = wait - bound
+	}
+	resetAfter = start - now
+	// Remaining: how many more requests of cost 1 would be admitted now.
+	if resetAfter <= bound {
+		remaining = min((bound-resetAfter)/interval+1, burst)
+	}
+	return allowed, next, remaining, retryAfter, resetAfter, delay
+}
+
+// shapeBound returns the longest wait a LeakyShape policy admits: the
+// queue's room, burst × interval, or less when MaxDelay is set.
+func (p *Policy) shapeBound() int64 {
+	bound := int64(p.Limit.span())
+	if p.MaxDelay > 0 {
+		bound = min(bound, int64(p.MaxDelay)+p.Immediate*int64(p.Limit.interval))
+	}
+	return bound
+}

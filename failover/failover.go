@@ -1,0 +1,294 @@
+// Package failover provides a [ratelimit.Store] that decides by a chosen
+// [Mode] while another store (typically Redis) fails, and goes back to it
+// when it answers again.
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+// Mode is what a [Store] does while its primary store fails. The zero value
+// is Open. It implements [encoding.TextMarshaler] and
+// [encoding.TextUnmarshaler] with the names "open", "closed" and "local".
+type Mode uint8
+
+const (
+	// Open allows every request unchecked (Result.Degraded is set, and no
+	// rate-limit header fields are written): the API stays up, unprotected.
+	Open Mode = iota
+	// Closed refuses every request with an error wrapping
+	// ratelimit.ErrStore, which the middleware answers with 503 and
+	// Retry-After: nothing passes that was not counted.
+	Closed
+	// Local decides in an in-process store with the shared quota divided
+	// among the instances: with N instances each allows 1/N of the rate and
+	// of the burst (at least 1, and at least the request's cost), so that
+	// together they stay near the shared quota instead of multiplying it.
+	Local
+)
+
+var modeNames = [...]string{Open: "open", Closed: "closed", Local: "local"}
+
+// String returns "open", "closed" or "local".
+func (m Mode) String() string {
+	if int(m) < len(modeNames) {
+		return modeNames[m]
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// MarshalText implements [encoding.TextMarshaler].
+func (m Mode) MarshalText() ([]byte, error) {
+	if int(m) < len(modeNames) {
+		return []byte(modeNames[m]), nil
+	}
+	return nil, fmt.Errorf("failover: unknown mode %d", uint8(m))
+}
+
+// UnmarshalText implements [encoding.TextUnmarshaler].
+func (m *Mode) UnmarshalText(text []byte) error {
+	for i, name := range modeNames {
+		if name == string(text) {
+			*m = Mode(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("failover: unknown mode %q: want open, closed or local", text)
+}
+
+// Options configures a [Store]. Every field is optional except Local in
+// Local mode: the zero value, or a nil *Options, is the documented default
+// of each.
+type Options struct {
+	// Mode is what to do while the primary store fails. Default: Open.
+	Mode Mode
+	// Local is the in-process store that decides in Local mode, such as a
+	// memorystore. Required for Local, unused otherwise.
+	Local ratelimit.Store
+	// Instances is how many instances share the primary store's quota; in
+	// Local mode each allows 1/Instances of it. Default: 1.
+	Instances int64
+	// ProbeInterval is how often, while the primary fails, one request is
+	// sent to it to see whether it is back; all other requests go straight
+	// to the Mode without waiting for the primary. Default: 250 ms.
+	ProbeInterval time.Duration
+	// OnError, if set, is called with every error of the primary store.
+	OnError func(err error)
+	// OnHealthChange, if set, is called on every switch between healthy and
+	// degraded, with the error that caused a switch to degraded.
+	OnHealthChange func(healthy bool, err error)
+	// Logger receives one line per switch between healthy and degraded.
+	// Default: slog.Default().
+	Logger *slog.Logger
+	// Clock is the time source of the probe schedule. Default: time.Now.
+	Clock func() time.Time
+}
+
+// Store is a [ratelimit.Store] that forwards to a primary store and, when
+// that fails, decides by its [Mode] until the primary answers again. After
+// a failure it stops calling the primary, so requests do not each pay its
+// timeout, and sends one probe request every ProbeInterval; the first probe
+// that succeeds makes it healthy again. A call whose own context ended is
+// not a failure of the primary. Store is safe for concurrent use.
+type Store struct {
+	primary   ratelimit.Store
+	cfg       Options
+	degraded  atomic.Bool
+	nextProbe atomic.Int64
+	shares    sync.Map // *ratelimit.Policy → *ratelimit.Policy: one instance's share
+}
+
+var _ ratelimit.BatchStore = (*Store)(nil)
+
+// New returns a Store over primary configured by opts (nil for the
+// defaults). It returns an error naming the field at fault.
+func New(primary ratelimit.Store, opts *Options) (*Store, error) {
+	var cfg Options
+	if opts != nil {
+		cfg = *opts
+	}
+	switch {
+	case primary == nil:
+		return nil, errors.New("failover: New: nil primary store")
+	case cfg.Mode > Local:
+		return nil, fmt.Errorf("failover: Options.Mode: unknown mode %d", uint8(cfg.Mode))
+	case cfg.Mode == Local && cfg.Local == nil:
+		return nil, errors.New("failover: Options.Local: the Local mode needs a local store")
+	case cfg.Instances < 0:
+		return nil, fmt.Errorf("failover: Options.Instances %d: want at least 1, or 0 for 1", cfg.Instances)
+	case cfg.ProbeInterval < 0:
+		return nil, fmt.Errorf("failover: Options.ProbeInterval %v: want a positive interval, or 0 for 250ms", cfg.ProbeInterval)
+	}
+	if cfg.Instances == 0 {
+		cfg.Instances = 1
+	}
+	if cfg.ProbeInterval == 0 {
+		cfg.ProbeInterval = 250 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	return &Store{primary: primary, cfg: cfg}, nil
+}
+
+// Healthy reports whether the primary store answered the last call made to
+// it.
+func (f *Store) Healthy() bool { return !f.degraded.Load() }
+
+// Take implements [ratelimit.Store].
+func (f *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+	var cause error
+	if f.askPrimary() {
+		res, err := f.primary.Take(ctx, p, key, cost)
+		if !f.failed(ctx, err) {
+			return res, err
+		}
+		cause = err
+	}
+	return f.fallback(ctx, p, key, cost, cause)
+}
+
+// TakeAll implements [ratelimit.BatchStore] when the primary store does
+// (and returns ratelimit.ErrNotAtomic otherwise). While degraded, Local
+// decides in the Local store, atomically if it is a BatchStore.
+func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
+	bs, ok := f.primary.(ratelimit.BatchStore)
+	if !ok {
+		return ratelimit.ErrNotAtomic
+	}
+	var cause error
+	if probe := f.degraded.Load(); f.askPrimary() {
+		err := bs.TakeAll(ctx, reqs, results)
+		if errors.Is(err, ratelimit.ErrNotAtomic) {
+			if probe { // no I/O was done: let the Limiter's next Take probe
+				f.nextProbe.Store(0)
+			}
+			return err
+		}
+		if !f.failed(ctx, err) {
+			return err
+		}
+		cause = err
+	}
+	switch f.cfg.Mode {
+	case Local:
+		local, ok := f.cfg.Local.(ratelimit.BatchStore)
+		if !ok {
+			return ratelimit.ErrNotAtomic
+		}
+		shared := slices.Clone(reqs)
+		for i := range shared {
+			shared[i].Policy = f.share(shared[i].Policy, shared[i].Cost)
+		}
+		err := local.TakeAll(ctx, shared, results)
+		for i := range results {
+			results[i].Degraded = true
+		}
+		return err
+	default:
+		for i, r := range reqs {
+			res, err := f.fallback(ctx, r.Policy, r.Key, r.Cost, cause)
+			if err != nil {
+				return err
+			}
+			results[i] = res
+		}
+		return nil
+	}
+}
+
+// askPrimary reports whether this call should go to the primary store:
+// always while healthy; while degraded, for one call per ProbeInterval.
+func (f *Store) askPrimary() bool {
+	if !f.degraded.Load() {
+		return true
+	}
+	now := f.cfg.Clock().UnixNano()
+	next := f.nextProbe.Load()
+	return now >= next && f.nextProbe.CompareAndSwap(next, now+int64(f.cfg.ProbeInterval))
+}
+
+// failed records the outcome of a call to the primary store and reports
+// whether it failed, so that the caller must fall back. An error after the
+// caller's own context ended is the caller's, not a failure of the store.
+func (f *Store) failed(ctx context.Context, err error) bool {
+	switch {
+	case err == nil:
+		if f.degraded.CompareAndSwap(true, false) {
+			f.cfg.Logger.Info("ratelimit: store healthy again", "mode", f.cfg.Mode.String())
+			if f.cfg.OnHealthChange != nil {
+				f.cfg.OnHealthChange(true, nil)
+			}
+		}
+		return false
+	case ctx.Err() != nil:
+		return false
+	}
+	if f.cfg.OnError != nil {
+		f.cfg.OnError(err)
+	}
+	if f.degraded.CompareAndSwap(false, true) {
+		f.nextProbe.Store(f.cfg.Clock().UnixNano() + int64(f.cfg.ProbeInterval))
+		f.cfg.Logger.Warn("ratelimit: store failed; degraded", "mode", f.cfg.Mode.String(), "err", err)
+		if f.cfg.OnHealthChange != nil {
+			f.cfg.OnHealthChange(false, err)
+		}
+	}
+	return true
+}
+
+func (f *Store) fallback(ctx context.Context, p *ratelimit.Policy, key string, cost int64, cause error) (ratelimit.Result, error) {
+	switch f.cfg.Mode {
+	case Closed:
+		if cause != nil {
+			return ratelimit.Result{}, fmt.Errorf("%w: unavailable, failing closed: %w", ratelimit.ErrStore, cause)
+		}
+		return ratelimit.Result{}, fmt.Errorf("%w: unavailable, failing closed", ratelimit.ErrStore)
+	case Local:
+		res, err := f.cfg.Local.Take(ctx, f.share(p, cost), key, cost)
+		res.Degraded = true
+		return res, err
+	}
+	return ratelimit.Result{Allowed: true, Policy: p, Degraded: true}, nil
+}
+
+// share returns the policy that one of the instances may use in Local
+// mode: p with 1/Instances of the rate and of the burst, within 50 years a
+// span, and a burst of at least cost so that a request the shared limit
+// could allow is not refused for ever. The shares of costs up to a share's
+// burst are made once per policy.
+func (f *Store) share(p *ratelimit.Policy, cost int64) *ratelimit.Policy {
+	n := f.cfg.Instances
+	if n <= 1 {
+		return p
+	}
+	if s, ok := f.shares.Load(p); ok && cost <= s.(*ratelimit.Policy).Limit.Burst() {
+		return s.(*ratelimit.Policy)
+	}
+	const maxSpan = 50 * 365 * 24 * time.Hour
+	burst := max(p.Limit.Burst()/n, cost, 1)
+	iv := p.Limit.Interval()
+	if iv <= maxSpan/time.Duration(burst)/time.Duration(n) {
+		iv *= time.Duration(n)
+	} else {
+		iv = maxSpan / time.Duration(burst)
+	}
+	s := *p
+	s.Limit = ratelimit.Per(1, iv).WithBurst(burst)
+	if burst == max(p.Limit.Burst()/n, 1) {
+		f.shares.Store(p, &s)
+	}
+	return &s
+}

@@ -1,0 +1,136 @@
+package ratelimit
+
+import (
+	"fmt"
+	"time"
+)
+
+// Algorithm selects how a [Policy] turns its [Limit] into decisions. The
+// zero value is TokenBucket. It implements [encoding.TextMarshaler] and
+// [encoding.TextUnmarshaler] with the names "token-bucket", "leaky-police"
+// and "leaky-shape", so flag.TextVar and configuration files take it.
+type Algorithm uint8
+
+const (
+	// TokenBucket allows bursts up to the Limit's burst and refills
+	// continuously. A new key starts with a full bucket.
+	TokenBucket Algorithm = iota
+	// LeakyPolice is the leaky bucket as a meter: a request that would
+	// overflow the bucket is refused at once. It makes the same decisions
+	// as TokenBucket (docs/algorithms.md shows why); choose the name that
+	// says what you mean.
+	LeakyPolice
+	// LeakyShape is the leaky bucket as a queue: each key's requests leave
+	// at a constant rate, and a request waits its turn (Result.Delay). A
+	// request whose wait would exceed burst × interval (the queue's room),
+	// or Policy.MaxDelay, is refused at once.
+	LeakyShape
+)
+
+var algorithmNames = [...]string{TokenBucket: "token-bucket", LeakyPolice: "leaky-police", LeakyShape: "leaky-shape"}
+
+// String returns the algorithm's name, such as "token-bucket".
+func (a Algorithm) String() string { return enumString("Algorithm", algorithmNames[:], uint8(a)) }
+
+// MarshalText implements [encoding.TextMarshaler].
+func (a Algorithm) MarshalText() ([]byte, error) {
+	return enumMarshal("algorithm", algorithmNames[:], uint8(a))
+}
+
+// UnmarshalText implements [encoding.TextUnmarshaler].
+func (a *Algorithm) UnmarshalText(text []byte) error {
+	return enumUnmarshal("algorithm", algorithmNames[:], (*uint8)(a), text)
+}
+
+func enumString(typ string, names []string, v uint8) string {
+	if int(v) < len(names) {
+		return names[v]
+	}
+	return fmt.Sprintf("%s(%d)", typ, v)
+}
+
+func enumMarshal(what string, names []string, v uint8) ([]byte, error) {
+	if int(v) < len(names) {
+		return []byte(names[v]), nil
+	}
+	return nil, fmt.Errorf("ratelimit: unknown %s %d", what, v)
+}
+
+func enumUnmarshal(what string, names []string, v *uint8, text []byte) error {
+	for i, name := range names {
+		if name == string(text) {
+			*v = uint8(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("ratelimit: unknown %s %q: want one of %q", what, text, names)
+}
+
+// Policy is a named limit enforced by an algorithm. The zero Policy has no
+// valid Limit.
+type Policy struct {
+	// Name identifies the policy in header fields, problem bodies and store
+	// keys: 1 to 64 characters from [A-Za-z0-9._-]. Empty means "default".
+	Name string
+	// Limit is the rate and capacity.
+	Limit Limit
+	// Algorithm is how Limit is applied. The zero value is TokenBucket.
+	Algorithm Algorithm
+	// Immediate, for LeakyShape only, lets the first Immediate queued
+	// requests of cost 1 proceed at once, like nginx's limit_req delay=N.
+	// It changes no admission decision. Zero (the default) shapes every
+	// queued request.
+	Immediate int64
+	// MaxDelay, for LeakyShape only, refuses at once a request that would
+	// wait longer. Zero (the default) means only the queue's room, burst ×
+	// interval, bounds the wait.
+	MaxDelay time.Duration
+	// Global makes the policy one bucket shared by every request, whatever
+	// its key: a capacity limit for the whole service. The default is one
+	// bucket per key.
+	Global bool
+	// DryRun makes the policy decide and count but never refuse; a request
+	// it alone would refuse is reported in Result.DryRunViolated. The
+	// default enforces the policy.
+	DryRun bool
+}
+
+// globalKey is the key under which a Global policy keeps its one bucket.
+const globalKey = "*"
+
+// validate returns p with its defaults filled in, or why it cannot be used.
+func (p Policy) validate() (Policy, error) {
+	if p.Name == "" {
+		p.Name = "default"
+	}
+	if !validName(p.Name) {
+		return p, fmt.Errorf("ratelimit: policy name %q: want 1 to 64 characters from [A-Za-z0-9._-]", p.Name)
+	}
+	if int(p.Algorithm) >= len(algorithmNames) {
+		return p, fmt.Errorf("ratelimit: policy %q: unknown algorithm %d", p.Name, p.Algorithm)
+	}
+	if err := p.Limit.validate(); err != nil {
+		return p, fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	switch {
+	case p.Algorithm != LeakyShape && (p.Immediate != 0 || p.MaxDelay != 0):
+		return p, fmt.Errorf("ratelimit: policy %q: Immediate and MaxDelay apply to %v only", p.Name, LeakyShape)
+	case p.Immediate < 0 || p.Immediate > p.Limit.burst:
+		return p, fmt.Errorf("ratelimit: policy %q: Immediate %d outside [0, burst %d]", p.Name, p.Immediate, p.Limit.burst)
+	case p.MaxDelay < 0 || p.MaxDelay > p.Limit.span():
+		return p, fmt.Errorf("ratelimit: policy %q: MaxDelay %v outside [0, %v]", p.Name, p.MaxDelay, p.Limit.span())
+	}
+	return p, nil
+}
+
+func validName(s string) bool {
+	if len(s) < 1 || len(s) > 64 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

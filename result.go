@@ -1,0 +1,66 @@
+package ratelimit
+
+import "time"
+
+// Result is the outcome of one decision. For a [Limiter] of several
+// policies, its fields describe the binding policy: the refusing policy
+// with the longest wait when the request is refused, else the policy with
+// the fewest tokens left; Results has every policy's result. The zero
+// Result has no Policy.
+type Result struct {
+	// Allowed reports whether the request may proceed.
+	Allowed bool
+	// Degraded reports that the store failed and a fallback decided instead
+	// (see the failover package). The middleware writes no rate-limit
+	// header fields for such a result.
+	Degraded bool
+	// Policy is the policy that decided. It is shared: do not modify it.
+	Policy *Policy
+	// Remaining is the number of whole tokens left after the decision, also
+	// after a refusal. It is never negative.
+	Remaining int64
+	// RetryAfter is how long until the same request would be allowed: 0 when
+	// allowed, and 0 for a cost that can never be allowed.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the bucket is full again.
+	ResetAfter time.Duration
+	// Delay is how long an allowed request must wait before it proceeds
+	// (LeakyShape; with several policies the longest wait); 0 otherwise.
+	Delay time.Duration
+
+	lists *lists // set by a Limiter; nil for a store's result
+}
+
+// lists holds what a Limiter adds to a Result.
+type lists struct {
+	violated, dryRunViolated []string
+	results                  []Result
+}
+
+// Violated names the policies that refused the request; nil when it is
+// allowed. The slice is shared: do not modify it.
+func (r Result) Violated() []string {
+	if r.lists == nil {
+		return nil
+	}
+	return r.lists.violated
+}
+
+// DryRunViolated names the dry-run policies that would have refused the
+// request. The slice is shared: do not modify it.
+func (r Result) DryRunViolated() []string {
+	if r.lists == nil {
+		return nil
+	}
+	return r.lists.dryRunViolated
+}
+
+// Results returns the result of every policy, in the Limiter's order, when
+// it has more than one; nil otherwise. The slice is shared: do not modify
+// it.
+func (r Result) Results() []Result {
+	if r.lists == nil {
+		return nil
+	}
+	return r.lists.results
+}
