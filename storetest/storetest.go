@@ -4,7 +4,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
-//			return mystore.New(mystore.WithClock(now))
+//			return mystore.New(&mystore.Options{Clock: now})
 //		})
 //	}
 //
@@ -85,29 +85,31 @@ func Run(t *testing.T, newStore NewStore) {
 	}
 }
 
-func policy(name string, l ratelimit.Limit) ratelimit.Policy {
-	return ratelimit.Policy{Name: name, Limit: l}
+func policy(name string, l ratelimit.Limit) *ratelimit.Policy {
+	return &ratelimit.Policy{Name: name, Limit: l}
 }
 
-func shape(name string, l ratelimit.Limit) ratelimit.Policy {
-	return ratelimit.Policy{Name: name, Limit: l, Algorithm: ratelimit.LeakyShape}
+func shape(name string, l ratelimit.Limit) *ratelimit.Policy {
+	return &ratelimit.Policy{Name: name, Limit: l, Algorithm: ratelimit.LeakyShape}
 }
 
 type step struct {
 	advance time.Duration
 	key     string
 	cost    int64
-	want    ratelimit.Result // Policy and Limit are filled in by run
+	want    ratelimit.Result // Policy is filled in by run
 }
 
-func take(t *testing.T, s ratelimit.Store, p ratelimit.Policy, key string, cost int64) ratelimit.Result {
+func take(t *testing.T, s ratelimit.Store, p *ratelimit.Policy, key string, cost int64) ratelimit.Result {
 	t.Helper()
+	before := *p
 	res, err := s.Take(context.Background(), p, key, cost)
 	require.NoError(t, err, "Take(%q, %q, %d)", p.Name, key, cost)
+	require.Equal(t, before, *p, "Take(%q, %q, %d) modified the policy", p.Name, key, cost)
 	return res
 }
 
-func run(t *testing.T, c *Clock, s ratelimit.Store, p ratelimit.Policy, steps []step) {
+func run(t *testing.T, c *Clock, s ratelimit.Store, p *ratelimit.Policy, steps []step) {
 	t.Helper()
 	for i, st := range steps {
 		c.Advance(st.advance)
@@ -115,7 +117,7 @@ func run(t *testing.T, c *Clock, s ratelimit.Store, p ratelimit.Policy, steps []
 		if key == "" {
 			key = "k"
 		}
-		st.want.Policy, st.want.Limit = p.Name, p.Limit
+		st.want.Policy = p
 		got := take(t, s, p, key, st.cost)
 		assert.Equal(t, st.want, got, "step %d: Take(%q, %q, %d) after %v", i, p.Name, key, st.cost, st.advance)
 	}
@@ -274,7 +276,7 @@ func testLongLimits(t *testing.T, c *Clock, s ratelimit.Store) {
 		{advance: 8640*ms - 1, cost: 1, want: refused(0, 1, 24*time.Hour-8640*ms+1)},
 		{advance: 1, cost: 1, want: allowed(0, 24*time.Hour)},
 	})
-	seven := policy("seven", ratelimit.Every(7*time.Second))
+	seven := policy("seven", ratelimit.Per(1, 7*time.Second))
 	run(t, c, s, seven, []step{
 		{cost: 1, want: allowed(0, 7*time.Second)},
 		{advance: 3 * time.Second, cost: 1, want: refused(0, 4*time.Second, 4*time.Second)},
@@ -290,7 +292,7 @@ func testShapeConcurrent(t *testing.T, c *Clock, s ratelimit.Store) {
 	concurrentOneKey(t, s, shape("p", ratelimit.PerSecond(1).WithBurst(100)), 101)
 }
 
-func concurrentOneKey(t *testing.T, s ratelimit.Store, p ratelimit.Policy, want int64) {
+func concurrentOneKey(t *testing.T, s ratelimit.Store, p *ratelimit.Policy, want int64) {
 	const goroutines, each = 8, 50
 	var admitted atomic.Int64
 	errs := make(chan error, goroutines)
@@ -368,7 +370,7 @@ var global = ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(1).With
 // testGlobalCapacity: three clients, three requests each, under a global
 // burst of 4 and generous per-client quotas: exactly 4 pass in all.
 func testGlobalCapacity(t *testing.T, c *Clock, s ratelimit.Store) {
-	l := limiter(t, s, policy("per-client", fivePerSecond), global)
+	l := limiter(t, s, ratelimit.Policy{Name: "per-client", Limit: fivePerSecond}, global)
 	admitted := 0
 	for _, client := range []string{"a", "b", "c"} {
 		for range 3 {
@@ -378,10 +380,10 @@ func testGlobalCapacity(t *testing.T, c *Clock, s ratelimit.Store) {
 				continue
 			}
 			assert.Equal(t, []string{"global"}, res.Violated())
-			assert.Equal(t, "global", res.Policy, "the refusing policy binds")
+			assert.Equal(t, "global", res.Policy.Name, "the refusing policy binds")
 			assert.Equal(t, time.Second, res.RetryAfter)
-			require.Len(t, res.Policies(), 2)
-			assert.True(t, res.Policies()[0].Allowed, "the per-client policy would have allowed it")
+			require.Len(t, res.Results(), 2)
+			assert.True(t, res.Results()[0].Allowed, "the per-client policy would have allowed it")
 		}
 	}
 	assert.Equal(t, 4, admitted)
@@ -390,7 +392,7 @@ func testGlobalCapacity(t *testing.T, c *Clock, s ratelimit.Store) {
 // testRefusedByGlobal: a client refused by the global policy keeps its own
 // tokens, as a later request proves.
 func testRefusedByGlobal(t *testing.T, c *Clock, s ratelimit.Store) {
-	perClient := policy("per-client", ratelimit.PerHour(2))
+	perClient := ratelimit.Policy{Name: "per-client", Limit: ratelimit.PerHour(2)}
 	g := ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(1), Global: true}
 	l := limiter(t, s, perClient, g)
 	require.True(t, limit(t, l, "a", 1).Allowed)
@@ -402,11 +404,11 @@ func testRefusedByGlobal(t *testing.T, c *Clock, s ratelimit.Store) {
 	c.Advance(time.Second)
 	res := limit(t, l, "b", 1)
 	require.True(t, res.Allowed)
-	assert.Equal(t, int64(1), res.Policies()[0].Remaining, "b's own bucket lost nothing to the refusals")
+	assert.Equal(t, int64(1), res.Results()[0].Remaining, "b's own bucket lost nothing to the refusals")
 	c.Advance(time.Second)
 	res = limit(t, l, "b", 1)
 	require.True(t, res.Allowed)
-	assert.Equal(t, int64(0), res.Policies()[0].Remaining)
+	assert.Equal(t, int64(0), res.Results()[0].Remaining)
 	c.Advance(time.Second)
 	res = limit(t, l, "b", 1)
 	assert.Equal(t, []string{"per-client"}, res.Violated(), "now b's own quota is spent")
@@ -415,16 +417,16 @@ func testRefusedByGlobal(t *testing.T, c *Clock, s ratelimit.Store) {
 // testMultiWindow: 5/s burst 10 and 15 a day; the result reports the
 // policy closest to exhaustion, and a refusal the policy that refused.
 func testMultiWindow(t *testing.T, c *Clock, s ratelimit.Store) {
-	l := limiter(t, s, policy("burst", fivePerSecond), policy("daily", ratelimit.PerDay(15)))
+	l := limiter(t, s, ratelimit.Policy{Name: "burst", Limit: fivePerSecond}, ratelimit.Policy{Name: "daily", Limit: ratelimit.PerDay(15)})
 	res := limit(t, l, "k", 1)
-	assert.Equal(t, "burst", res.Policy, "9 left of the burst, 14 of the day")
+	assert.Equal(t, "burst", res.Policy.Name, "9 left of the burst, 14 of the day")
 	assert.Equal(t, int64(9), res.Remaining)
 	for range 9 {
 		limit(t, l, "k", 1)
 	}
 	c.Advance(2 * time.Second)
 	res = limit(t, l, "k", 1)
-	assert.Equal(t, "daily", res.Policy, "9 left of the burst, 4 of the day")
+	assert.Equal(t, "daily", res.Policy.Name, "9 left of the burst, 4 of the day")
 	assert.Equal(t, int64(4), res.Remaining)
 	for range 4 {
 		require.True(t, limit(t, l, "k", 1).Allowed)
@@ -437,15 +439,14 @@ func testMultiWindow(t *testing.T, c *Clock, s ratelimit.Store) {
 
 // testDryRun: a dry-run policy decides and counts but never refuses.
 func testDryRun(t *testing.T, c *Clock, s ratelimit.Store) {
-	shadow := policy("shadow", ratelimit.PerMinute(2))
-	shadow.DryRun = true
-	l := limiter(t, s, policy("enforced", fivePerSecond), shadow)
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(2), DryRun: true}
+	l := limiter(t, s, ratelimit.Policy{Name: "enforced", Limit: fivePerSecond}, shadow)
 	var dry [][]string
 	for range 5 {
 		res := limit(t, l, "k", 1)
 		require.True(t, res.Allowed)
 		assert.Empty(t, res.Violated())
-		assert.Equal(t, "enforced", res.Policy, "dry-run policies never bind")
+		assert.Equal(t, "enforced", res.Policy.Name, "dry-run policies never bind")
 		dry = append(dry, res.DryRunViolated())
 	}
 	assert.Equal(t, [][]string{nil, nil, {"shadow"}, {"shadow"}, {"shadow"}}, dry)
@@ -463,7 +464,7 @@ func testDryRun(t *testing.T, c *Clock, s ratelimit.Store) {
 // bucket refills, each client gets exactly what it has left.
 func testPoliciesConcurrent(t *testing.T, c *Clock, s ratelimit.Store) {
 	g := ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(30), Global: true}
-	l := limiter(t, s, policy("per-client", ratelimit.PerHour(5)), g)
+	l := limiter(t, s, ratelimit.Policy{Name: "per-client", Limit: ratelimit.PerHour(5)}, g)
 	const clients, goroutines = 12, 6
 	counts := make([]atomic.Int64, clients)
 	var failed atomic.Bool
@@ -496,7 +497,7 @@ func testPoliciesConcurrent(t *testing.T, c *Clock, s ratelimit.Store) {
 	c.Advance(time.Second)
 	total = 0
 	for k := range counts {
-		left := limit(t, l, fmt.Sprint("client-", k), 0).Policies()[0].Remaining
+		left := limit(t, l, fmt.Sprint("client-", k), 0).Results()[0].Remaining
 		assert.Equal(t, 5-counts[k].Load(), left, "client-%d's tokens", k)
 		total += left
 	}
