@@ -7,7 +7,24 @@ import (
 	"net/http"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/quick"
 )
+
+// Limit returns middleware that limits requests to limit per key, on an
+// in-process store with its defaults and the default
+// [ratelimit.Options]:
+//
+//	handler = nethttp.Limit(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key"))(handler)
+//
+// Like regexp.MustCompile, it is meant for values fixed in the source: it
+// panics, with an error that says what is wrong, when limit is invalid or
+// key is nil. For anything else (a shared store, several policies,
+// options, or an error instead of a panic) build the middleware
+// explicitly: a store such as memorystore.New, then [ratelimit.New],
+// [ratelimit.NewMiddleware], and [Middleware].
+func Limit(limit ratelimit.Limit, key ratelimit.KeyFunc) func(next http.Handler) http.Handler {
+	return Middleware(quick.Middleware("nethttp.Limit", limit, key))
+}
 
 // Middleware returns middleware that lets a request reach next only when m
 // admits it; otherwise m has already answered it (429, or the error
