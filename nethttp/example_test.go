@@ -10,12 +10,38 @@ import (
 	"github.com/tokenfair/ratelimit/nethttp"
 )
 
+// The common case in one line: 5 requests a second per API key, in bursts
+// of up to 10, on an in-process store.
+func ExampleLimit() {
+	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "hello")
+	})
+	handler = nethttp.Limit(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key"))(handler)
+
+	codes := map[int]int{}
+	for range 11 {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-API-Key", "demo")
+		handler.ServeHTTP(w, r)
+		codes[w.Code]++
+	}
+	fmt.Println(codes)
+	// Output:
+	// map[200:10 429:1]
+}
+
+// The explicit form: a store, a limiter, a middleware, and errors instead
+// of panics.
 func ExampleMiddleware() {
 	store, _ := memorystore.New()
 	defer store.Close()
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	byIP, _ := ratelimit.KeyByIP() // RemoteAddr only: no proxy is trusted
-	mw, _ := ratelimit.NewMiddleware(limiter, byIP)
+	mw, err := ratelimit.NewMiddleware(limiter, byIP, nil)
+	if err != nil {
+		panic(err)
+	}
 
 	handler := nethttp.Middleware(mw)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "hello")
