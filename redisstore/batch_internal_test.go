@@ -23,7 +23,7 @@ import (
 
 // batchPolicy refills a token every 12 minutes: nothing refills while a
 // test runs.
-var batchPolicy = ratelimit.Policy{Name: "api", Limit: ratelimit.PerHour(5).WithBurst(10)}
+var batchPolicy = &ratelimit.Policy{Name: "api", Limit: ratelimit.PerHour(5).WithBurst(10)}
 
 // batchSlack covers scheduling on a loaded 2-core machine and the race
 // detector: no call may take longer than its deadline plus this.
@@ -82,15 +82,15 @@ func (h *trips) get() [][]string {
 	return append([][]string(nil), h.rounds...)
 }
 
-// batchFixture is a batching store on a Redis of its own, with its round
-// trips recorded from the start.
-func batchFixture(t *testing.T, opts ...Option) (*redistest.Server, *redis.Client, *Store, *trips) {
+// batchFixture is a batching store with the given timeout on a Redis of
+// its own, with its round trips recorded from the start.
+func batchFixture(t *testing.T, timeout time.Duration) (*redistest.Server, *redis.Client, *Store, *trips) {
 	t.Helper()
 	srv := redistest.Start(t)
 	client := srv.Client()
 	h := new(trips)
 	client.AddHook(h)
-	s, err := New(client, append([]Option{WithBatching(true), WithTimeout(5 * time.Second)}, opts...)...)
+	s, err := New(client, &Options{Batching: true, Timeout: timeout})
 	require.NoError(t, err)
 	return srv, client, s, h
 }
@@ -134,7 +134,7 @@ func inFlight(t *testing.T, s *Store, n int) {
 // TestBatchOneRoundTrip: the calls that queue behind a round trip leave
 // together in one pipeline, each with its own decision.
 func TestBatchOneRoundTrip(t *testing.T) {
-	srv, _, s, h := batchFixture(t)
+	srv, _, s, h := batchFixture(t, 5*time.Second)
 	ctx := context.Background()
 	_, err := s.Take(ctx, batchPolicy, "warm-up", 1) // loads the script
 	require.NoError(t, err)
@@ -176,7 +176,7 @@ func TestBatchOneRoundTrip(t *testing.T) {
 // TestBatchCap: a pipeline carries at most maxBatch calls; the rest leave
 // in the next.
 func TestBatchCap(t *testing.T) {
-	srv, _, s, h := batchFixture(t)
+	srv, _, s, h := batchFixture(t, 5*time.Second)
 	ctx := context.Background()
 	_, err := s.Take(ctx, batchPolicy, "warm-up", 1)
 	require.NoError(t, err)
@@ -202,7 +202,7 @@ func TestBatchCap(t *testing.T) {
 // TestBatchErrorsStayApart: a call that fails in Redis (a key of the wrong
 // type) fails alone; the others in its script call are decided.
 func TestBatchErrorsStayApart(t *testing.T) {
-	srv, client, s, h := batchFixture(t)
+	srv, client, s, h := batchFixture(t, 5*time.Second)
 	ctx := context.Background()
 	require.NoError(t, client.HSet(ctx, "ratelimit:api:hash", "f", "v").Err())
 	_, err := s.Take(ctx, batchPolicy, "warm-up", 1)
@@ -232,7 +232,7 @@ func TestBatchErrorsStayApart(t *testing.T) {
 // TestBatchNoScript: a pipeline that meets NOSCRIPT (the script cache
 // flushed while it queued) is sent again as EVAL, which loads the script.
 func TestBatchNoScript(t *testing.T) {
-	srv, client, s, h := batchFixture(t)
+	srv, client, s, h := batchFixture(t, 5*time.Second)
 	other := srv.Client()
 	ctx := context.Background()
 	_, err := s.Take(ctx, batchPolicy, "warm-up", 1)
@@ -276,7 +276,7 @@ func TestBatchNoScript(t *testing.T) {
 // once, while the round trip ahead of it is still in flight; a call whose
 // caller has given up before it left is never sent.
 func TestBatchCallerDeadline(t *testing.T) {
-	srv, _, s, h := batchFixture(t)
+	srv, _, s, h := batchFixture(t, 5*time.Second)
 	ctx := context.Background()
 	_, err := s.Take(ctx, batchPolicy, "k", 1)
 	require.NoError(t, err)
@@ -322,7 +322,7 @@ func TestBatchCallerDeadline(t *testing.T) {
 // TestBatchDeadlineWhilePaused: with Redis hung, every caller fails within
 // its own deadline, whether it leads a round trip or queues behind one.
 func TestBatchDeadlineWhilePaused(t *testing.T) {
-	srv, _, s, _ := batchFixture(t, WithTimeout(50*time.Millisecond))
+	srv, _, s, _ := batchFixture(t, 50*time.Millisecond)
 	ctx := context.Background()
 	_, err := s.Take(ctx, batchPolicy, "k", 1)
 	require.NoError(t, err)

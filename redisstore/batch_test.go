@@ -28,9 +28,9 @@ func TestConformanceBatching(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var n atomic.Int64
 			storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
-				return newStore(t, client, redisstore.WithBatching(true), redisstore.WithClock(now),
-					redisstore.WithPrefix(fmt.Sprintf("test%d:", n.Add(1))),
-					redisstore.WithTimeout(2*time.Second)) // the deadline is tested elsewhere; these runs share 2 loaded cores
+				return newStore(t, client, &redisstore.Options{Batching: true, Clock: now,
+					Prefix:  fmt.Sprintf("test%d:", n.Add(1)),
+					Timeout: 2 * time.Second}) // the deadline is tested elsewhere; these runs share 2 loaded cores
 			})
 		})
 	}
@@ -79,7 +79,7 @@ func keys(cmd redis.Cmder) int64 {
 // hammer runs requests Takes of cost 1 on each of goroutines goroutines,
 // over keys (in turn), and returns how many each key admitted and how many
 // calls failed.
-func hammer(s *redisstore.Store, p ratelimit.Policy, keys []string, goroutines, requests int) (map[string]int64, int64) {
+func hammer(s *redisstore.Store, p *ratelimit.Policy, keys []string, goroutines, requests int) (map[string]int64, int64) {
 	var mu sync.Mutex
 	admitted := map[string]int64{}
 	var failed atomic.Int64
@@ -114,8 +114,8 @@ func TestBatchingExactCount(t *testing.T) {
 	client := redistest.Start(t).Client()
 	h := new(scriptCalls)
 	client.AddHook(h)
-	s := newStore(t, client, redisstore.WithBatching(true), redisstore.WithTimeout(5*time.Second))
-	p := ratelimit.Policy{Name: "hot", Limit: ratelimit.PerHour(1).WithBurst(1000)}
+	s := newStore(t, client, &redisstore.Options{Batching: true, Timeout: 5 * time.Second})
+	p := &ratelimit.Policy{Name: "hot", Limit: ratelimit.PerHour(1).WithBurst(1000)}
 	admitted, failed := hammer(s, p, []string{"k"}, 64, 40)
 	assert.Zero(t, failed)
 	assert.Equal(t, int64(1000), admitted["k"], "64 goroutines × 40 requests against a burst of 1000")
@@ -148,8 +148,8 @@ func TestBatchingSharded(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := new(scriptCalls)
 			tc.client.AddHook(h)
-			s := newStore(t, tc.client, redisstore.WithBatching(true), redisstore.WithTimeout(5*time.Second))
-			p := ratelimit.Policy{Name: "burst5", Limit: ratelimit.PerHour(1).WithBurst(5)}
+			s := newStore(t, tc.client, &redisstore.Options{Batching: true, Timeout: 5 * time.Second})
+			p := &ratelimit.Policy{Name: "burst5", Limit: ratelimit.PerHour(1).WithBurst(5)}
 			var keys []string
 			for i := range 100 {
 				keys = append(keys, fmt.Sprint("user-", i))
@@ -175,9 +175,9 @@ func TestBatchingSharded(t *testing.T) {
 // no call an error and no key a token.
 func TestBatchingScriptFlush(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, srv.Client(), redisstore.WithBatching(true), redisstore.WithTimeout(5*time.Second))
+	s := newStore(t, srv.Client(), &redisstore.Options{Batching: true, Timeout: 5 * time.Second})
 	other := srv.Client()
-	p := ratelimit.Policy{Name: "flush", Limit: ratelimit.PerHour(1).WithBurst(1000)}
+	p := &ratelimit.Policy{Name: "flush", Limit: ratelimit.PerHour(1).WithBurst(1000)}
 	var (
 		admitted atomic.Int64
 		failed   atomic.Int64

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/failover"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/redisstore"
 )
@@ -21,14 +22,14 @@ func Example() {
 		DialTimeout:           time.Second,
 	})
 	defer client.Close()
-	shared, err := redisstore.New(client, redisstore.WithPrefix("geocoding:"))
+	shared, err := redisstore.New(client, &redisstore.Options{Prefix: "geocoding:"})
 	if err != nil {
 		panic(err)
 	}
 	local, _ := memorystore.New()
 	defer local.Close()
-	store, err := ratelimit.NewFailover(shared, ratelimit.FailoverConfig{
-		Mode:      ratelimit.FailLocal,
+	store, err := failover.New(shared, &failover.Options{
+		Mode:      failover.Local,
 		Local:     local,
 		Instances: 3, // each instance allows a third of the quota while degraded
 	})

@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/failover"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/redisstore"
 	"github.com/tokenfair/ratelimit/redisstore/redistest"
@@ -30,18 +30,18 @@ const (
 // specified while Redis is down, and the limiter is healthy again within a
 // second of Redis answering.
 func TestFaults(t *testing.T) {
-	for _, mode := range []ratelimit.FailureMode{ratelimit.FailOpen, ratelimit.FailClosed, ratelimit.FailLocal} {
+	for _, mode := range []failover.Mode{failover.Open, failover.Closed, failover.Local} {
 		t.Run(mode.String(), func(t *testing.T) { testFaults(t, mode) })
 	}
 }
 
-func testFaults(t *testing.T, mode ratelimit.FailureMode) {
+func testFaults(t *testing.T, mode failover.Mode) {
 	srv := redistest.Start(t)
-	primary := newStore(t, srv.Client(), redisstore.WithTimeout(callTimeout))
+	primary := newStore(t, srv.Client(), &redisstore.Options{Timeout: callTimeout})
 	local, err := memorystore.New()
 	require.NoError(t, err)
 	defer local.Close()
-	fo, err := ratelimit.NewFailover(primary, ratelimit.FailoverConfig{
+	fo, err := failover.New(primary, &failover.Options{
 		Mode: mode, Local: local, Instances: 2, ProbeInterval: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -60,7 +60,7 @@ func testFaults(t *testing.T, mode ratelimit.FailureMode) {
 		switch {
 		case !down && err == nil && !res.Degraded:
 			// healthy, or already recovered
-		case mode == ratelimit.FailClosed:
+		case mode == failover.Closed:
 			assert.ErrorIs(t, err, ratelimit.ErrStore)
 		default:
 			if assert.NoError(t, err) {
@@ -118,12 +118,12 @@ func testFaults(t *testing.T, mode ratelimit.FailureMode) {
 // within its deadline.
 func TestFaultWithoutFailover(t *testing.T) {
 	srv := redistest.Start(t)
-	lim, err := ratelimit.New(newStore(t, srv.Client(), redisstore.WithTimeout(callTimeout)), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
+	lim, err := ratelimit.New(newStore(t, srv.Client(), &redisstore.Options{Timeout: callTimeout}), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	require.NoError(t, err)
 	srv.Kill()
 	start := time.Now()
 	_, err = lim.Take(context.Background(), "k", 1)
 	assert.Less(t, time.Since(start), callTimeout+slack)
 	assert.ErrorIs(t, err, ratelimit.ErrStore)
-	assert.False(t, errors.Is(err, ratelimit.ErrStoreUnavailable))
+	assert.ErrorContains(t, err, "redisstore: ", "the store's own error, not a failover's refusal")
 }

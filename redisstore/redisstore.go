@@ -4,7 +4,7 @@
 // Every decision is one round trip: an embedded Lua script that reads the
 // bucket's state, decides and writes it back atomically, run with EVALSHA
 // (and EVAL when the server does not have the script yet). With
-// WithBatching, concurrent decisions share round trips and script calls,
+// Options.Batching, concurrent decisions share round trips and script calls,
 // so there are fewer of both than decisions. The script reads the Redis
 // server's clock (TIME), so the clocks of the application's hosts never
 // matter. A key's state is one time, the moment its bucket is full again
@@ -14,12 +14,13 @@
 // Cluster as well as on a single server, Sentinel (a failover client) or a
 // Ring.
 //
-// Every call has a deadline (WithTimeout, 100 ms by default). go-redis v9
-// only honours a context's deadline on socket reads when the client was
+// Every call has a deadline (Options.Timeout, 100 ms by default). go-redis
+// v9 only honours a context's deadline on socket reads when the client was
 // created with ContextTimeoutEnabled: true; New refuses clients that do not
-// have it (SkipContextTimeoutCheck overrides), because without it a paused
-// Redis would hold every request for the client's read timeout, 3 s by
-// default. Combine the store with [ratelimit.NewFailover] to choose what
+// have it (Options.SkipContextTimeoutCheck overrides), because without it a
+// paused Redis would hold every request for the client's read timeout, 3 s
+// by default. Combine the store with a
+// [github.com/tokenfair/ratelimit/failover.Store] to choose what
 // happens while Redis is unavailable.
 //
 // Keys are PREFIX + POLICY + ":" + KEY, with the prefix "ratelimit:" by
@@ -47,7 +48,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
 var (
@@ -64,14 +64,13 @@ var (
 
 // Store is a [ratelimit.Store] in Redis. It is safe for concurrent use.
 type Store struct {
-	client    redis.Scripter
-	proc      processor // client, when it has Process and Pipeline
-	prefix    string
-	timeout   time.Duration
-	now       func() time.Time
-	skipCheck bool
-	batching  bool
-	batch     batcher
+	client   redis.Scripter
+	proc     processor // client, when it has Process and Pipeline
+	prefix   string
+	timeout  time.Duration
+	now      func() time.Time // nil: the Redis server's clock
+	batching bool
+	batch    batcher
 }
 
 // processor is what every go-redis client (Client, ClusterClient, Ring,
@@ -87,92 +86,68 @@ var (
 	_ ratelimit.SlotStore  = (*Store)(nil)
 )
 
-// Option configures a Store.
-type Option func(*Store) error
-
-// WithPrefix sets the prefix of every key (default "ratelimit:"). Give each
-// application sharing a Redis its own prefix.
-func WithPrefix(prefix string) Option {
-	return func(s *Store) error {
-		s.prefix = prefix
-		return nil
-	}
-}
-
-// WithTimeout sets the deadline of every call (default 100 ms), on top of
-// any deadline the caller's context carries.
-func WithTimeout(d time.Duration) Option {
-	return func(s *Store) error {
-		if d <= 0 {
-			return errors.New("redisstore: WithTimeout: the timeout must be positive")
-		}
-		s.timeout = d
-		return nil
-	}
-}
-
-// WithClock makes the script decide at the time now returns instead of the
-// Redis server's time. It exists for tests that need exact, repeatable
-// decisions; production code should not use it, since instances' clocks
-// differ. now must not return a time before 1970.
-func WithClock(now func() time.Time) Option {
-	return func(s *Store) error {
-		if now == nil {
-			return errors.New("redisstore: WithClock: nil clock")
-		}
-		s.now = now
-		return nil
-	}
-}
-
-// WithBatching turns the batching of concurrent decisions on or off
-// (default off). With it, the decisions that arrive while one of the
-// store's round trips is in flight wait for it to end and then go together
-// in the next: on a *redis.Client in one script call that decides each of
-// them on its own (so Redis pays a script call's fixed cost, much of a
-// decision's, once for all), on a *redis.ClusterClient in one script call
-// per slot, on a *redis.Ring in one script call each; several script calls
-// go in one pipeline. A decision that finds nothing in flight is sent at
-// once; one that queues waits for the round trip ahead of it, so a
-// decision takes at most two round trips. Each decision keeps its own
-// deadline, and its own result or error. Other Scripters than go-redis's
-// clients send every decision alone. TakeAll batches too; Acquire and
-// Release never do.
-func WithBatching(enabled bool) Option {
-	return func(s *Store) error {
-		s.batching = enabled
-		return nil
-	}
-}
-
-// SkipContextTimeoutCheck lets New accept a client created without
-// ContextTimeoutEnabled. Calls then still carry a deadline, but go-redis
-// does not apply it to socket reads: a hung Redis holds requests for the
-// client's ReadTimeout.
-func SkipContextTimeoutCheck() Option {
-	return func(s *Store) error {
-		s.skipCheck = true
-		return nil
-	}
+// Options configures a [Store]. Every field is optional: the zero value,
+// or a nil *Options, is the documented default of each.
+type Options struct {
+	// Prefix starts the name of every key. Give each application sharing
+	// a Redis its own prefix. Default: "ratelimit:".
+	Prefix string
+	// Timeout is the deadline of every call, on top of any deadline the
+	// caller's context carries. Default: 100 ms.
+	Timeout time.Duration
+	// Clock makes the script decide at the time Clock returns instead of
+	// the Redis server's time. It exists for tests that need exact,
+	// repeatable decisions; production code should leave it nil, since
+	// instances' clocks differ. It must not return a time before 1970.
+	// Default: nil, the Redis server's clock (TIME).
+	Clock func() time.Time
+	// Batching lets concurrent decisions share round trips: the decisions
+	// that arrive while one of the store's round trips is in flight wait
+	// for it to end and then go together in the next, on a *redis.Client
+	// in one script call that decides each of them on its own (so Redis
+	// pays a script call's fixed cost, much of a decision's, once for
+	// all), on a *redis.ClusterClient in one script call per slot, on a
+	// *redis.Ring in one script call each; several script calls go in one
+	// pipeline. A decision that finds nothing in flight is sent at once;
+	// one that queues waits for the round trip ahead of it, so a decision
+	// takes at most two round trips. Each decision keeps its own deadline,
+	// and its own result or error. Other Scripters than go-redis's clients
+	// send every decision alone. TakeAll batches too; Acquire and Release
+	// never do. Default: false, every decision goes alone.
+	Batching bool
+	// SkipContextTimeoutCheck lets New accept a client created without
+	// ContextTimeoutEnabled. Calls then still carry a deadline, but
+	// go-redis does not apply it to socket reads: a hung Redis holds
+	// requests for the client's ReadTimeout. Default: false, New refuses
+	// such a client.
+	SkipContextTimeoutCheck bool
 }
 
 // New returns a Store that keeps its buckets in Redis through client: a
 // *redis.Client (standalone, or a failover client for Sentinel), a
-// *redis.ClusterClient, a *redis.Ring, or any redis.Scripter. New does no
-// I/O.
-func New(client redis.Scripter, opts ...Option) (*Store, error) {
-	if client == nil {
-		return nil, errors.New("redisstore: nil client")
+// *redis.ClusterClient, a *redis.Ring, or any redis.Scripter, configured by
+// opts (nil for the defaults). It returns an error naming the field at
+// fault. New does no I/O.
+func New(client redis.Scripter, opts *Options) (*Store, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
 	}
-	s := &Store{client: client, prefix: "ratelimit:", timeout: 100 * time.Millisecond}
-	for _, opt := range opts {
-		if err := opt(s); err != nil {
-			return nil, err
-		}
+	switch {
+	case client == nil:
+		return nil, errors.New("redisstore: New: nil client")
+	case o.Timeout < 0:
+		return nil, fmt.Errorf("redisstore: Options.Timeout %v: want a positive timeout, or 0 for 100ms", o.Timeout)
+	case !o.SkipContextTimeoutCheck && !contextTimeoutEnabled(client):
+		return nil, fmt.Errorf("redisstore: New: the %T was created without ContextTimeoutEnabled, so deadlines would not cut socket reads short; set it, or set Options.SkipContextTimeoutCheck", client)
 	}
-	if !s.skipCheck && !contextTimeoutEnabled(client) {
-		return nil, errors.New("redisstore: the client was created without ContextTimeoutEnabled, so deadlines would not cut socket reads short; set it, or pass SkipContextTimeoutCheck")
+	if o.Prefix == "" {
+		o.Prefix = "ratelimit:"
 	}
+	if o.Timeout == 0 {
+		o.Timeout = 100 * time.Millisecond
+	}
+	s := &Store{client: client, prefix: o.Prefix, timeout: o.Timeout, now: o.Clock, batching: o.Batching}
 	s.proc, _ = client.(processor)
 	return s, nil
 }
@@ -192,7 +167,7 @@ func contextTimeoutEnabled(c redis.Scripter) bool {
 }
 
 // Take implements [ratelimit.Store] in one round trip.
-func (s *Store) Take(ctx context.Context, p ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+func (s *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	var res [1]ratelimit.Result
 	if err := s.run(ctx, []ratelimit.Request{{Policy: p, Key: key, Cost: cost}}, res[:]); err != nil {
 		return ratelimit.Result{}, err
@@ -283,14 +258,14 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, results []rat
 	}
 	for i, r := range reqs {
 		c.args[3+i] = s.key(r)
-		iv := int64(r.Policy.Limit.Interval)
+		iv := int64(r.Policy.Limit.Interval())
 		var kind any = "gcra"
-		inc, bound := r.Cost*iv, r.Policy.Limit.Burst*iv
+		inc, bound := r.Cost*iv, r.Policy.Limit.Burst()*iv
 		switch {
 		case r.Cost < 0:
 			kind, inc = "refund", -inc
 		case r.Policy.Algorithm == ratelimit.LeakyShape:
-			kind, bound = "shape", algo.ShapeBound(r.Policy)
+			kind, bound = "shape", shapeBound(r.Policy)
 		}
 		c.args = append(c.args, kind, inc/1e9, inc%1e9, bound/1e9, bound%1e9)
 	}
@@ -311,12 +286,25 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, results []rat
 		// The script reports how far the state is ahead of now; the
 		// algorithm depends only on that, so it decides at a now of 0.
 		ahead := sec*1e9 + nsec
-		algo.Decide(&r.Policy, ahead, 0, r.Cost, &results[i])
+		results[i], _ = r.Policy.Decide(ahead, 0, r.Cost)
 		if allowed < 0 || allowed > 1 || results[i].Allowed != (allowed == 1) {
 			return fmt.Errorf("redisstore: the script decided %d with the state %d ahead of now, the algorithm %v", allowed, ahead, results[i].Allowed)
 		}
 	}
 	return nil
+}
+
+// shapeBound returns the longest wait a LeakyShape policy admits, the
+// script's bound: the queue's room, burst × interval, or less when MaxDelay
+// is set. It mirrors the queue room that [ratelimit.Policy.Decide] applies,
+// so that the script and Decide agree on every decision.
+func shapeBound(p *ratelimit.Policy) int64 {
+	iv := int64(p.Limit.Interval())
+	bound := p.Limit.Burst() * iv
+	if p.MaxDelay > 0 {
+		bound = min(bound, int64(p.MaxDelay)+p.Immediate*iv)
+	}
+	return bound
 }
 
 // A call is one group of the script on its way to Redis: the requests of

@@ -23,9 +23,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newStore(t *testing.T, c redis.Scripter, opts ...redisstore.Option) *redisstore.Store {
+func newStore(t *testing.T, c redis.Scripter, opts *redisstore.Options) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.New(c, opts...)
+	s, err := redisstore.New(c, opts)
 	require.NoError(t, err)
 	return s
 }
@@ -36,8 +36,8 @@ func TestConformance(t *testing.T) {
 	client := redistest.Start(t).Client()
 	var n atomic.Int64
 	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
-		return newStore(t, client, redisstore.WithClock(now), redisstore.WithPrefix(fmt.Sprintf("test%d:", n.Add(1))),
-			redisstore.WithTimeout(2*time.Second)) // the deadline is tested elsewhere; these runs share 2 loaded cores
+		return newStore(t, client, &redisstore.Options{Clock: now, Prefix: fmt.Sprintf("test%d:", n.Add(1)),
+			Timeout: 2 * time.Second}) // the deadline is tested elsewhere; these runs share 2 loaded cores
 	})
 }
 
@@ -45,16 +45,16 @@ func TestConformanceCluster(t *testing.T) {
 	client, _ := redistest.StartCluster(t, 3)
 	var n atomic.Int64
 	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
-		return newStore(t, client, redisstore.WithClock(now), redisstore.WithPrefix(fmt.Sprintf("test%d:", n.Add(1))),
-			redisstore.WithTimeout(2*time.Second)) // the deadline is tested elsewhere; these runs share 2 loaded cores
+		return newStore(t, client, &redisstore.Options{Clock: now, Prefix: fmt.Sprintf("test%d:", n.Add(1)),
+			Timeout: 2 * time.Second}) // the deadline is tested elsewhere; these runs share 2 loaded cores
 	})
 }
 
-var policy = ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(10)}
+var policy = &ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(10)}
 
 // TestServerClock decides on the Redis server's own time.
 func TestServerClock(t *testing.T) {
-	s := newStore(t, redistest.Start(t).Client())
+	s := newStore(t, redistest.Start(t).Client(), nil)
 	ctx := context.Background()
 	for i := range 10 {
 		res, err := s.Take(ctx, policy, "k", 1)
@@ -72,7 +72,7 @@ func TestServerClock(t *testing.T) {
 // not hold it; in-flight slots too.
 func TestLongKeys(t *testing.T) {
 	client := redistest.Start(t).Client()
-	s := newStore(t, client, redisstore.WithPrefix("long:"))
+	s := newStore(t, client, &redisstore.Options{Prefix: "long:"})
 	ctx := context.Background()
 	long, other := strings.Repeat("s3cr3t", 100_000/6), strings.Repeat("s3cr3t", 100_000/6)+"!"
 	for range 10 {
@@ -105,14 +105,14 @@ func TestKeysExpire(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
 	clock := new(storetest.Clock)
-	s := newStore(t, client, redisstore.WithClock(clock.Now), redisstore.WithPrefix("ttl:"))
+	s := newStore(t, client, &redisstore.Options{Clock: clock.Now, Prefix: "ttl:"})
 	ctx := context.Background()
-	shape := policy
+	shape := *policy
 	shape.Name, shape.Algorithm = "queue", ratelimit.LeakyShape
 	for i := range 50 {
 		_, err := s.Take(ctx, policy, fmt.Sprint("client-", i), int64(1+i%10))
 		require.NoError(t, err)
-		_, err = s.Take(ctx, shape, fmt.Sprint("client-", i), 1)
+		_, err = s.Take(ctx, &shape, fmt.Sprint("client-", i), 1)
 		require.NoError(t, err)
 	}
 	keys, err := client.Keys(ctx, "*").Result()
@@ -137,11 +137,11 @@ func TestKeysExpire(t *testing.T) {
 // goroutines each, hammer one key: exactly the burst is admitted.
 func TestInstancesShareOneQuota(t *testing.T) {
 	srv := redistest.Start(t)
-	p := ratelimit.Policy{Name: "shared", Limit: ratelimit.PerHour(1).WithBurst(200)}
+	p := &ratelimit.Policy{Name: "shared", Limit: ratelimit.PerHour(1).WithBurst(200)}
 	var admitted, failed atomic.Int64
 	var wg sync.WaitGroup
 	for range 4 {
-		s := newStore(t, srv.Client(), redisstore.WithTimeout(5*time.Second))
+		s := newStore(t, srv.Client(), &redisstore.Options{Timeout: 5 * time.Second})
 		for range 8 {
 			wg.Add(1)
 			go func() {
@@ -166,7 +166,7 @@ func TestInstancesShareOneQuota(t *testing.T) {
 
 func TestClusterManyKeys(t *testing.T) {
 	client, servers := redistest.StartCluster(t, 3)
-	s := newStore(t, client, redisstore.WithTimeout(5*time.Second)) // the first calls discover the slots and dial
+	s := newStore(t, client, &redisstore.Options{Timeout: 5 * time.Second}) // the first calls discover the slots and dial
 	ctx := context.Background()
 	for i := range 300 {
 		res, err := s.Take(ctx, policy, fmt.Sprint("user-", i), 10)
@@ -184,7 +184,7 @@ func TestClusterManyKeys(t *testing.T) {
 
 	// Several policies in one atomic step when the keys share a slot (a
 	// hash tag); ErrNotAtomic, having done nothing, when they do not.
-	daily := ratelimit.Policy{Name: "daily", Limit: ratelimit.PerDay(3)}
+	daily := &ratelimit.Policy{Name: "daily", Limit: ratelimit.PerDay(3)}
 	results := make([]ratelimit.Result, 2)
 	for i := range 3 {
 		err := s.TakeAll(ctx, []ratelimit.Request{{Policy: policy, Key: "{tenant-1}", Cost: 1}, {Policy: daily, Key: "{tenant-1}", Cost: 1}}, results)
@@ -198,15 +198,15 @@ func TestClusterManyKeys(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(7), res.Remaining, "the refused batch spent nothing from the other policy")
 
-	global := ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(100), Global: true}
-	err = s.TakeAll(ctx, []ratelimit.Request{{Policy: policy, Key: "user-1", Cost: 1}, {Policy: global, Key: ratelimit.GlobalKey, Cost: 1}}, results)
+	global := &ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(100), Global: true}
+	err = s.TakeAll(ctx, []ratelimit.Request{{Policy: policy, Key: "user-1", Cost: 1}, {Policy: global, Key: "*", Cost: 1}}, results)
 	assert.ErrorIs(t, err, ratelimit.ErrNotAtomic)
 }
 
 func TestPrefix(t *testing.T) {
 	client := redistest.Start(t).Client()
-	a := newStore(t, client, redisstore.WithPrefix("app-a:"))
-	b := newStore(t, client, redisstore.WithPrefix("app-b:"))
+	a := newStore(t, client, &redisstore.Options{Prefix: "app-a:"})
+	b := newStore(t, client, &redisstore.Options{Prefix: "app-b:"})
 	ctx := context.Background()
 	_, err := a.Take(ctx, policy, "k", 10)
 	require.NoError(t, err)
@@ -222,7 +222,7 @@ func TestPrefix(t *testing.T) {
 // deadline, not the client's read timeout.
 func TestPausedServerCostsOneDeadline(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, srv.Client(), redisstore.WithTimeout(50*time.Millisecond))
+	s := newStore(t, srv.Client(), &redisstore.Options{Timeout: 50 * time.Millisecond})
 	ctx := context.Background()
 	_, err := s.Take(ctx, policy, "k", 1)
 	require.NoError(t, err)
@@ -238,20 +238,35 @@ func TestPausedServerCostsOneDeadline(t *testing.T) {
 func TestNewChecksContextTimeout(t *testing.T) {
 	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer plain.Close()
-	_, err := redisstore.New(plain)
+	_, err := redisstore.New(plain, nil)
 	assert.ErrorContains(t, err, "ContextTimeoutEnabled")
-	_, err = redisstore.New(plain, redisstore.SkipContextTimeoutCheck())
+	_, err = redisstore.New(plain, &redisstore.Options{SkipContextTimeoutCheck: true})
 	assert.NoError(t, err)
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer cluster.Close()
-	_, err = redisstore.New(cluster)
+	_, err = redisstore.New(cluster, &redisstore.Options{})
+	assert.ErrorContains(t, err, "*redis.ClusterClient")
+	_, err = redisstore.New(nil, nil)
 	assert.Error(t, err)
-	_, err = redisstore.New(nil)
-	assert.Error(t, err)
-	_, err = redisstore.New(plain, redisstore.WithTimeout(0))
-	assert.Error(t, err)
-	_, err = redisstore.New(plain, redisstore.WithClock(nil))
-	assert.Error(t, err)
+	_, err = redisstore.New(plain, &redisstore.Options{SkipContextTimeoutCheck: true, Timeout: -time.Second})
+	assert.ErrorContains(t, err, "Options.Timeout -1s")
+}
+
+// TestNewDefaults: a nil *Options and a zero Options are the documented
+// defaults: the prefix "ratelimit:" and the Redis server's clock.
+func TestNewDefaults(t *testing.T) {
+	client := redistest.Start(t).Client()
+	ctx := context.Background()
+	for i, opts := range []*redisstore.Options{nil, {}} {
+		s := newStore(t, client, opts)
+		res, err := s.Take(ctx, policy, fmt.Sprint("k", i), 1)
+		require.NoError(t, err)
+		assert.True(t, res.Allowed)
+		assert.Equal(t, int64(9), res.Remaining)
+		n, err := client.Exists(ctx, fmt.Sprint("ratelimit:api:k", i)).Result()
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n, "the default prefix")
+	}
 }
 
 // fakeScripter answers every script call with a fixed reply or error; it
@@ -297,14 +312,14 @@ func TestMalformedReplies(t *testing.T) {
 		"nil":          {reply: nil},
 		"nested":       {reply: []any{[]any{[]any{int64(1)}, int64(0), int64(0)}}},
 	} {
-		s := newStore(t, f, redisstore.SkipContextTimeoutCheck())
+		s := newStore(t, f, &redisstore.Options{SkipContextTimeoutCheck: true})
 		res, err := s.Take(context.Background(), policy, "k", 1)
 		assert.Error(t, err, name)
 		assert.Equal(t, ratelimit.Result{}, res, name)
 	}
 	// The same fake with a well-formed reply: the checks above fail for
 	// their reasons, not for all replies.
-	s := newStore(t, fakeScripter{reply: []any{ok}}, redisstore.SkipContextTimeoutCheck())
+	s := newStore(t, fakeScripter{reply: []any{ok}}, &redisstore.Options{SkipContextTimeoutCheck: true})
 	res, err := s.Take(context.Background(), policy, "k", 1)
 	require.NoError(t, err)
 	assert.True(t, res.Allowed)

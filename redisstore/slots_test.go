@@ -27,14 +27,14 @@ func TestSlotsShared(t *testing.T) {
 	var running, peak atomic.Int64
 	gate := make(chan struct{})
 	instance := func() http.Handler {
-		slots := newStore(t, srv.Client(), redisstore.WithTimeout(time.Second))
+		slots := newStore(t, srv.Client(), &redisstore.Options{Timeout: time.Second})
 		mem, err := memorystore.New(memorystore.WithSweepInterval(0))
 		require.NoError(t, err)
 		t.Cleanup(func() { mem.Close() })
 		lim, err := ratelimit.New(mem, ratelimit.Policy{Limit: ratelimit.PerSecond(1000).WithBurst(1000)})
 		require.NoError(t, err)
 		m, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { return "k", nil },
-			ratelimit.WithMaxInFlight(2, 0), ratelimit.WithSlotStore(slots, time.Minute))
+			&ratelimit.Options{MaxInFlight: 2, Slots: slots, SlotLease: time.Minute})
 		require.NoError(t, err)
 		return nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := running.Add(1)
@@ -76,7 +76,7 @@ func TestSlotsShared(t *testing.T) {
 func TestSlotsExpire(t *testing.T) {
 	clock := new(storetest.Clock)
 	client := redistest.Start(t).Client()
-	s := newStore(t, client, redisstore.WithClock(clock.Now))
+	s := newStore(t, client, &redisstore.Options{Clock: clock.Now})
 	ctx := context.Background()
 	for range 3 {
 		_, ok, err := s.Acquire(ctx, "k", 3, time.Second)
