@@ -1,0 +1,568 @@
+package ratelimit_test
+
+import (
+	"math/big"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+// These tests check Policy.Decide, the algorithm every store applies,
+// against independent models: exact rational arithmetic, x/time/rate, a
+// water-level meter and published GCRA vectors.
+
+// bucket returns a TokenBucket policy of one token per interval
+// nanoseconds.
+func bucket(interval, burst int64) *ratelimit.Policy {
+	return &ratelimit.Policy{Name: "p", Limit: ratelimit.Per(1, time.Duration(interval)).WithBurst(burst)}
+}
+
+// queue returns a LeakyShape policy of one request per interval
+// nanoseconds.
+func queue(interval, burst, immediate int64, maxDelay time.Duration) *ratelimit.Policy {
+	return &ratelimit.Policy{
+		Name:      "p",
+		Limit:     ratelimit.Per(1, time.Duration(interval)).WithBurst(burst),
+		Algorithm: ratelimit.LeakyShape,
+		Immediate: immediate,
+		MaxDelay:  maxDelay,
+	}
+}
+
+// bound returns the longest wait the LeakyShape policy p admits: the
+// queue's room, burst × interval, or less when MaxDelay is set.
+func bound(p *ratelimit.Policy) int64 {
+	iv := int64(p.Limit.Interval())
+	b := p.Limit.Burst() * iv
+	if p.MaxDelay > 0 {
+		b = min(b, int64(p.MaxDelay)+p.Immediate*iv)
+	}
+	return b
+}
+
+// decision is one result of Decide in nanoseconds, with the next state.
+type decision struct {
+	Allowed    bool
+	State      int64 // the state to store; the input state when refused
+	Remaining  int64
+	RetryAfter int64
+	ResetAfter int64
+	Delay      int64
+}
+
+func decide(p *ratelimit.Policy, state, now, cost int64) decision {
+	res, next := p.Decide(state, now, cost)
+	return decision{res.Allowed, next, res.Remaining, int64(res.RetryAfter), int64(res.ResetAfter), int64(res.Delay)}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ratBucket is an independent model of a token bucket in exact rational
+// arithmetic: tokens refill continuously at one per interval up to burst.
+type ratBucket struct {
+	interval, burst int64
+	tokens          *big.Rat
+	last            int64
+}
+
+func newRatBucket(interval, burst, now int64) *ratBucket {
+	return &ratBucket{interval: interval, burst: burst, tokens: big.NewRat(burst, 1), last: now}
+}
+
+func (b *ratBucket) take(now, cost int64) (allowed bool, remaining, retryAfter, resetAfter int64) {
+	if now > b.last {
+		b.tokens.Add(b.tokens, big.NewRat(now-b.last, b.interval))
+		if b.tokens.Cmp(big.NewRat(b.burst, 1)) > 0 {
+			b.tokens.SetInt64(b.burst)
+		}
+		b.last = now
+	}
+	c := big.NewRat(cost, 1)
+	if cost <= b.burst && b.tokens.Cmp(c) >= 0 {
+		allowed = true
+		b.tokens.Sub(b.tokens, c)
+	} else if cost <= b.burst {
+		retryAfter = ratNanos(new(big.Rat).Sub(c, b.tokens), b.interval)
+	}
+	remaining = new(big.Int).Quo(b.tokens.Num(), b.tokens.Denom()).Int64()
+	resetAfter = ratNanos(new(big.Rat).Sub(big.NewRat(b.burst, 1), b.tokens), b.interval)
+	return
+}
+
+// ratNanos converts a number of tokens into the time they take to earn; it
+// is a whole number of nanoseconds because the model only ever adds whole
+// nanoseconds' worth of tokens.
+func ratNanos(tokens *big.Rat, interval int64) int64 {
+	d := new(big.Rat).Mul(tokens, big.NewRat(interval, 1))
+	if !d.IsInt() {
+		panic("non-integer duration " + d.String())
+	}
+	return d.Num().Int64()
+}
+
+// TestTokenBucketMatchesExactArithmetic replays random traces whose arrival
+// times land on and around refill boundaries (multiples of interval/4) and
+// compares every field with the rational model.
+func TestTokenBucketMatchesExactArithmetic(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	differences, decisions := 0, 0
+	for trace := range 2000 {
+		interval := 4 * (1 + rng.Int64N(1e9/4)) // divisible by 4, up to 1 s
+		burst := 1 + rng.Int64N(12)
+		p := bucket(interval, burst)
+		now := rng.Int64N(1e18)
+		model := newRatBucket(interval, burst, now)
+		var state int64
+		for range 60 {
+			// Often no time at all, else to a quarter-interval boundary,
+			// sometimes one nanosecond either side of it; never backwards.
+			prev := now
+			now += rng.Int64N(3) * interval / 4 * rng.Int64N(3)
+			if rng.IntN(8) == 0 {
+				now = max(now+rng.Int64N(3)-1, prev)
+			}
+			cost := rng.Int64N(burst + 2)
+			d := decide(p, state, now, cost)
+			allowed, remaining, retry, reset := model.take(now, cost)
+			decisions++
+			got := [4]int64{b2i(d.Allowed), d.Remaining, d.RetryAfter, d.ResetAfter}
+			want := [4]int64{b2i(allowed), remaining, retry, reset}
+			if got != want {
+				differences++
+				if differences < 5 {
+					t.Errorf("trace %d: %v: Decide(%d, %d, %d) = %v, model says %v", trace, p.Limit, state, now, cost, got, want)
+				}
+			}
+			state = d.State
+		}
+	}
+	assert.Zero(t, differences, "differences in %d decisions", decisions)
+}
+
+// TestTokenBucketMatchesXTimeRate compares decisions with
+// golang.org/x/time/rate's AllowN on random traces with arbitrary
+// nanosecond arrival times.
+func TestTokenBucketMatchesXTimeRate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	differences, decisions := 0, 0
+	for trace := range 1000 {
+		interval := 1 + rng.Int64N(int64(time.Second))
+		burst := 1 + rng.Int64N(20)
+		p := bucket(interval, burst)
+		lim := rate.NewLimiter(rate.Every(time.Duration(interval)), int(burst))
+		var state, now int64
+		for range 200 {
+			now += rng.Int64N(2 * interval)
+			cost := rng.Int64N(burst + 2)
+			got := decide(p, state, epoch.UnixNano()+now, cost)
+			want := lim.AllowN(epoch.Add(time.Duration(now)), int(cost))
+			decisions++
+			if got.Allowed != want {
+				differences++
+				if differences < 5 {
+					t.Errorf("trace %d: interval %d burst %d: at %d cost %d: allowed %v, x/time/rate %v", trace, interval, burst, now, cost, got.Allowed, want)
+				}
+			}
+			state = got.State
+		}
+	}
+	assert.Zero(t, differences, "differences in %d decisions", decisions)
+}
+
+// TestGCRAVector is the table shared by throttled and redis-cell (standards
+// V7): one token per second, limit 5.
+func TestGCRAVector(t *testing.T) {
+	const s = int64(time.Second)
+	epoch := int64(1_700_000_000) * s
+	p := bucket(s, 5)
+	rows := []struct {
+		at, cost          int64 // at in tenths of a second
+		allowed           bool
+		remaining         int64
+		resetAfter, retry int64 // tenths of a second
+	}{
+		{0, 6, false, 5, 0, 0},
+		{0, 1, true, 4, 10, 0},
+		{0, 1, true, 3, 20, 0},
+		{0, 1, true, 2, 30, 0},
+		{0, 1, true, 1, 40, 0},
+		{0, 1, true, 0, 50, 0},
+		{0, 1, false, 0, 50, 10},
+		{30, 1, true, 2, 30, 0},
+		{31, 1, true, 1, 39, 0},
+		{40, 1, true, 1, 40, 0},
+		{80, 1, true, 4, 10, 0},
+		{95, 1, true, 4, 10, 0},
+		{95, 0, true, 4, 10, 0},
+		{95, 2, true, 2, 30, 0},
+		{95, 5, false, 2, 30, 30},
+		{150, 6, false, 5, 0, 0},
+	}
+	var state int64
+	for i, r := range rows {
+		now := epoch + r.at*s/10
+		d := decide(p, state, now, r.cost)
+		got := [4]int64{b2i(d.Allowed), d.Remaining, d.ResetAfter, d.RetryAfter}
+		want := [4]int64{b2i(r.allowed), r.remaining, r.resetAfter * s / 10, r.retry * s / 10}
+		require.Equal(t, want, got, "row %d: Decide(%d, t=%.1fs, cost %d)", i, state, float64(r.at)/10, r.cost)
+		state = d.State
+	}
+}
+
+func TestTokenBucketInvariants(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 200 {
+		interval := 1 + rng.Int64N(int64(time.Second))
+		burst := 1 + rng.Int64N(50)
+		p := bucket(interval, burst)
+		var state, now, admitted int64
+		start := rng.Int64N(1e18)
+		for range 500 {
+			now += rng.Int64N(interval)
+			cost := rng.Int64N(burst + 1)
+			d := decide(p, state, start+now, cost)
+			require.GreaterOrEqual(t, d.Remaining, int64(0))
+			require.LessOrEqual(t, d.Remaining, burst)
+			require.GreaterOrEqual(t, d.RetryAfter, int64(0))
+			require.GreaterOrEqual(t, d.ResetAfter, int64(0))
+			if d.Allowed {
+				admitted += cost
+			} else if cost <= burst {
+				require.Positive(t, d.RetryAfter)
+				// Not a nanosecond too early: one nanosecond before the
+				// reported time the request is still refused.
+				require.False(t, decide(p, d.State, start+now+d.RetryAfter-1, cost).Allowed)
+				require.True(t, decide(p, d.State, start+now+d.RetryAfter, cost).Allowed)
+			}
+			state = d.State
+			// Never more than burst + rate × elapsed.
+			require.LessOrEqual(t, admitted, burst+now/interval)
+		}
+	}
+}
+
+// FuzzTokenBucket checks the invariants of the algorithm on arbitrary
+// traces: never more admitted than burst + rate × elapsed, remaining never
+// negative, retry-after never negative and never a nanosecond too early.
+func FuzzTokenBucket(f *testing.F) {
+	f.Add(int64(200_000_000), int64(10), []byte{1, 1, 1, 0, 5, 200, 3})
+	f.Add(int64(1), int64(1), []byte{0, 0, 0, 0})
+	f.Add(int64(86_400_000_000_000), int64(10000), []byte{255, 9, 17})
+	f.Fuzz(func(t *testing.T, interval, burst int64, trace []byte) {
+		if interval < 1 || burst < 1 || burst > int64(100*365*24*time.Hour)/interval {
+			t.Skip()
+		}
+		p := bucket(interval, burst)
+		var state, elapsed, admitted int64
+		start := int64(1_700_000_000) * int64(time.Second)
+		for i := 0; i+1 < len(trace); i += 2 {
+			elapsed += int64(trace[i]) * (interval/16 + 1)
+			cost := int64(trace[i+1]) % (burst + 2)
+			now := start + elapsed
+			d := decide(p, state, now, cost)
+			if d.Remaining < 0 || d.Remaining > burst || d.RetryAfter < 0 || d.ResetAfter < 0 {
+				t.Fatalf("%v: Decide(%d, %d, %d) = %+v", p.Limit, state, now, cost, d)
+			}
+			if d.Allowed {
+				admitted += cost
+			} else if cost <= burst {
+				if decide(p, state, now+d.RetryAfter-1, cost).Allowed {
+					t.Fatalf("retry-after %d is too late: allowed a nanosecond earlier", d.RetryAfter)
+				}
+				if !decide(p, state, now+d.RetryAfter, cost).Allowed {
+					t.Fatalf("retry-after %d is too early", d.RetryAfter)
+				}
+			}
+			if max := burst + elapsed/interval; admitted > max {
+				t.Fatalf("admitted %d > burst + rate × elapsed = %d", admitted, max)
+			}
+			state = d.State
+		}
+	})
+}
+
+// FuzzShape checks that a shaping queue admits at most one request per
+// interval beyond its room, never waits past its bound, and that refusals
+// name the exact time they would pass.
+func FuzzShape(f *testing.F) {
+	f.Add(int64(200_000_000), int64(10), int64(0), []byte{0, 1, 0, 1, 3, 1})
+	f.Add(int64(1000), int64(3), int64(2), []byte{1, 2, 3, 4})
+	f.Fuzz(func(t *testing.T, interval, burst, immediate int64, trace []byte) {
+		if interval < 1 || burst < 1 || burst > 1<<20 || interval > int64(time.Hour) || immediate < 0 || immediate > burst {
+			t.Skip()
+		}
+		p := queue(interval, burst, immediate, 0)
+		bound := burst * interval
+		var state, elapsed, admitted int64
+		for i := 0; i+1 < len(trace); i += 2 {
+			elapsed += int64(trace[i]) * (interval/8 + 1)
+			cost := int64(trace[i+1]) % (burst + 2)
+			d := decide(p, state, elapsed, cost)
+			if d.Delay < 0 || d.Delay > bound || d.Remaining < 0 || d.RetryAfter < 0 {
+				t.Fatalf("Decide(%d, %d, cost %d) = %+v", state, elapsed, cost, d)
+			}
+			if d.Allowed {
+				admitted += cost
+			} else if cost > 0 && cost <= burst {
+				if decide(p, state, elapsed+d.RetryAfter-1, cost).Allowed ||
+					!decide(p, state, elapsed+d.RetryAfter, cost).Allowed {
+					t.Fatalf("retry-after %d is not exact", d.RetryAfter)
+				}
+			}
+			// Admitted work leaves at one unit per interval, behind a queue
+			// of at most bound: it never exceeds burst + 1 + elapsed/interval + costs in flight.
+			if max := 2*burst + 1 + elapsed/interval; admitted > max {
+				t.Fatalf("admitted %d > %d", admitted, max)
+			}
+			state = d.State
+		}
+	})
+}
+
+func BenchmarkDecide(b *testing.B) {
+	for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.LeakyShape} {
+		b.Run(alg.String(), func(b *testing.B) {
+			p := &ratelimit.Policy{Name: "bench", Limit: ratelimit.PerSecond(1_000_000).WithBurst(1_000_000_000), Algorithm: alg}
+			var res ratelimit.Result
+			b.ReportAllocs()
+			state, now, allowed := int64(0), int64(1e18), 0
+			for b.Loop() {
+				res, state = p.Decide(state, now, 1)
+				if res.Allowed {
+					allowed++
+				}
+				now += 500
+			}
+			if allowed == 0 {
+				b.Fatal("nothing allowed")
+			}
+		})
+	}
+}
+
+const ms = int64(time.Millisecond)
+
+// TestShapeSchedule is the seed's example: 5/s, burst 10, twelve requests at
+// once: one runs now, ten wait 0.2 s … 2.0 s, the twelfth is refused.
+func TestShapeSchedule(t *testing.T) {
+	const iv, burst = 200 * ms, 10
+	p := queue(iv, burst, 0, 0)
+	now := int64(1_700_000_000) * int64(time.Second)
+	var state int64
+	for i := range int64(12) {
+		d := decide(p, state, now, 1)
+		if i < 11 {
+			require.True(t, d.Allowed, "request %d", i+1)
+			assert.Equal(t, i*iv, d.Delay, "request %d waits", i+1)
+			assert.Equal(t, (i+1)*iv, d.ResetAfter, "request %d: queue empties", i+1)
+			assert.Equal(t, min(11-(i+1), 10), d.Remaining, "request %d: requests still admitted", i+1)
+		} else {
+			require.False(t, d.Allowed, "request 12")
+			assert.Equal(t, iv, d.RetryAfter)
+			assert.Equal(t, int64(0), d.Delay)
+			assert.Equal(t, int64(0), d.Remaining)
+			assert.Equal(t, state, d.State, "a refusal changes nothing")
+		}
+		state = d.State
+	}
+}
+
+func TestShapeEdgeAndCosts(t *testing.T) {
+	const iv, burst = 200 * ms, 10
+	const tau = burst * iv
+	type step struct {
+		advance, cost int64
+		allowed       bool
+		delay, retry  int64
+	}
+	run := func(name string, p *ratelimit.Policy, steps []step) {
+		t.Helper()
+		var state, now int64 = 0, 1e18
+		for i, s := range steps {
+			now += s.advance
+			d := decide(p, state, now, s.cost)
+			got := [3]int64{b2i(d.Allowed), d.Delay, d.RetryAfter}
+			want := [3]int64{b2i(s.allowed), s.delay, s.retry}
+			assert.Equal(t, want, got, "%s step %d: Decide(cost %d after %d)", name, i, s.cost, s.advance)
+			state = d.State
+		}
+	}
+	run("edge", queue(iv, burst, 0, 0), []step{
+		{cost: 10, allowed: true},
+		{cost: 1, allowed: true, delay: tau}, // a wait of exactly the queue's room
+		{cost: 1, retry: iv},                 // 2.2 s: refused
+		{advance: iv - 1, cost: 1, retry: 1}, // 2.0 s + 1 ns: refused
+		{advance: 1, cost: 1, allowed: true, delay: tau},
+	})
+	run("costs", queue(iv, burst, 0, 0), []step{
+		{cost: 3, allowed: true},
+		{cost: 2, allowed: true, delay: 3 * iv},
+		{cost: 0, allowed: true},
+		{cost: 6, allowed: true, delay: 5 * iv},
+		{cost: 11, allowed: false},                 // above the burst: never, no retry
+		{advance: 11 * iv, cost: 1, allowed: true}, // idle long enough: the queue is empty
+		{advance: 10 * iv, cost: 1, allowed: true}, // and again: no wait
+	})
+	// nginx: rate=5r/s burst=12 delay=8, 15 at once: 9 pass at once, 4 are
+	// delayed 200, 400, 600, 800 ms, 2 are refused.
+	var steps []step
+	for i := range int64(13) {
+		steps = append(steps, step{cost: 1, allowed: true, delay: max(i-8, 0) * iv})
+	}
+	steps = append(steps, step{cost: 1, retry: iv}, step{cost: 1, retry: iv})
+	func() {
+		p := queue(iv, 12, 8, 0)
+		var state, now int64 = 0, 1e18
+		for i, s := range steps {
+			d := decide(p, state, now, s.cost)
+			assert.Equal(t, [3]int64{b2i(s.allowed), s.delay, s.retry}, [3]int64{b2i(d.Allowed), d.Delay, d.RetryAfter}, "nginx delay=8, request %d", i+1)
+			state = d.State
+		}
+	}()
+	// A maximum wait of 500 ms below the 2 s room: waits 0, 200, 400 pass.
+	run("max delay", queue(iv, burst, 0, 500*time.Millisecond), []step{
+		{cost: 1, allowed: true},
+		{cost: 1, allowed: true, delay: iv},
+		{cost: 1, allowed: true, delay: 2 * iv},
+		{cost: 1, retry: 100 * ms},
+	})
+	// With Immediate 2 the first 400 ms of every wait are forgiven and
+	// MaxDelay bounds the rest: waits up to 900 ms pass.
+	run("max delay after immediate", queue(iv, burst, 2, 500*time.Millisecond), []step{
+		{cost: 1, allowed: true},
+		{cost: 1, allowed: true},
+		{cost: 1, allowed: true},
+		{cost: 1, allowed: true, delay: iv},
+		{cost: 1, allowed: true, delay: 2 * iv},
+		{cost: 1, retry: 100 * ms},
+	})
+}
+
+// waterMeter is an independent model of the leaky bucket as a meter, in
+// exact rational arithmetic: the level drops by one unit per interval, a
+// request pours in its cost, and a request that would overflow is refused.
+type waterMeter struct {
+	interval, burst int64
+	level           *big.Rat
+	last            int64
+}
+
+func (m *waterMeter) pour(now, cost int64) bool {
+	if now > m.last {
+		m.level.Sub(m.level, big.NewRat(now-m.last, m.interval))
+		if m.level.Sign() < 0 {
+			m.level.SetInt64(0)
+		}
+		m.last = now
+	}
+	next := new(big.Rat).Add(m.level, big.NewRat(cost, 1))
+	if next.Cmp(big.NewRat(m.burst, 1)) > 0 {
+		return false
+	}
+	m.level = next
+	return true
+}
+
+// TestLeakyPoliceIsTheTokenBucket replays random traces through the
+// LeakyPolice policy and an exact water-level meter: the decisions agree,
+// and so do the token bucket's, field for field and state for state.
+func TestLeakyPoliceIsTheTokenBucket(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	differences, decisions := 0, 0
+	for range 1000 {
+		iv := 4 * (1 + rng.Int64N(1e8))
+		burst := 1 + rng.Int64N(15)
+		tb := bucket(iv, burst)
+		police := *tb
+		police.Algorithm = ratelimit.LeakyPolice
+		now := rng.Int64N(1e18)
+		meter := &waterMeter{interval: iv, burst: burst, level: new(big.Rat), last: now}
+		var ps, bs int64
+		for range 100 {
+			now += rng.Int64N(3) * iv / 4 * rng.Int64N(3)
+			cost := rng.Int64N(burst + 2)
+			pr, pnext := police.Decide(ps, now, cost)
+			br, bnext := tb.Decide(bs, now, cost)
+			want := meter.pour(now, cost)
+			decisions++
+			if pr.Policy != &police || br.Policy != tb {
+				t.Fatalf("Decide's Result.Policy is not the deciding policy")
+			}
+			pr.Policy, br.Policy = nil, nil
+			if pr.Allowed != want || br.Allowed != want || !reflect.DeepEqual(pr, br) || pnext != bnext {
+				differences++
+			}
+			ps, bs = pnext, bnext
+		}
+	}
+	assert.Zero(t, differences, "differences in %d decisions", decisions)
+}
+
+func TestShapeInvariants(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for range 300 {
+		iv := 1 + rng.Int64N(int64(time.Second))
+		burst := 1 + rng.Int64N(30)
+		immediate := rng.Int64N(burst + 1)
+		p := queue(iv, burst, immediate, 0)
+		if rng.IntN(2) == 0 {
+			p.MaxDelay = time.Duration(rng.Int64N(burst * iv)) // 0: no maximum
+		}
+		bound := bound(p)
+		var state, now int64
+		start := rng.Int64N(1e18)
+		for range 300 {
+			now += rng.Int64N(2 * iv)
+			cost := rng.Int64N(burst + 1)
+			d := decide(p, state, start+now, cost)
+			require.GreaterOrEqual(t, d.Remaining, int64(0))
+			require.LessOrEqual(t, d.Remaining, burst)
+			require.GreaterOrEqual(t, d.Delay, int64(0))
+			require.LessOrEqual(t, d.Delay, bound)
+			require.GreaterOrEqual(t, d.RetryAfter, int64(0))
+			if !d.Allowed && cost > 0 && cost <= burst {
+				require.False(t, decide(p, state, start+now+d.RetryAfter-1, cost).Allowed, "one nanosecond early")
+				require.True(t, decide(p, state, start+now+d.RetryAfter, cost).Allowed, "on time")
+			}
+			if d.Allowed && d.Remaining > 0 {
+				require.True(t, decide(p, d.State, start+now, 1).Allowed, "Remaining > 0 promises one more")
+			}
+			state = d.State
+		}
+	}
+}
+
+// TestDecideGiveBack: a negative cost is allowed and moves the state back
+// by −cost intervals, never to before now, for every algorithm.
+func TestDecideGiveBack(t *testing.T) {
+	const now = int64(1e18)
+	for _, p := range []*ratelimit.Policy{bucket(100, 10), queue(100, 10, 0, 0)} {
+		for _, tc := range []struct{ state, cost, next, remaining int64 }{
+			{now + 600, -2, now + 400, 6},
+			{now + 600, -10, now, 10},
+			{now - 5, -1, now - 5, 10}, // already full: nothing to give back
+		} {
+			res, next := p.Decide(tc.state, now, tc.cost)
+			got := [3]int64{b2i(res.Allowed), next, res.Remaining}
+			want := [3]int64{1, tc.next, tc.remaining}
+			if p.Algorithm == ratelimit.LeakyShape {
+				want[2] = min(tc.remaining+1, 10) // the queue also admits the request that runs now
+			}
+			assert.Equal(t, want, got, "%v: Decide(now%+d, now, %d)", p.Algorithm, tc.state-now, tc.cost)
+			assert.Same(t, p, res.Policy)
+		}
+	}
+}
