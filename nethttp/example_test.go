@@ -10,13 +10,13 @@ import (
 	"github.com/tokenfair/ratelimit/nethttp"
 )
 
-// The common case in one line: 5 requests a second per API key, in bursts
+// The common case in one line: 5 requests a minute per API key, in bursts
 // of up to 10, on an in-process store.
 func ExampleLimit() {
 	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "hello")
 	})
-	handler = nethttp.Limit(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key"))(handler)
+	handler = nethttp.Limit(ratelimit.PerMinute(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key"))(handler)
 
 	codes := map[int]int{}
 	for range 11 {
