@@ -12,12 +12,37 @@ import (
 	"github.com/tokenfair/ratelimit/memorystore"
 )
 
-// A Gin service limited per API key, with a key function of the core.
+// The common case in one line: 5 requests a minute per API key, in bursts
+// of up to 10, on an in-process store.
+func ExampleLimit() {
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.Use(ginlimit.Limit(ratelimit.PerMinute(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
+	r.GET("/hello", func(c *gin.Context) { c.String(http.StatusOK, "hello\n") })
+
+	codes := map[int]int{}
+	for range 11 {
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/hello", nil)
+		req.Header.Set("X-API-Key", "demo")
+		r.ServeHTTP(w, req)
+		codes[w.Code]++
+	}
+	fmt.Println(codes)
+	// Output:
+	// map[200:10 429:1]
+}
+
+// A Gin service limited per API key, with a key function of the core, in
+// the explicit form: a store, a limiter, a core middleware.
 func ExampleMiddleware() {
 	store, _ := memorystore.New()
 	defer store.Close()
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
-	m, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"))
+	m, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), nil)
+	if err != nil {
+		panic(err)
+	}
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
@@ -42,7 +67,7 @@ func ExampleNew() {
 	store, _ := memorystore.New()
 	defer store.Close()
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "per-user", Limit: ratelimit.PerMinute(1)})
-	perUser, err := ginlimit.New(limiter, ginlimit.KeyByValue("user"), ratelimit.WithHeaders(ratelimit.HeadersLegacy))
+	perUser, err := ginlimit.New(limiter, ginlimit.KeyByValue("user"), &ratelimit.Options{Headers: ratelimit.HeadersLegacy})
 	if err != nil {
 		panic(err)
 	}
