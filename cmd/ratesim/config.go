@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/tokenfair/ratelimit"
 )
@@ -118,17 +120,45 @@ Flags:
 		return fail("-plot-key and -plot-top exclude each other")
 	}
 	cfg.input = fs.Arg(0)
-	alg, err := ratelimit.ParseAlgorithm(cfg.algorithm.value)
-	if err != nil {
+	var alg ratelimit.Algorithm
+	if err := alg.UnmarshalText([]byte(cfg.algorithm.value)); err != nil {
 		return fail("-algorithm: %v", err)
 	}
-	limit := ratelimit.Rate(cfg.rate).WithBurst(cfg.burst)
-	if limit.Interval == 0 && cfg.rate > 0 {
+	limit := rateLimit(cfg.rate, cfg.burst)
+	if limit.Interval() == 0 {
 		return fail("-rate %s: more than one token per nanosecond", strconv.FormatFloat(cfg.rate, 'g', -1, 64))
 	}
-	if err := limit.Validate(); err != nil {
+	// New validates the policy and fills in its defaults; the simulator
+	// decides with the policy itself and never calls the store.
+	lim, err := ratelimit.New(noStore{}, ratelimit.Policy{Limit: limit, Algorithm: alg})
+	if err != nil {
 		return fail("-rate %s -burst %d: %v", strconv.FormatFloat(cfg.rate, 'g', -1, 64), cfg.burst, err)
 	}
-	cfg.policy = ratelimit.Policy{Name: ratelimit.DefaultPolicyName, Limit: limit, Algorithm: alg}
+	cfg.policy = lim.Policies()[0]
 	return cfg, nil
+}
+
+// rateLimit returns the Limit of r tokens per second with the given burst.
+// Its interval is 1s/r rounded to the nearest nanosecond: for a whole r,
+// Per(r, time.Second), which also reads as "5/s"; otherwise one token per
+// interval. A rate above one token per nanosecond has an interval of 0.
+func rateLimit(r float64, burst int64) ratelimit.Limit {
+	if r == math.Trunc(r) && r <= 1e9 {
+		return ratelimit.Per(int64(r), time.Second).WithBurst(burst)
+	}
+	iv := math.Round(float64(time.Second) / r)
+	if iv >= math.MaxInt64 {
+		// Slower than one token in 292 years: invalid with any burst,
+		// and New says why.
+		return ratelimit.Per(1, math.MaxInt64).WithBurst(burst)
+	}
+	return ratelimit.Per(1, time.Duration(iv)).WithBurst(burst)
+}
+
+// noStore is the store of the Limiter that parseFlags builds only to
+// validate the policy; it is never called.
+type noStore struct{}
+
+func (noStore) Take(context.Context, *ratelimit.Policy, string, int64) (ratelimit.Result, error) {
+	return ratelimit.Result{}, errors.New("ratesim: noStore.Take called")
 }

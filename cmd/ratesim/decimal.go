@@ -7,7 +7,8 @@ import (
 
 // maxSeconds is the latest time a trace may name, in seconds (about 31.7
 // years). It keeps every sum the algorithms form from a time and a span
-// (at most ratelimit.MaxSpan, twice) inside int64.
+// (at most 50 years, the longest span a Limit may have, twice) inside
+// int64.
 const maxSeconds = 1_000_000_000
 
 // parseSeconds parses a non-negative decimal number of seconds ("3", "0.2",

@@ -80,7 +80,8 @@
 // filled to its last place at time 0, with room for one more request every
 // interval from then on. Time 0 is the trace's time 0, or the first line of
 // an access log. The interval of the rate is 1 s / rate rounded to the
-// nanosecond, as ratelimit.Rate computes it.
+// nanosecond: ratelimit.PerSecond(rate) for a whole rate, one token per
+// interval otherwise.
 //
 // # Output
 //

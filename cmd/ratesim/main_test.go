@@ -209,7 +209,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-rate", "NaN"}, "-rate NaN: want a positive"},
 		{[]string{"-rate", "+Inf"}, "-rate +Inf: want a positive"},
 		{[]string{"-rate", "1e10"}, "-rate 1e+10: more than one token per nanosecond"},
-		{[]string{"-rate", "1e-12"}, "exceeds"},
+		{[]string{"-rate", "1e-12"}, "more than 50 years"},
 		{[]string{"-rate", "x"}, `invalid value "x" for flag -rate`},
 		{[]string{"-burst", "0"}, "-burst 0: want a capacity of at least 1"},
 		{[]string{"-burst", "-3"}, "-burst -3: want a capacity of at least 1"},

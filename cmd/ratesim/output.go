@@ -126,7 +126,7 @@ func (o *output) write(t int64, key string, cost int64, res ratelimit.Result) er
 		switch {
 		case res.Allowed:
 			b = padLeft(b, "-", wRetry)
-		case cost > res.Limit.Burst:
+		case cost > res.Policy.Limit.Burst():
 			b = padLeft(b, "never", wRetry)
 		default:
 			b = padLeftBytes(b, appendSeconds(o.scratch(), int64(res.RetryAfter)), wRetry)

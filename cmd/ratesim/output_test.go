@@ -65,7 +65,7 @@ func TestJSONStrings(t *testing.T) {
 }
 
 func TestFormats(t *testing.T) {
-	res := ratelimit.Result{Remaining: 3, RetryAfter: 1, ResetAfter: 2500e6, Limit: ratelimit.PerSecond(5)}
+	res := ratelimit.Result{Remaining: 3, RetryAfter: 1, ResetAfter: 2500e6, Policy: &ratelimit.Policy{Limit: ratelimit.PerSecond(5)}}
 	for _, tc := range []struct{ format, want string }{
 		{"csv", "time,key,cost,allowed,remaining,retry_after,delay,reset_after\n" +
 			"1.5,\"a,b\",2,false,3,0.000000001,0,2.5\n"},

@@ -190,9 +190,9 @@ func (p *svgWriter) num(f float64) string {
 // units of cost, for the leaky buckets.
 func (p *svgWriter) value(backlog int64) float64 {
 	l := p.spec.policy.Limit
-	units := float64(backlog) / float64(l.Interval)
+	units := float64(backlog) / float64(l.Interval())
 	if p.spec.policy.Algorithm == ratelimit.TokenBucket {
-		return float64(l.Burst) - units
+		return float64(l.Burst()) - units
 	}
 	return units
 }
@@ -210,7 +210,7 @@ func (p *svgWriter) layout() {
 	l := s.policy.Limit
 	last := s.last
 	if last <= 0 {
-		last = int64(l.Span())
+		last = l.Burst() * int64(l.Interval())
 	}
 	seconds := float64(last) / 1e9
 	switch {
@@ -226,7 +226,7 @@ func (p *svgWriter) layout() {
 	p.xmax = int64(math.Ceil(seconds*1.02/p.xunit/p.xstep) * p.xstep * p.xunit * 1e9)
 	p.xmax = max(p.xmax, 1)
 
-	p.ymax = float64(l.Burst)
+	p.ymax = float64(l.Burst())
 	switch s.policy.Algorithm {
 	case ratelimit.TokenBucket:
 		p.yTitle, p.capName = "tokens in the bucket", "capacity"
@@ -240,7 +240,7 @@ func (p *svgWriter) layout() {
 				most = max(most, b.hi)
 			}
 		}
-		p.ymax = max(p.ymax, math.Ceil(float64(most)/float64(l.Interval)))
+		p.ymax = max(p.ymax, math.Ceil(float64(most)/float64(l.Interval())))
 	}
 	for _, pn := range s.panels {
 		for _, b := range pn.series.bins {
@@ -287,7 +287,7 @@ func (p *svgWriter) legend() {
 	p.printf(`<text x="%s" y="%s">refused</text>`+"\n", p.num(x+14), p.num(y+4))
 	x += 14 + 64
 	p.printf(`<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#888888" stroke-dasharray="5,3"/>`, p.num(x), p.num(y), p.num(x+24), p.num(y))
-	p.printf(`<text x="%s" y="%s">%s (%d)</text>`+"\n", p.num(x+30), p.num(y+4), p.capName, p.spec.policy.Limit.Burst)
+	p.printf(`<text x="%s" y="%s">%s (%d)</text>`+"\n", p.num(x+30), p.num(y+4), p.capName, p.spec.policy.Limit.Burst())
 	if p.binned {
 		p.printf(`<text x="%d" y="%s" fill="#666666">Too many requests for a mark each: a mark stands for one or more requests, a vertical stroke for the levels in between.</text>`+"\n",
 			marginLeft, p.num(y+20))
@@ -335,7 +335,7 @@ func (p *svgWriter) panel(top float64, pn panel) {
 	p.printf(`<text x="%s" y="%s" text-anchor="middle">time (%s)</text>`+"\n", p.num(marginLeft+plotWidth/2), p.num(plotBottom+36), p.xname)
 	p.printf(`<text x="16" y="%s" text-anchor="middle" transform="rotate(-90 16 %s)">%s</text>`+"\n",
 		p.num(plotTop+plotHeight/2), p.num(plotTop+plotHeight/2), p.yTitle)
-	capY := p.y(plotTop, float64(p.spec.policy.Limit.Burst))
+	capY := p.y(plotTop, float64(p.spec.policy.Limit.Burst()))
 	p.printf(`<line class="capacity" x1="%d" y1="%s" x2="%d" y2="%s" stroke="#888888" stroke-dasharray="5,3"/>`+"\n",
 		marginLeft, p.num(capY), marginLeft+plotWidth, p.num(capY))
 

@@ -1,12 +1,9 @@
 package main
 
-import (
-	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/internal/algo"
-)
+import "github.com/tokenfair/ratelimit"
 
 // simulator replays requests against one policy. Every decision is
-// algo.Decide's, the function the library's stores call; the simulator only
+// Policy.Decide's, the function the library's stores call; the simulator only
 // keeps each key's state and counts. Its memory grows with the number of
 // keys, not of requests.
 type simulator struct {
@@ -48,9 +45,10 @@ func newSimulator(p ratelimit.Policy, empty bool) *simulator {
 // other, so a key first seen at time t has min(⌊t / Interval⌋, Burst)
 // tokens (or places in the queue).
 func emptyState(p ratelimit.Policy) int64 {
-	span := int64(p.Limit.Span())
+	iv := int64(p.Limit.Interval())
+	span := p.Limit.Burst() * iv
 	if p.Algorithm == ratelimit.LeakyShape {
-		return span + int64(p.Limit.Interval)
+		return span + iv
 	}
 	return span
 }
@@ -70,8 +68,7 @@ func (s *simulator) key(key []byte) *keyState {
 func (s *simulator) take(req *request) (*keyState, ratelimit.Result) {
 	ks := s.key(req.key)
 	before := ks.state
-	var res ratelimit.Result
-	after := algo.Decide(&s.policy, before, req.t, req.cost, &res)
+	res, after := s.policy.Decide(before, req.t, req.cost)
 	ks.state = after
 	ks.stats.add(res.Allowed)
 	s.total.add(res.Allowed)

@@ -66,10 +66,10 @@ func TestDecisionsEqualLibrary(t *testing.T) {
 		rateFlag := rates[r.IntN(len(rates))]
 		burst := 1 + r.Int64N(12)
 		empty := r.IntN(2) == 0
-		a, err := ratelimit.ParseAlgorithm(alg)
-		require.NoError(t, err)
-		p := ratelimit.Policy{Limit: ratelimit.Rate(rateFlag).WithBurst(burst), Algorithm: a}
-		lines, trace := randomTrace(r, 150, burst, p.Limit.Interval)
+		var a ratelimit.Algorithm
+		require.NoError(t, a.UnmarshalText([]byte(alg)))
+		p := ratelimit.Policy{Limit: rateLimit(rateFlag, burst), Algorithm: a}
+		lines, trace := randomTrace(r, 150, burst, p.Limit.Interval())
 
 		start := "full"
 		if empty {
@@ -133,7 +133,7 @@ func TestDecisionsEqualXTimeRate(t *testing.T) {
 		rateFlag := rates[r.IntN(len(rates))]
 		burst := 1 + r.Int64N(20)
 		empty := r.IntN(2) == 0
-		interval := ratelimit.Rate(rateFlag).Interval
+		interval := rateLimit(rateFlag, burst).Interval()
 		lines, trace := randomTrace(r, 200, burst, interval)
 		start := "full"
 		if empty {
