@@ -26,11 +26,11 @@ func BenchmarkObserver(b *testing.B) {
 	}
 	for _, tc := range []struct {
 		name string
-		opts []ratelimit.Option
+		opts *ratelimit.Options
 	}{
-		{"none", nil},
-		{"nop", []ratelimit.Option{ratelimit.WithObserver(nopObserver{})}},
-		{"prometheus", []ratelimit.Option{ratelimit.WithObserver(m)}},
+		{"none", &ratelimit.Options{Quiet: []string{"one-key"}}}, // one key, on purpose
+		{"nop", &ratelimit.Options{Observer: nopObserver{}, Quiet: []string{"one-key"}}},
+		{"prometheus", &ratelimit.Options{Observer: m, Quiet: []string{"one-key"}}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			store, err := memorystore.New(memorystore.WithSweepInterval(0))
@@ -42,7 +42,7 @@ func BenchmarkObserver(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			mw, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { return "k", nil }, tc.opts...)
+			mw, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { return "k", nil }, tc.opts)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -27,7 +27,10 @@ func Example() {
 	defer store.Close()
 	_ = m.TrackKeys("memory", store.Len)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(2)})
-	mw, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), ratelimit.WithObserver(m))
+	mw, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.Options{
+		Observer: m,
+		Logger:   m.Logger(nil), // count the misconfiguration warnings; log them as slog.Default does
+	})
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -4,24 +4,30 @@
 //	ratelimit_decisions_total{policy, outcome}   counter
 //	ratelimit_decision_duration_seconds          histogram
 //	ratelimit_shaping_delay_seconds              histogram
-//	ratelimit_store_degraded                     gauge, 1 while a Failover's store fails
+//	ratelimit_store_degraded                     gauge, 1 while a failover.Store's primary fails
 //	ratelimit_store_errors_total                 counter
 //	ratelimit_keys{store}                        gauge, keys held by an in-process store
 //	ratelimit_warnings_total{kind}               counter, misconfiguration warnings
 //
 // Outcomes, per policy of the limiter that decided: "allowed", "limited"
 // (the policy refused the request), "dry_run_limited" (a dry-run policy
-// would have), "fallback" (the store failed and a Failover decided
+// would have), "fallback" (the store failed and a failover.Store decided
 // instead), "store_error" (no decision: the store failed), and "invalid"
-// (no decision: no key, a bad cost). Labels never carry a client's key, so
-// the number of series stays small.
+// (no decision: no key, a bad cost). A request that
+// ratelimit.Options.MaxInFlight refused is counted once, as "limited" by
+// the policy "inflight". Labels never carry a client's key, so the number
+// of series stays small.
 //
-// Wire it up with ratelimit.WithObserver(m) and, for a Failover, its
-// OnError and OnHealthChange hooks.
+// Wire it up with the fields of ratelimit.Options (Observer: m, and Logger:
+// m.Logger(h) to count the warnings), of ratelimit.IPOptions (Logger), and
+// of failover.Options (OnError: m.OnError, OnHealthChange:
+// m.OnHealthChange).
 package metrics
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"slices"
 
@@ -52,10 +58,7 @@ type Metrics struct {
 	reg         prometheus.Registerer
 }
 
-var (
-	_ ratelimit.Observer = (*Metrics)(nil)
-	_ ratelimit.Warner   = (*Metrics)(nil)
-)
+var _ ratelimit.Observer = (*Metrics)(nil)
 
 // New registers the metrics with reg and returns them.
 func New(reg prometheus.Registerer) (*Metrics, error) {
@@ -84,7 +87,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		warnings: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_warnings_total",
-			Help: "Misconfiguration warnings logged by the middleware or KeyByIP (with WarnTo), by kind.",
+			Help: "Misconfiguration warnings logged by the middleware or KeyByIP, by kind.",
 		}, []string{"kind"}),
 		reg: reg,
 	}
@@ -96,25 +99,39 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// Observe implements [ratelimit.Observer].
+// inFlightPolicy is the name of the policy that a refusal by
+// ratelimit.Options.MaxInFlight reports.
+const inFlightPolicy = "inflight"
+
+// Observe implements [ratelimit.Observer]: it counts the decision once for
+// each of the policies of ev.Limiter, or, for a request refused for want
+// of an in-flight slot, once for the policy "inflight".
 func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
+	var policies []ratelimit.Policy
+	if ev.Limiter != nil {
+		policies = ev.Limiter.Policies()
+	}
 	if ev.Err != nil {
 		outcome := Invalid
 		if errors.Is(ev.Err, ratelimit.ErrStore) {
 			outcome = StoreError
 		}
-		for _, p := range ev.Policies {
-			m.decisions.WithLabelValues(p, outcome).Inc()
+		for i := range policies {
+			m.decisions.WithLabelValues(policies[i].Name, outcome).Inc()
 		}
 		return
 	}
 	m.duration.Observe(ev.Elapsed.Seconds())
 	res := ev.Result
+	if !res.Allowed && res.Policy != nil && res.Policy.Name == inFlightPolicy {
+		m.decisions.WithLabelValues(inFlightPolicy, Limited).Inc()
+		return
+	}
 	if res.Delay > 0 {
 		m.delay.Observe(res.Delay.Seconds())
 	}
-	for _, p := range ev.Policies {
-		m.decisions.WithLabelValues(p, outcome(p, res)).Inc()
+	for i := range policies {
+		m.decisions.WithLabelValues(policies[i].Name, outcome(policies[i].Name, res)).Inc()
 	}
 }
 
@@ -130,15 +147,75 @@ func outcome(policy string, res ratelimit.Result) string {
 	return Allowed
 }
 
-// Warn implements [ratelimit.Warner]: it counts a misconfiguration warning.
-func (m *Metrics) Warn(kind string) { m.warnings.WithLabelValues(kind).Inc() }
+// Logger returns a logger that counts the misconfiguration warnings logged
+// through it in ratelimit_warnings_total{kind}, and passes every record on
+// to h (nil for slog.Default's handler). Give it to the middleware and to
+// KeyByIP as ratelimit.Options.Logger and ratelimit.IPOptions.Logger. A
+// warning is a record with an attribute "warning" whose string value is the
+// kind, such as "one-key"; it is counted even when h's level drops it.
+// Kinds silenced with Quiet are never logged, so never counted.
+func (m *Metrics) Logger(h slog.Handler) *slog.Logger {
+	if h == nil {
+		h = slog.Default().Handler()
+	}
+	return slog.New(&warnCounter{next: h, warnings: m.warnings})
+}
 
-// OnError counts an error of the store; use it as a FailoverConfig's
+// warnCounter is the slog.Handler of Logger: it counts the records that
+// carry a "warning" attribute by kind and hands every record to next.
+type warnCounter struct {
+	next     slog.Handler
+	warnings *prometheus.CounterVec
+	kind     string // the kind of a "warning" attribute added by WithAttrs
+}
+
+// Enabled reports whether next handles level, and is true for warnings,
+// which are counted whatever next does with them.
+func (h *warnCounter) Enabled(ctx context.Context, level slog.Level) bool {
+	return level >= slog.LevelWarn || h.next.Enabled(ctx, level)
+}
+
+func (h *warnCounter) Handle(ctx context.Context, r slog.Record) error {
+	kind := h.kind
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "warning" && a.Value.Kind() == slog.KindString {
+			kind = a.Value.String()
+			return false
+		}
+		return true
+	})
+	if kind != "" {
+		h.warnings.WithLabelValues(kind).Inc()
+	}
+	if !h.next.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.next.Handle(ctx, r)
+}
+
+func (h *warnCounter) WithAttrs(attrs []slog.Attr) slog.Handler {
+	c := *h
+	for _, a := range attrs {
+		if a.Key == "warning" && a.Value.Kind() == slog.KindString {
+			c.kind = a.Value.String()
+		}
+	}
+	c.next = h.next.WithAttrs(attrs)
+	return &c
+}
+
+func (h *warnCounter) WithGroup(name string) slog.Handler {
+	c := *h
+	c.next = h.next.WithGroup(name)
+	return &c
+}
+
+// OnError counts an error of the store; use it as failover.Options's
 // OnError.
 func (m *Metrics) OnError(error) { m.storeErrors.Inc() }
 
-// OnHealthChange sets ratelimit_store_degraded; use it as a
-// FailoverConfig's OnHealthChange.
+// OnHealthChange sets ratelimit_store_degraded; use it as
+// failover.Options's OnHealthChange.
 func (m *Metrics) OnHealthChange(healthy bool, _ error) {
 	if healthy {
 		m.degraded.Set(0)

@@ -1,8 +1,11 @@
 package metrics_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/failover"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/metrics"
 	"github.com/tokenfair/ratelimit/nethttp"
@@ -39,11 +43,12 @@ type rig struct {
 
 func newRig(t *testing.T, store ratelimit.Store, policies ...ratelimit.Policy) *rig {
 	t.Helper()
-	return newRigWith(t, store, nil, policies)
+	return newRigWith(t, store, nil, policies, nil)
 }
 
-// newRigWith is newRig with a next handler and middleware options.
-func newRigWith(t *testing.T, store ratelimit.Store, next http.Handler, policies []ratelimit.Policy, opts ...ratelimit.Option) *rig {
+// newRigWith is newRig with a next handler and middleware options (nil
+// for none), to which it adds the metrics as the Observer.
+func newRigWith(t *testing.T, store ratelimit.Store, next http.Handler, policies []ratelimit.Policy, opts *ratelimit.Options) *rig {
 	t.Helper()
 	r := &rig{reg: prometheus.NewRegistry()}
 	var err error
@@ -57,7 +62,12 @@ func newRigWith(t *testing.T, store ratelimit.Store, next http.Handler, policies
 	}
 	lim, err := ratelimit.New(store, policies...)
 	require.NoError(t, err)
-	mw, err := ratelimit.NewMiddleware(lim, keyByHeader, append(opts, ratelimit.WithObserver(r.m))...)
+	var o ratelimit.Options
+	if opts != nil {
+		o = *opts
+	}
+	o.Observer = r.m
+	mw, err := ratelimit.NewMiddleware(lim, keyByHeader, &o)
 	require.NoError(t, err)
 	if next == nil {
 		next = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
@@ -142,14 +152,14 @@ func TestInFlightRefusalsCounted(t *testing.T) {
 		entered <- struct{}{}
 		<-release
 	})
-	r := newRigWith(t, nil, slow, []ratelimit.Policy{{Name: "per-key", Limit: ratelimit.PerMinute(10)}}, ratelimit.WithMaxInFlight(1, 0))
+	r := newRigWith(t, nil, slow, []ratelimit.Policy{{Name: "per-key", Limit: ratelimit.PerMinute(10)}}, &ratelimit.Options{MaxInFlight: 1})
 	done := make(chan int)
 	go func() { done <- r.get("a") }()
 	<-entered
 	assert.Equal(t, http.StatusTooManyRequests, r.get("a"), "a's one slot is taken")
 	close(release)
 	assert.Equal(t, http.StatusOK, <-done)
-	assert.Equal(t, 1, r.count(ratelimit.InFlightPolicyName, metrics.Limited))
+	assert.Equal(t, 1, r.count("inflight", metrics.Limited))
 	assert.Equal(t, 1, r.count("per-key", metrics.Allowed), "the refused request is not counted as allowed")
 	assert.Equal(t, 2, testutil.CollectAndCount(r.reg, "ratelimit_decisions_total"), "no other series")
 }
@@ -169,7 +179,7 @@ func gauge(reg *prometheus.Registry, name string) prometheus.Collector {
 
 type downStore struct{}
 
-func (downStore) Take(context.Context, ratelimit.Policy, string, int64) (ratelimit.Result, error) {
+func (downStore) Take(context.Context, *ratelimit.Policy, string, int64) (ratelimit.Result, error) {
 	return ratelimit.Result{}, errors.New("down")
 }
 
@@ -177,11 +187,12 @@ func TestStoreErrorsAndDegraded(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
 	require.NoError(t, err)
-	fo, err := ratelimit.NewFailover(downStore{}, ratelimit.FailoverConfig{Mode: ratelimit.FailOpen, OnError: m.OnError, OnHealthChange: m.OnHealthChange})
+	fo, err := failover.New(downStore{}, &failover.Options{Mode: failover.Open, OnError: m.OnError, OnHealthChange: m.OnHealthChange,
+		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	lim, err := ratelimit.New(fo, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	require.NoError(t, err)
-	mw, err := ratelimit.NewMiddleware(lim, keyByHeader, ratelimit.WithObserver(m))
+	mw, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{Observer: m})
 	require.NoError(t, err)
 	h := nethttp.Middleware(mw)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	for range 3 {
@@ -196,7 +207,7 @@ func TestStoreErrorsAndDegraded(t *testing.T) {
 
 	bare, err := ratelimit.New(downStore{}, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	require.NoError(t, err)
-	mw, err = ratelimit.NewMiddleware(bare, keyByHeader, ratelimit.WithObserver(m))
+	mw, err = ratelimit.NewMiddleware(bare, keyByHeader, &ratelimit.Options{Observer: m, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	req := httptest.NewRequest("GET", "/", nil)
 	req.Header.Set("X-Client", "a")
@@ -225,16 +236,71 @@ func TestRegisterTwice(t *testing.T) {
 	assert.Error(t, err, "the same metrics cannot be registered twice")
 }
 
+// TestWarnings: the records with a "warning" attribute that go through
+// Logger are counted by kind, and every record reaches the handler it
+// wraps, which keeps its own level.
 func TestWarnings(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
 	require.NoError(t, err)
-	m.Warn("one-key")
-	m.Warn("one-key")
+	var buf bytes.Buffer
+	log := m.Logger(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log.Warn("ratelimit: one key", "warning", "one-key")
+	log.With("warning", "one-key").Warn("ratelimit: one key again")
+	log.WithGroup("g").Warn("ratelimit: in a group", "warning", "wide-trusted-range")
+	log.Info("not a warning", "warnings", "x")
+	log.Debug("below the handler's level", "warning", "debug-only")
 	err = testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP ratelimit_warnings_total Misconfiguration warnings logged by the middleware or KeyByIP (with WarnTo), by kind.
+# HELP ratelimit_warnings_total Misconfiguration warnings logged by the middleware or KeyByIP, by kind.
 # TYPE ratelimit_warnings_total counter
 ratelimit_warnings_total{kind="one-key"} 2
+ratelimit_warnings_total{kind="wide-trusted-range"} 1
+`), "ratelimit_warnings_total")
+	assert.NoError(t, err)
+	assert.Equal(t, 4, strings.Count(buf.String(), "\n"), "every record at the handler's level passes:\n%s", &buf)
+	assert.NotContains(t, buf.String(), "below the handler's level")
+
+	// A handler whose level drops warnings: they are counted all the same.
+	quiet := m.Logger(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError}))
+	quiet.Warn("ratelimit: one key", "warning", "one-key")
+	err = testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ratelimit_warnings_total Misconfiguration warnings logged by the middleware or KeyByIP, by kind.
+# TYPE ratelimit_warnings_total counter
+ratelimit_warnings_total{kind="one-key"} 3
+ratelimit_warnings_total{kind="wide-trusted-range"} 1
+`), "ratelimit_warnings_total")
+	assert.NoError(t, err)
+}
+
+// TestMiddlewareWarningsCounted: a warning of the middleware itself, two
+// limiters on one store that give one policy name two limits, is counted
+// through Options.Logger.
+func TestMiddlewareWarningsCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	require.NoError(t, err)
+	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	require.NoError(t, err)
+	a, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(10)})
+	require.NoError(t, err)
+	b, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(20)})
+	require.NoError(t, err)
+	mw, err := ratelimit.NewMiddleware(a, keyByHeader, &ratelimit.Options{
+		Observer:   m,
+		Logger:     m.Logger(slog.DiscardHandler),
+		LimiterFor: func(*http.Request) *ratelimit.Limiter { return b },
+	})
+	require.NoError(t, err)
+	h := nethttp.Middleware(mw)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for range 3 {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("X-Client", "a")
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	err = testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ratelimit_warnings_total Misconfiguration warnings logged by the middleware or KeyByIP, by kind.
+# TYPE ratelimit_warnings_total counter
+ratelimit_warnings_total{kind="shared-policy-name"} 1
 `), "ratelimit_warnings_total")
 	assert.NoError(t, err)
 }
