@@ -31,8 +31,9 @@ const (
 	Closed
 	// Local decides in an in-process store with the shared quota divided
 	// among the instances: with N instances each allows 1/N of the rate and
-	// of the burst (at least 1, and at least the request's cost), so that
-	// together they stay near the shared quota instead of multiplying it.
+	// of the burst (at least 1, and at least the request's cost) and of
+	// Policy.Immediate, so that together they stay near the shared quota
+	// instead of multiplying it.
 	Local
 )
 
@@ -265,10 +266,11 @@ func (f *Store) fallback(ctx context.Context, p *ratelimit.Policy, key string, c
 }
 
 // share returns the policy that one of the instances may use in Local
-// mode: p with 1/Instances of the rate and of the burst, within 50 years a
-// span, and a burst of at least cost so that a request the shared limit
-// could allow is not refused for ever. The shares of costs up to a share's
-// burst are made once per policy.
+// mode: p with 1/Instances of the rate, of the burst and of Immediate,
+// within 50 years a span, and a burst of at least cost so that a request
+// the shared limit could allow is not refused for ever. MaxDelay stays, cut
+// to the share's span. The shares of costs up to a share's burst are made
+// once per policy.
 func (f *Store) share(p *ratelimit.Policy, cost int64) *ratelimit.Policy {
 	n := f.cfg.Instances
 	if n <= 1 {
@@ -287,6 +289,8 @@ func (f *Store) share(p *ratelimit.Policy, cost int64) *ratelimit.Policy {
 	}
 	s := *p
 	s.Limit = ratelimit.Per(1, iv).WithBurst(burst)
+	s.Immediate = p.Immediate / n
+	s.MaxDelay = min(p.MaxDelay, time.Duration(burst)*iv)
 	if burst == max(p.Limit.Burst()/n, 1) {
 		f.shares.Store(p, &s)
 	}
