@@ -4,9 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/failover"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/storetest"
 )
@@ -29,7 +31,7 @@ type flakyStore struct {
 
 var errDown = errors.New("connection refused")
 
-func (f *flakyStore) Take(ctx context.Context, p ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+func (f *flakyStore) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	f.calls.Add(1)
 	if f.down.Load() {
 		return ratelimit.Result{}, errDown
@@ -37,26 +39,36 @@ func (f *flakyStore) Take(ctx context.Context, p ratelimit.Policy, key string, c
 	return f.inner.Take(ctx, p, key, cost)
 }
 
+var discard = slog.New(slog.DiscardHandler)
+
+func memoryStore(t *testing.T, clock func() time.Time) *memorystore.Store {
+	t.Helper()
+	opts := []memorystore.Option{memorystore.WithSweepInterval(0)}
+	if clock != nil {
+		opts = append(opts, memorystore.WithClock(clock))
+	}
+	s, err := memorystore.New(opts...)
+	require.NoError(t, err)
+	return s
+}
+
 type failoverRig struct {
 	clock   *storetest.Clock
 	primary *flakyStore
-	store   *ratelimit.Failover
+	store   *failover.Store
 	errors  atomic.Int64
 	changes []bool
 	mu      sync.Mutex
 }
 
-func newFailover(t *testing.T, mode ratelimit.FailureMode, instances int64) *failoverRig {
+func newFailover(t *testing.T, mode failover.Mode, instances int64) *failoverRig {
 	t.Helper()
 	rig := &failoverRig{clock: new(storetest.Clock)}
-	inner, err := memorystore.New(memorystore.WithClock(rig.clock.Now), memorystore.WithSweepInterval(0))
-	require.NoError(t, err)
-	local, err := memorystore.New(memorystore.WithClock(rig.clock.Now), memorystore.WithSweepInterval(0))
-	require.NoError(t, err)
-	rig.primary = &flakyStore{inner: inner}
-	rig.store, err = ratelimit.NewFailover(rig.primary, ratelimit.FailoverConfig{
+	rig.primary = &flakyStore{inner: memoryStore(t, rig.clock.Now)}
+	var err error
+	rig.store, err = failover.New(rig.primary, &failover.Options{
 		Mode:      mode,
-		Local:     local,
+		Local:     memoryStore(t, rig.clock.Now),
 		Instances: instances,
 		OnError:   func(err error) { rig.errors.Add(1) },
 		OnHealthChange: func(healthy bool, err error) {
@@ -64,17 +76,47 @@ func newFailover(t *testing.T, mode ratelimit.FailureMode, instances int64) *fai
 			defer rig.mu.Unlock()
 			rig.changes = append(rig.changes, healthy)
 		},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: discard,
 		Clock:  rig.clock.Now,
 	})
 	require.NoError(t, err)
 	return rig
 }
 
+// server is a handler behind the middleware of a limiter of one policy,
+// keyed by the X-Client header.
+type server struct {
+	t     *testing.T
+	mw    *ratelimit.Middleware
+	calls int
+}
+
+func newServer(t *testing.T, l ratelimit.Limit, store ratelimit.Store) *server {
+	t.Helper()
+	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: l})
+	require.NoError(t, err)
+	byClient := func(r *http.Request) (string, error) { return r.Header.Get("X-Client"), nil }
+	mw, err := ratelimit.NewMiddleware(lim, byClient, &ratelimit.Options{Logger: discard})
+	require.NoError(t, err)
+	return &server{t: t, mw: mw}
+}
+
+func (s *server) get(client string) *httptest.ResponseRecorder {
+	s.t.Helper()
+	r := httptest.NewRequest(http.MethodGet, "/geocode?q=paris", nil)
+	r.Header.Set("X-Client", client)
+	w := httptest.NewRecorder()
+	s.mw.Handle(w, r, func() int {
+		s.calls++
+		w.Write([]byte("ok"))
+		return http.StatusOK
+	})
+	return w
+}
+
 func TestFailoverOpen(t *testing.T) {
-	rig := newFailover(t, ratelimit.FailOpen, 1)
+	rig := newFailover(t, failover.Open, 1)
 	s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), rig.store)
-	s.clock = rig.clock
 	w := s.get("c")
 	require.Equal(t, 200, w.Code)
 	assert.Equal(t, `"default";r=9;t=1`, w.Header().Get("RateLimit"), "healthy: checked")
@@ -105,7 +147,7 @@ func TestFailoverOpen(t *testing.T) {
 }
 
 func TestFailoverClosed(t *testing.T) {
-	rig := newFailover(t, ratelimit.FailClosed, 1)
+	rig := newFailover(t, failover.Closed, 1)
 	s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), rig.store)
 	rig.primary.down.Store(true)
 	for range 3 {
@@ -123,10 +165,26 @@ func TestFailoverClosed(t *testing.T) {
 	assert.Equal(t, 200, s.get("c").Code)
 }
 
+// TestFailoverClosedErrors: a refusal while failing closed wraps
+// ratelimit.ErrStore, with the primary's error when it was asked and
+// without it when it was skipped.
+func TestFailoverClosedErrors(t *testing.T) {
+	rig := newFailover(t, failover.Closed, 1)
+	p := &ratelimit.Policy{Name: "p", Limit: ratelimit.PerSecond(1)}
+	rig.primary.down.Store(true)
+	_, err := rig.store.Take(context.Background(), p, "k", 1)
+	assert.ErrorIs(t, err, ratelimit.ErrStore)
+	assert.ErrorIs(t, err, errDown, "the primary was asked")
+	_, err = rig.store.Take(context.Background(), p, "k", 1)
+	assert.ErrorIs(t, err, ratelimit.ErrStore)
+	assert.NotErrorIs(t, err, errDown, "the primary was skipped")
+	assert.Equal(t, int64(1), rig.primary.calls.Load())
+}
+
 // TestFailoverLocal: with 2 instances sharing 5/s burst 10, each local
 // fallback allows a burst of 5, refilling at 2.5/s.
 func TestFailoverLocal(t *testing.T) {
-	rig := newFailover(t, ratelimit.FailLocal, 2)
+	rig := newFailover(t, failover.Local, 2)
 	s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), rig.store)
 	rig.primary.down.Store(true)
 	var codes []int
@@ -143,19 +201,19 @@ func TestFailoverLocal(t *testing.T) {
 }
 
 func TestFailoverCallerCancelIsNotAFailure(t *testing.T) {
-	rig := newFailover(t, ratelimit.FailClosed, 1)
+	rig := newFailover(t, failover.Closed, 1)
 	rig.primary.down.Store(true)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := rig.store.Take(ctx, ratelimit.Policy{Name: "p", Limit: ratelimit.PerSecond(1)}, "k", 1)
+	_, err := rig.store.Take(ctx, &ratelimit.Policy{Name: "p", Limit: ratelimit.PerSecond(1)}, "k", 1)
 	assert.ErrorIs(t, err, errDown)
 	assert.True(t, rig.store.Healthy())
 	assert.Zero(t, rig.errors.Load())
 }
 
 func TestFailoverOneProbeAtATime(t *testing.T) {
-	rig := newFailover(t, ratelimit.FailOpen, 1)
-	p := ratelimit.Policy{Name: "p", Limit: ratelimit.PerSecond(1)}
+	rig := newFailover(t, failover.Open, 1)
+	p := &ratelimit.Policy{Name: "p", Limit: ratelimit.PerSecond(1)}
 	rig.primary.down.Store(true)
 	_, _ = rig.store.Take(context.Background(), p, "k", 1)
 	rig.clock.Advance(time.Second)
@@ -178,25 +236,42 @@ func TestFailoverConfigErrors(t *testing.T) {
 	good := &flakyStore{}
 	for name, tc := range map[string]struct {
 		primary ratelimit.Store
-		cfg     ratelimit.FailoverConfig
+		opts    *failover.Options
 	}{
-		"nil primary":         {nil, ratelimit.FailoverConfig{}},
-		"local without store": {good, ratelimit.FailoverConfig{Mode: ratelimit.FailLocal}},
-		"unknown mode":        {good, ratelimit.FailoverConfig{Mode: 7}},
-		"negative instances":  {good, ratelimit.FailoverConfig{Instances: -1}},
-		"negative probe":      {good, ratelimit.FailoverConfig{ProbeInterval: -1}},
+		"nil primary":         {nil, nil},
+		"local without store": {good, &failover.Options{Mode: failover.Local}},
+		"unknown mode":        {good, &failover.Options{Mode: 7}},
+		"negative instances":  {good, &failover.Options{Instances: -1}},
+		"negative probe":      {good, &failover.Options{ProbeInterval: -1}},
 	} {
-		_, err := ratelimit.NewFailover(tc.primary, tc.cfg)
+		_, err := failover.New(tc.primary, tc.opts)
 		assert.Error(t, err, name)
 	}
+	_, err := failover.New(good, nil)
+	assert.NoError(t, err, "nil options: the defaults")
+}
+
+func TestModeText(t *testing.T) {
 	for _, name := range []string{"open", "closed", "local"} {
-		m, err := ratelimit.ParseFailureMode(name)
-		require.NoError(t, err)
+		var m failover.Mode
+		require.NoError(t, m.UnmarshalText([]byte(name)))
 		assert.Equal(t, name, m.String())
+		text, err := m.MarshalText()
+		require.NoError(t, err)
+		assert.Equal(t, name, string(text))
 	}
-	_, err := ratelimit.ParseFailureMode("sideways")
+	m := failover.Closed
+	assert.Error(t, m.UnmarshalText([]byte("sideways")))
+	assert.Equal(t, failover.Closed, m, "a failed UnmarshalText leaves the mode alone")
+	assert.Equal(t, "Mode(7)", failover.Mode(7).String())
+	_, err := failover.Mode(7).MarshalText()
 	assert.Error(t, err)
 }
+
+var (
+	perKey = ratelimit.Policy{Name: "per-key", Limit: ratelimit.PerSecond(5).WithBurst(10)}
+	global = ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(200).WithBurst(4), Global: true}
+)
 
 // notAtomic is a primary that can never decide several policies at once,
 // like a Redis Cluster whose keys live in different slots.
@@ -209,8 +284,8 @@ func (notAtomic) TakeAll(context.Context, []ratelimit.Request, []ratelimit.Resul
 // TestFailoverRecoversWithoutBatches: a probe that finds the primary cannot
 // batch does not stop the one-by-one takes from probing and recovering.
 func TestFailoverRecoversWithoutBatches(t *testing.T) {
-	rig := newFailover(t, ratelimit.FailOpen, 1)
-	fo, err := ratelimit.NewFailover(notAtomic{rig.primary}, ratelimit.FailoverConfig{Clock: rig.clock.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	rig := newFailover(t, failover.Open, 1)
+	fo, err := failover.New(notAtomic{rig.primary}, &failover.Options{Clock: rig.clock.Now, Logger: discard})
 	require.NoError(t, err)
 	lim, err := ratelimit.New(fo, perKey, global)
 	require.NoError(t, err)
@@ -229,7 +304,7 @@ func TestFailoverRecoversWithoutBatches(t *testing.T) {
 // TestFailoverLocalCostAboveShare: a cost the shared limit allows is not
 // refused for ever by an instance's smaller share.
 func TestFailoverLocalCostAboveShare(t *testing.T) {
-	rig := newFailover(t, ratelimit.FailLocal, 3)
+	rig := newFailover(t, failover.Local, 3)
 	lim, err := ratelimit.New(rig.store, ratelimit.Policy{Limit: ratelimit.PerSecond(10)})
 	require.NoError(t, err)
 	rig.primary.down.Store(true)
@@ -242,9 +317,81 @@ func TestFailoverLocalCostAboveShare(t *testing.T) {
 	assert.Equal(t, 5*300*time.Millisecond, res.RetryAfter, "at a third of the rate")
 }
 
+// TestFailoverLocalShareReused: while degraded, Local decides with one
+// share policy per policy, made once: a decision of a cost up to the
+// share's burst allocates nothing.
+func TestFailoverLocalShareReused(t *testing.T) {
+	rig := newFailover(t, failover.Local, 4)
+	p := &ratelimit.Policy{Name: "p", Limit: ratelimit.PerSecond(100).WithBurst(40)}
+	rig.primary.down.Store(true)
+	ctx := context.Background()
+	first, err := rig.store.Take(ctx, p, "k", 1)
+	require.NoError(t, err)
+	require.True(t, first.Degraded)
+	require.NotSame(t, p, first.Policy, "decided by the share")
+	for _, cost := range []int64{1, 10} {
+		var res ratelimit.Result
+		allocs := testing.AllocsPerRun(100, func() {
+			res, err = rig.store.Take(ctx, p, "k", cost)
+		})
+		require.NoError(t, err)
+		assert.Zero(t, allocs, "allocations per degraded decision of cost %d", cost)
+		assert.Same(t, first.Policy, res.Policy, "cost %d: the same share", cost)
+	}
+	assert.Equal(t, int64(1), rig.primary.calls.Load(), "no probe: the clock stood still")
+}
+
+// TestFailoverLocalShareIsExact: each of N instances decides exactly as a
+// policy of 1/N of the rate (N times the interval) and 1/N of the burst
+// and of Immediate would, on random traces, for every algorithm; MaxDelay
+// stays, within the share's span.
+func TestFailoverLocalShareIsExact(t *testing.T) {
+	for _, tc := range []struct {
+		n         int64
+		policy    ratelimit.Policy
+		burst     int64 // the share's
+		immediate int64 // the share's
+	}{
+		{n: 2, policy: ratelimit.Policy{Name: "a", Limit: ratelimit.PerSecond(5).WithBurst(10)}, burst: 5},
+		{n: 4, policy: ratelimit.Policy{Name: "b", Limit: ratelimit.PerSecond(100).WithBurst(40)}, burst: 10},
+		{n: 3, policy: ratelimit.Policy{Name: "c", Limit: ratelimit.PerMinute(90), Algorithm: ratelimit.LeakyPolice}, burst: 30},
+		{n: 3, policy: ratelimit.Policy{Name: "d", Limit: ratelimit.PerSecond(20), Algorithm: ratelimit.LeakyShape}, burst: 6},
+		{n: 2, policy: ratelimit.Policy{Name: "e", Limit: ratelimit.PerSecond(12), Algorithm: ratelimit.LeakyShape, Immediate: 8, MaxDelay: 500 * time.Millisecond}, burst: 6, immediate: 4},
+		{n: 3, policy: ratelimit.Policy{Name: "f", Limit: ratelimit.PerSecond(10), Algorithm: ratelimit.LeakyShape, Immediate: 10, MaxDelay: time.Second}, burst: 3, immediate: 3},
+	} {
+		t.Run(tc.policy.Name, func(t *testing.T) {
+			rig := newFailover(t, failover.Local, tc.n)
+			rig.primary.down.Store(true)
+			p := &tc.policy
+			share := tc.policy
+			share.Limit = ratelimit.Per(1, time.Duration(tc.n)*p.Limit.Interval()).WithBurst(tc.burst)
+			share.Immediate = tc.immediate
+			share.MaxDelay = min(p.MaxDelay, time.Duration(tc.burst)*share.Limit.Interval()) // the share's span at most
+			_, err := ratelimit.New(rig.primary, share)
+			require.NoError(t, err, "the share is a valid policy")
+
+			iv := int64(share.Limit.Interval())
+			rng := rand.New(rand.NewPCG(uint64(tc.n), 11))
+			var state int64
+			for i := range 2000 {
+				rig.clock.Advance(time.Duration(rng.Int64N(3) * iv / 2 * rng.Int64N(2)))
+				cost := rng.Int64N(tc.burst + 1)
+				got, err := rig.store.Take(context.Background(), p, "k", cost)
+				require.NoError(t, err)
+				want, next := share.Decide(state, rig.clock.Now().UnixNano(), cost)
+				want.Degraded = true
+				require.Equal(t, share, *got.Policy, "the share")
+				got.Policy, want.Policy = nil, nil
+				require.Equal(t, want, got, "decision %d: Take(cost %d) at %v", i, cost, rig.clock.Now())
+				state = next
+			}
+		})
+	}
+}
+
 type dryRunDown struct{ ratelimit.Store }
 
-func (d dryRunDown) Take(ctx context.Context, p ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+func (d dryRunDown) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	if p.DryRun {
 		return ratelimit.Result{}, errDown
 	}
@@ -255,7 +402,7 @@ func (d dryRunDown) Take(ctx context.Context, p ratelimit.Policy, key string, co
 // the enforcing policies lose tokens.
 func TestDryRunStoreError(t *testing.T) {
 	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true}
-	lim, err := ratelimit.New(dryRunDown{memoryStore(t)}, ratelimit.Policy{Limit: ratelimit.PerMinute(2)}, shadow)
+	lim, err := ratelimit.New(dryRunDown{memoryStore(t, nil)}, ratelimit.Policy{Limit: ratelimit.PerMinute(2)}, shadow)
 	require.NoError(t, err)
 	for i := range 2 {
 		res, err := lim.Take(context.Background(), "k", 1)
