@@ -32,7 +32,12 @@ type Limit struct {
 func Per(n int64, period time.Duration) Limit {
 	l := Limit{burst: n, n: n, period: period}
 	if n > 0 && period > 0 {
-		l.interval = time.Duration((int64(period) + n/2) / n)
+		// period/n rounded half up, without overflowing for a long period.
+		q, r := int64(period)/n, int64(period)%n
+		if r >= n-r {
+			q++
+		}
+		l.interval = time.Duration(q)
 	}
 	return l
 }

@@ -1,73 +1,208 @@
 package ratelimit
 
 import (
+	"context"
+	"errors"
+	"flag"
+	"io"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
+
+// nopStore allows everything; for tests that only construct limiters.
+type nopStore struct{}
+
+func (nopStore) Take(_ context.Context, p *Policy, _ string, _ int64) (Result, error) {
+	return Result{Allowed: true, Policy: p}, nil
+}
 
 func TestLimitConstructors(t *testing.T) {
 	for _, tc := range []struct {
-		got  Limit
-		want Limit
-		str  string
+		l        Limit
+		interval time.Duration
+		burst    int64
+		str      string
 	}{
-		{PerSecond(5), Limit{200 * time.Millisecond, 5}, "5/s burst 5"},
-		{PerSecond(5).WithBurst(10), Limit{200 * time.Millisecond, 10}, "5/s burst 10"},
-		{PerSecond(3), Limit{333333333, 3}, "1 every 333.333333ms burst 3"},
-		{PerMinute(100), Limit{600 * time.Millisecond, 100}, "100/min burst 100"},
-		{PerHour(1000), Limit{3600 * time.Millisecond, 1000}, "1000/h burst 1000"},
-		{PerDay(10000), Limit{8640 * time.Millisecond, 10000}, "10000/d burst 10000"},
-		{Per(2, 3*time.Second), Limit{1500 * time.Millisecond, 2}, "40/min burst 2"},
-		{Per(3, 2), Limit{1, 3}, "1000000000/s burst 3"}, // 2ns/3 rounds to 1ns
-		{Every(7 * time.Second), Limit{7 * time.Second, 1}, "1 every 7s burst 1"},
-		{Rate(5), Limit{200 * time.Millisecond, 5}, "5/s burst 5"},
-		{Rate(0.5), Limit{2 * time.Second, 1}, "30/min burst 1"},
-		{Rate(2.5), Limit{400 * time.Millisecond, 2}, "150/min burst 2"},
-		{Rate(1e9), Limit{1, 1e9}, "1000000000/s burst 1000000000"},
+		{PerSecond(5), 200 * time.Millisecond, 5, "5/s"},
+		{PerSecond(5).WithBurst(10), 200 * time.Millisecond, 10, "5/s burst 10"},
+		{PerSecond(3), 333333333, 3, "3/s"},
+		{PerMinute(100), 600 * time.Millisecond, 100, "100/min"},
+		{PerMinute(9), 6666666667, 9, "9/min"}, // 60 s / 9 rounds up
+		{PerHour(1000), 3600 * time.Millisecond, 1000, "1000/h"},
+		{PerDay(1), 24 * time.Hour, 1, "1/d"},
+		{PerDay(10000), 8640 * time.Millisecond, 10000, "10000/d"},
+		{Per(2, 3*time.Second), 1500 * time.Millisecond, 2, "2/3s"},
+		{Per(1, 7*time.Second).WithBurst(3), 7 * time.Second, 3, "1/7s burst 3"},
+		{Per(1, 1500*time.Millisecond), 1500 * time.Millisecond, 1, "1/1.5s"},
+		{Per(3, 2), 1, 3, "3/2ns"}, // 2 ns / 3 rounds to 1 ns
+		{Per(3, 4), 1, 3, "3/4ns"}, // 4 ns / 3 rounds down
+		{Per(2, 3), 2, 2, "2/3ns"}, // 3 ns / 2: a half rounds up
+		{Per(1, time.Nanosecond).WithBurst(1e15), 1, 1e15, "1/1ns burst 1000000000000000"},
+		{Per(1e9, time.Second), 1, 1e9, "1000000000/s"},
+		{PerSecond(5).WithBurst(5), 200 * time.Millisecond, 5, "5/s"},
+		{Per(1, maxSpan), maxSpan, 1, "1/438000h0m0s"}, // exactly the longest span
 	} {
-		assert.Equal(t, tc.want, tc.got)
-		assert.Equal(t, tc.str, tc.got.String())
-		assert.NoError(t, tc.got.Validate(), "%v", tc.got)
+		assert.Equal(t, tc.interval, tc.l.Interval(), "%v.Interval()", tc.l)
+		assert.Equal(t, tc.burst, tc.l.Burst(), "%v.Burst()", tc.l)
+		assert.Equal(t, tc.str, tc.l.String())
+		assert.NoError(t, tc.l.validate(), "%v", tc.l)
 	}
 }
 
-func TestLimitValidate(t *testing.T) {
+// An invalid Limit is written as the call that built it, and validate
+// (which New reports) names that call and the reason.
+func TestLimitInvalid(t *testing.T) {
 	for _, tc := range []struct {
 		l    Limit
+		str  string
 		want string
 	}{
-		{Limit{}, "rate must be positive"},
-		{PerSecond(0), "rate must be positive"},
-		{PerSecond(-5), "rate must be positive"},
-		{Per(5, -time.Second), "rate must be positive"},
-		{Rate(0), "rate must be positive"},
-		{Rate(-1), "rate must be positive"},
-		{Rate(math.NaN()), "rate must be positive"},
-		{Rate(math.Inf(1)), "rate must be positive"},
-		{Rate(math.Inf(-1)), "rate must be positive"},
-		{PerSecond(5).WithBurst(0), "burst must be at least 1"},
-		{PerSecond(5).WithBurst(-1), "burst must be at least 1"},
-		{Rate(1e-12), "exceeds"},
-		{Every(time.Hour).WithBurst(1 << 40), "exceeds"},
-		{Every(math.MaxInt64), "exceeds"},
+		{Limit{}, "Limit{}", "the zero Limit"},
+		{PerSecond(0), "PerSecond(0)", "the number of tokens must be positive"},
+		{PerSecond(-5), "PerSecond(-5)", "the number of tokens must be positive"},
+		{PerMinute(-1), "PerMinute(-1)", "the number of tokens must be positive"},
+		{PerHour(0), "PerHour(0)", "the number of tokens must be positive"},
+		{PerDay(-2), "PerDay(-2)", "the number of tokens must be positive"},
+		{Per(5, -time.Second), "Per(5, -1s)", "the period must be positive"},
+		{Per(5, 0), "Per(5, 0s)", "the period must be positive"},
+		{Per(1e12, time.Second), "PerSecond(1000000000000)", "faster than one token a nanosecond"},
+		{Per(3, 1), "Per(3, 1ns)", "faster than one token a nanosecond"},
+		{PerSecond(5).WithBurst(0), "PerSecond(5).WithBurst(0)", "the burst must be at least 1"},
+		{PerSecond(5).WithBurst(-1), "PerSecond(5).WithBurst(-1)", "the burst must be at least 1"},
+		{PerHour(1).WithBurst(1 << 40), "PerHour(1).WithBurst(1099511627776)", "more than 50 years"},
+		{Per(1, maxSpan+1), "Per(1, 438000h0m0.000000001s)", "more than 50 years"},
+		{Per(1, math.MaxInt64), "Per(1, 2562047h47m16.854775807s)", "more than 50 years"},
+		{Per(3, math.MaxInt64), "Per(3, 2562047h47m16.854775807s)", "more than 50 years"}, // no overflow
+		{Per(1, time.Nanosecond).WithBurst(math.MaxInt64), "Per(1, 1ns).WithBurst(9223372036854775807)", "more than 50 years"},
 	} {
-		err := tc.l.Validate()
-		if assert.ErrorIs(t, err, ErrInvalidLimit, "%#v", tc.l) {
-			assert.Contains(t, err.Error(), tc.want)
+		assert.Equal(t, tc.str, tc.l.String(), "String of an invalid limit")
+		err := tc.l.validate()
+		if assert.Error(t, err, "%s.validate()", tc.str) {
+			assert.Contains(t, err.Error(), "ratelimit: "+tc.str+": ", "%s.validate()", tc.str)
+			assert.Contains(t, err.Error(), tc.want, "%s.validate()", tc.str)
 		}
 	}
-	assert.NoError(t, Every(MaxSpan).Validate(), "exactly MaxSpan is allowed")
 }
 
-func TestAlgorithmNames(t *testing.T) {
-	a, err := ParseAlgorithm("token-bucket")
-	assert.NoError(t, err)
-	assert.Equal(t, TokenBucket, a)
-	assert.Equal(t, "token-bucket", a.String())
-	_, err = ParseAlgorithm("fixed-window")
-	assert.ErrorContains(t, err, `"fixed-window"`)
+// New reports an invalid limit with the call that built it and the
+// policy's name.
+func TestNewNamesInvalidLimit(t *testing.T) {
+	for _, tc := range []struct {
+		p    Policy
+		want []string
+	}{
+		{Policy{Limit: PerSecond(-5)}, []string{`policy "default"`, "PerSecond(-5)", "must be positive"}},
+		{Policy{Name: "huge", Limit: Per(1e12, time.Second)}, []string{`policy "huge"`, "faster than one token a nanosecond"}},
+		{Policy{Name: "zero"}, []string{`policy "zero"`, "Limit{}", "the zero Limit"}},
+		{Policy{}, []string{`policy "default"`, "the zero Limit"}},
+	} {
+		_, err := New(nopStore{}, tc.p)
+		if assert.Error(t, err, "New(%+v)", tc.p) {
+			for _, want := range tc.want {
+				assert.Contains(t, err.Error(), want, "New(%+v)", tc.p)
+			}
+		}
+	}
+}
+
+// The w parameter of RateLimit-Policy is the time the burst takes to earn
+// at the rate as written, so it is exact however the interval rounds.
+func TestLimitWindow(t *testing.T) {
+	for _, tc := range []struct {
+		l    Limit
+		want int64
+	}{
+		{PerMinute(9), 60}, // 9 × 6666666667 ns would be 60.000000003 s
+		{PerSecond(5).WithBurst(10), 2},
+		{Per(2, 3*time.Second), 3},
+		{PerSecond(3), 1},
+		{PerSecond(7).WithBurst(14), 2},
+		{PerSecond(3).WithBurst(2), 1},          // 2/3 s rounds up to 1
+		{Per(3, 2*time.Second).WithBurst(4), 3}, // 8/3 s rounds up
+		{PerDay(10000), 86400},
+		{Per(1, time.Second+1), 2},
+		{Per(1, 1500*time.Millisecond).WithBurst(3), 5},
+		{Per(1, time.Nanosecond), 1},
+		{Per(1, time.Nanosecond).WithBurst(1_500_000_000_000_000_000), 1_500_000_000},
+		{Limit{}, 1},
+		{Per(1, math.MaxInt64).WithBurst(math.MaxInt64), maxSFInteger},
+	} {
+		assert.Equal(t, tc.want, tc.l.window(), "%v.window()", tc.l)
+	}
+	// Per with a whole number of seconds: w is the period, for any n.
+	for _, n := range []int64{1, 3, 7, 9, 11, 13, 60, 97, 100, 999, 7_000_000, 999_999_999} {
+		for _, p := range []time.Duration{time.Second, 7 * time.Second, time.Minute, time.Hour, 24 * time.Hour, 30 * 24 * time.Hour} {
+			l := Per(n, p)
+			if l.validate() != nil {
+				continue
+			}
+			assert.Equal(t, int64(p/time.Second), l.window(), "Per(%d, %v).window()", n, p)
+		}
+	}
+}
+
+func TestAlgorithmText(t *testing.T) {
+	for a, name := range map[Algorithm]string{TokenBucket: "token-bucket", LeakyPolice: "leaky-police", LeakyShape: "leaky-shape"} {
+		assert.Equal(t, name, a.String())
+		text, err := a.MarshalText()
+		require.NoError(t, err, "%v.MarshalText()", a)
+		assert.Equal(t, name, string(text))
+		got := Algorithm(99)
+		require.NoError(t, got.UnmarshalText(text), "UnmarshalText(%q)", text)
+		assert.Equal(t, a, got, "UnmarshalText(%q)", text)
+	}
 	assert.Equal(t, "Algorithm(9)", Algorithm(9).String())
+	_, err := Algorithm(9).MarshalText()
+	assert.ErrorContains(t, err, "unknown algorithm 9")
+
+	for _, bad := range []string{"fixed-window", "", "Token-Bucket", " token-bucket", "Algorithm(9)"} {
+		a := LeakyShape
+		err := a.UnmarshalText([]byte(bad))
+		if assert.Error(t, err, "UnmarshalText(%q)", bad) {
+			assert.Contains(t, err.Error(), `"`+bad+`"`)
+			assert.Contains(t, err.Error(), `"token-bucket" "leaky-police" "leaky-shape"`, "the error lists the valid names")
+		}
+		assert.Equal(t, LeakyShape, a, "a failed UnmarshalText(%q) changes nothing", bad)
+	}
+}
+
+func TestAlgorithmFlag(t *testing.T) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var a Algorithm
+	fs.TextVar(&a, "algorithm", LeakyPolice, "how the limit is applied")
+	assert.Equal(t, LeakyPolice, a, "the default")
+	assert.Equal(t, "leaky-police", fs.Lookup("algorithm").DefValue)
+	require.NoError(t, fs.Parse([]string{"-algorithm", "leaky-shape"}))
+	assert.Equal(t, LeakyShape, a)
+
+	err := fs.Parse([]string{"-algorithm=sliding-window"})
+	if assert.Error(t, err) {
+		assert.Contains(t, err.Error(), `"sliding-window"`)
+		assert.Contains(t, err.Error(), "token-bucket")
+	}
+}
+
+// Every error that New returns for a policy names the value at fault.
+func TestPolicyErrors(t *testing.T) {
+	for _, tc := range []struct {
+		p    Policy
+		want string
+	}{
+		{Policy{Name: `a"b`, Limit: PerSecond(1)}, `policy name "a\"b"`},
+		{Policy{Name: string(make([]byte, 65)), Limit: PerSecond(1)}, "want 1 to 64 characters"},
+		{Policy{Limit: PerSecond(1), Algorithm: 42}, "unknown algorithm 42"},
+		{Policy{Limit: PerSecond(1), Immediate: 1}, "apply to leaky-shape only"},
+		{Policy{Limit: PerSecond(1), MaxDelay: time.Second}, "apply to leaky-shape only"},
+		{Policy{Limit: PerSecond(1), Algorithm: LeakyShape, Immediate: 2}, "Immediate 2 outside [0, burst 1]"},
+		{Policy{Limit: PerSecond(1), Algorithm: LeakyShape, MaxDelay: 2 * time.Second}, "MaxDelay 2s outside [0, 1s]"},
+	} {
+		_, err := New(nopStore{}, tc.p)
+		assert.ErrorContains(t, err, tc.want, "New(%+v)", tc.p)
+		assert.False(t, errors.Is(err, ErrBadRequest), "a configuration error is no request's fault")
+	}
 }
