@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"errors"
+	"flag"
+	"io"
 	"math"
 	"net/http"
 	"net/textproto"
@@ -34,63 +36,63 @@ type headerCase struct {
 var headerCases = []headerCase{
 	{
 		name:   "allowed full bucket",
-		res:    Result{Allowed: true, Policy: "default", Limit: Limit{Interval: 200 * time.Millisecond, Burst: 10}, Remaining: 10},
+		res:    Result{Allowed: true, Policy: pol("default", PerSecond(5).WithBurst(10)), Remaining: 10},
 		ietf:   [2]string{`"default";q=10;w=2`, `"default";r=10`},
 		legacy: [3]string{"10", "10", "0"},
 	},
 	{
 		// DESIGN.md, Contract 1: 5/s burst 10 after one request.
 		name:   "allowed partial (design example)",
-		res:    Result{Allowed: true, Policy: "default", Limit: Limit{Interval: 200 * time.Millisecond, Burst: 10}, Remaining: 9, ResetAfter: 200 * time.Millisecond},
+		res:    Result{Allowed: true, Policy: pol("default", PerSecond(5).WithBurst(10)), Remaining: 9, ResetAfter: 200 * time.Millisecond},
 		ietf:   [2]string{`"default";q=10;w=2`, `"default";r=9;t=1`},
 		legacy: [3]string{"10", "9", "1"},
 	},
 	{
 		// Next token in 0.7 s, bucket full in 2.7 s.
 		name:   "allowed partial, t is the next token not the full reset",
-		res:    Result{Allowed: true, Policy: "api", Limit: Limit{Interval: time.Second, Burst: 5}, Remaining: 2, ResetAfter: 2700 * time.Millisecond},
+		res:    Result{Allowed: true, Policy: pol("api", PerSecond(1).WithBurst(5)), Remaining: 2, ResetAfter: 2700 * time.Millisecond},
 		ietf:   [2]string{`"api";q=5;w=5`, `"api";r=2;t=1`},
 		legacy: [3]string{"5", "2", "3"},
 	},
 	{
 		name:   "allowed partial, remainder zero waits a whole interval",
-		res:    Result{Allowed: true, Policy: "slow", Limit: Every(7 * time.Second).WithBurst(3), Remaining: 1, ResetAfter: 14 * time.Second},
+		res:    Result{Allowed: true, Policy: pol("slow", Per(1, 7*time.Second).WithBurst(3)), Remaining: 1, ResetAfter: 14 * time.Second},
 		ietf:   [2]string{`"slow";q=3;w=21`, `"slow";r=1;t=7`},
 		legacy: [3]string{"3", "1", "14"},
 	},
 	{
 		name:   "refused cost 1",
-		res:    Result{Policy: "default", Limit: Limit{Interval: 200 * time.Millisecond, Burst: 10}, RetryAfter: 200 * time.Millisecond, ResetAfter: 2 * time.Second},
+		res:    Result{Policy: pol("default", PerSecond(5).WithBurst(10)), RetryAfter: 200 * time.Millisecond, ResetAfter: 2 * time.Second},
 		ietf:   [2]string{`"default";q=10;w=2`, `"default";r=0;t=1`},
 		legacy: [3]string{"10", "0", "2"},
 	},
 	{
 		name:   "refused large RetryAfter",
-		res:    Result{Policy: "default", Limit: Limit{Interval: 200 * time.Millisecond, Burst: 10}, Remaining: 3, RetryAfter: 7300 * time.Millisecond, ResetAfter: 9 * time.Second},
+		res:    Result{Policy: pol("default", PerSecond(5).WithBurst(10)), Remaining: 3, RetryAfter: 7300 * time.Millisecond, ResetAfter: 9 * time.Second},
 		ietf:   [2]string{`"default";q=10;w=2`, `"default";r=3;t=8`},
 		legacy: [3]string{"10", "3", "9"},
 	},
 	{
 		name:   "100 per minute",
-		res:    Result{Allowed: true, Policy: "per-min", Limit: PerMinute(100), Remaining: 42, ResetAfter: 34*time.Second + 800*time.Millisecond},
+		res:    Result{Allowed: true, Policy: pol("per-min", PerMinute(100)), Remaining: 42, ResetAfter: 34*time.Second + 800*time.Millisecond},
 		ietf:   [2]string{`"per-min";q=100;w=60`, `"per-min";r=42;t=1`},
 		legacy: [3]string{"100", "42", "35"},
 	},
 	{
 		name:   "10000 per day",
-		res:    Result{Allowed: true, Policy: "daily", Limit: PerDay(10000), Remaining: 9999, ResetAfter: 8640 * time.Millisecond},
+		res:    Result{Allowed: true, Policy: pol("daily", PerDay(10000)), Remaining: 9999, ResetAfter: 8640 * time.Millisecond},
 		ietf:   [2]string{`"daily";q=10000;w=86400`, `"daily";r=9999;t=9`},
 		legacy: [3]string{"10000", "9999", "9"},
 	},
 	{
 		name:   "every 7s burst 1 refused",
-		res:    Result{Policy: "p", Limit: Every(7 * time.Second), RetryAfter: 6500 * time.Millisecond, ResetAfter: 6500 * time.Millisecond},
+		res:    Result{Policy: pol("p", Per(1, 7*time.Second)), RetryAfter: 6500 * time.Millisecond, ResetAfter: 6500 * time.Millisecond},
 		ietf:   [2]string{`"p";q=1;w=7`, `"p";r=0;t=7`},
 		legacy: [3]string{"1", "0", "7"},
 	},
 	{
 		name:   "sub-second span",
-		res:    Result{Allowed: true, Policy: "fast", Limit: Limit{Interval: time.Millisecond, Burst: 5}, Remaining: 4, ResetAfter: time.Millisecond},
+		res:    Result{Allowed: true, Policy: pol("fast", Per(1, time.Millisecond).WithBurst(5)), Remaining: 4, ResetAfter: time.Millisecond},
 		ietf:   [2]string{`"fast";q=5;w=1`, `"fast";r=4;t=1`},
 		legacy: [3]string{"5", "4", "1"},
 	},
@@ -99,27 +101,27 @@ var headerCases = []headerCase{
 		// t=30 assumes a fixed window; a token bucket earns the next token
 		// within one interval (0.6 s), so t=1.
 		name:   "V15 default 100 per 60s, 50 left",
-		res:    Result{Allowed: true, Policy: "default", Limit: Limit{Interval: 600 * time.Millisecond, Burst: 100}, Remaining: 50, ResetAfter: 30 * time.Second},
+		res:    Result{Allowed: true, Policy: pol("default", PerMinute(100)), Remaining: 50, ResetAfter: 30 * time.Second},
 		ietf:   [2]string{`"default";q=100;w=60`, `"default";r=50;t=1`},
 		legacy: [3]string{"100", "50", "30"},
 	},
 	{
 		// 60s/9 rounds up to 6666666667ns; the extra 3ns must not make w=61.
 		name:   "9 per minute interval rounding",
-		res:    Result{Allowed: true, Policy: "default", Limit: PerMinute(9), Remaining: 9},
+		res:    Result{Allowed: true, Policy: pol("default", PerMinute(9)), Remaining: 9},
 		ietf:   [2]string{`"default";q=9;w=60`, `"default";r=9`},
 		legacy: [3]string{"9", "9", "0"},
 	},
 	{
 		name:   "1.5s interval rounds up",
-		res:    Result{Policy: "default", Limit: Every(1500 * time.Millisecond), RetryAfter: 1400 * time.Millisecond, ResetAfter: 1400 * time.Millisecond},
+		res:    Result{Policy: pol("default", Per(1, 1500*time.Millisecond)), RetryAfter: 1400 * time.Millisecond, ResetAfter: 1400 * time.Millisecond},
 		ietf:   [2]string{`"default";q=1;w=2`, `"default";r=0;t=2`},
 		legacy: [3]string{"1", "0", "2"},
 	},
 	{
 		// Burst beyond the 15 digits of an sf-integer is clamped in ietf only.
 		name:   "huge burst",
-		res:    Result{Allowed: true, Policy: "default", Limit: Limit{Interval: 1, Burst: 1_500_000_000_000_000_000}, Remaining: 1_000_000_000_000_000_000, ResetAfter: time.Duration(500_000_000_000_000_000)},
+		res:    Result{Allowed: true, Policy: pol("default", Per(1, time.Nanosecond).WithBurst(1_500_000_000_000_000_000)), Remaining: 1_000_000_000_000_000_000, ResetAfter: time.Duration(500_000_000_000_000_000)},
 		ietf:   [2]string{`"default";q=999999999999999;w=1500000000`, `"default";r=999999999999999;t=1`},
 		legacy: [3]string{"1500000000000000000", "1000000000000000000", "500000000"},
 	},
@@ -128,7 +130,7 @@ var headerCases = []headerCase{
 func TestWriteHeaders(t *testing.T) {
 	for _, tc := range headerCases {
 		t.Run(tc.name, func(t *testing.T) {
-			require.NoError(t, tc.res.Limit.Validate(), "precondition: valid limit")
+			require.NoError(t, tc.res.Policy.Limit.validate(), "precondition: valid limit")
 			checkHeaders(t, HeadersIETF, tc.res, map[string]string{
 				"RateLimit-Policy": tc.ietf[0],
 				"RateLimit":        tc.ietf[1],
@@ -214,30 +216,31 @@ func TestWriteHeadersAddAfterwards(t *testing.T) {
 	}
 }
 
-// w names the period of a limit built by Per with a whole number of seconds,
-// despite the interval being rounded to the nanosecond.
-func TestHeadersWindowOfPer(t *testing.T) {
-	for _, n := range []int64{1, 3, 7, 9, 11, 13, 60, 97, 100, 999, 7_000_000, 999_999_999} {
-		for _, p := range []time.Duration{time.Second, 7 * time.Second, time.Minute, time.Hour, 24 * time.Hour, 30 * 24 * time.Hour} {
-			l := Per(n, p)
-			if l.Validate() != nil {
-				continue
-			}
-			assert.Equal(t, int64(p/time.Second), windowSeconds(l), "windowSeconds(Per(%d, %v) = %+v)", n, p, l)
-		}
-	}
+// RateLimit-Policy's w is the period as the user wrote it (burst × period
+// / n), whatever the interval rounds to; several policies are listed in
+// order, and dry-run ones only when asked.
+func TestPolicyField(t *testing.T) {
 	for _, tc := range []struct {
 		l    Limit
-		want int64
+		want string
 	}{
-		{Limit{Interval: time.Second + 1, Burst: 1}, 2},
-		{Limit{Interval: 1500 * time.Millisecond, Burst: 3}, 5},
-		{Limit{Interval: time.Nanosecond, Burst: 1}, 1},
-		{Limit{}, 1},
-		{Limit{Interval: math.MaxInt64, Burst: math.MaxInt64}, 9223372037},
+		{PerMinute(9), `"p";q=9;w=60`},
+		{PerSecond(5).WithBurst(10), `"p";q=10;w=2`},
+		{Per(2, 3*time.Second), `"p";q=2;w=3`},
+		{PerSecond(3), `"p";q=3;w=1`},
+		{PerDay(1), `"p";q=1;w=86400`},
+		{PerHour(7).WithBurst(1), `"p";q=1;w=515`}, // 3600/7 = 514.3 s, rounded up
+		{Per(1, time.Nanosecond).WithBurst(1_500_000_000_000_000_000), `"p";q=999999999999999;w=1500000000`},
 	} {
-		assert.Equal(t, tc.want, windowSeconds(tc.l), "windowSeconds(%+v)", tc.l)
+		assert.Equal(t, tc.want, policyField([]Policy{{Name: "p", Limit: tc.l}}, false), "policyField(%v)", tc.l)
 	}
+	ps := []Policy{
+		{Name: "per-key", Limit: PerSecond(5).WithBurst(10)},
+		{Name: "shadow", Limit: PerMinute(1), DryRun: true},
+		{Name: "daily", Limit: PerDay(10000)},
+	}
+	assert.Equal(t, `"per-key";q=10;w=2,"daily";q=10000;w=86400`, policyField(ps, false))
+	assert.Equal(t, `"per-key";q=10;w=2,"shadow";q=1;w=60,"daily";q=10000;w=86400`, policyField(ps, true))
 }
 
 func TestHeaderKeysAreCanonical(t *testing.T) {
@@ -312,7 +315,7 @@ func TestIETFHeadersAreSFLists(t *testing.T) {
 			require.NoError(t, err, "%s: parseSFList(%s: %s)", tc.name, f.name, v)
 			require.Len(t, items, 1, "%s: %s: %s", tc.name, f.name, v)
 			it := items[0]
-			assert.Equal(t, tc.res.Policy, it.name, "%s: %s name", tc.name, f.name)
+			assert.Equal(t, tc.res.Policy.Name, it.name, "%s: %s name", tc.name, f.name)
 			for _, k := range f.required {
 				assert.Contains(t, it.params, k, "%s: %s: %s", tc.name, f.name, v)
 			}
@@ -362,24 +365,47 @@ func TestHeaderFormatString(t *testing.T) {
 	}
 }
 
-func TestParseHeaderFormat(t *testing.T) {
+func TestHeaderFormatText(t *testing.T) {
 	for _, f := range []HeaderFormat{HeadersIETF, HeadersLegacy, HeadersX, HeadersNone} {
-		got, err := ParseHeaderFormat(f.String())
-		require.NoError(t, err, "ParseHeaderFormat(%q)", f.String())
-		assert.Equal(t, f, got, "ParseHeaderFormat(%q)", f.String())
+		text, err := f.MarshalText()
+		require.NoError(t, err, "%v.MarshalText()", f)
+		assert.Equal(t, f.String(), string(text))
+		got := HeaderFormat(99)
+		require.NoError(t, got.UnmarshalText(text), "UnmarshalText(%q)", text)
+		assert.Equal(t, f, got, "UnmarshalText(%q)", text)
 	}
+	_, err := (HeadersNone + 1).MarshalText()
+	assert.ErrorContains(t, err, "unknown header format 4")
 	for _, bad := range []string{"", "IETF", "draft-10", " ietf", "HeaderFormat(4)"} {
-		_, err := ParseHeaderFormat(bad)
-		if assert.Error(t, err, "ParseHeaderFormat(%q)", bad) {
-			assert.Contains(t, err.Error(), strconv.Quote(bad), "ParseHeaderFormat(%q) error", bad)
-			assert.Contains(t, err.Error(), "ietf, legacy, x or none", "ParseHeaderFormat(%q) error", bad)
+		f := HeadersX
+		err := f.UnmarshalText([]byte(bad))
+		if assert.Error(t, err, "UnmarshalText(%q)", bad) {
+			assert.Contains(t, err.Error(), strconv.Quote(bad), "UnmarshalText(%q) error", bad)
+			assert.Contains(t, err.Error(), `"ietf" "legacy" "x" "none"`, "UnmarshalText(%q) error lists the valid names", bad)
 		}
+		assert.Equal(t, HeadersX, f, "a failed UnmarshalText(%q) changes nothing", bad)
+	}
+}
+
+func TestHeaderFormatFlag(t *testing.T) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var f HeaderFormat
+	fs.TextVar(&f, "headers", HeadersLegacy, "rate-limit header fields")
+	assert.Equal(t, HeadersLegacy, f, "the default")
+	assert.Equal(t, "legacy", fs.Lookup("headers").DefValue)
+	require.NoError(t, fs.Parse([]string{"-headers=none"}))
+	assert.Equal(t, HeadersNone, f)
+	err := fs.Parse([]string{"-headers", "draft-10"})
+	if assert.Error(t, err) {
+		assert.Contains(t, err.Error(), `"draft-10"`)
+		assert.Contains(t, err.Error(), `"ietf"`)
 	}
 }
 
 func BenchmarkWriteHeaders(b *testing.B) {
 	res := Result{
-		Allowed: true, Policy: "default", Limit: Limit{Interval: 200 * time.Millisecond, Burst: 10},
+		Allowed: true, Policy: pol("default", PerSecond(5).WithBurst(10)),
 		Remaining: 9, ResetAfter: 200 * time.Millisecond,
 	}
 	for _, f := range []HeaderFormat{HeadersIETF, HeadersLegacy, HeadersX, HeadersNone} {
@@ -473,8 +499,11 @@ func parseSFList(s string) ([]sfItem, error) {
 
 // field is the RateLimit-Policy value of a limiter with res's policy alone.
 func field(res Result) string {
-	return policyField([]Policy{{Name: res.Policy, Limit: res.Limit}}, false)
+	return policyField([]Policy{*res.Policy}, false)
 }
+
+// pol returns a policy, for a Result's Policy field.
+func pol(name string, l Limit) *Policy { return &Policy{Name: name, Limit: l} }
 
 // FuzzHeaders writes the header fields of arbitrary results and parses
 // them back: the IETF fields are well-formed sf-lists that carry the
@@ -483,10 +512,10 @@ func FuzzHeaders(f *testing.F) {
 	f.Add("default", int64(200_000_000), int64(10), int64(9), int64(200_000_000), int64(0), true)
 	f.Add("a.b-c_d", int64(1), int64(1), int64(0), int64(1), int64(7_300_000_000), false)
 	f.Fuzz(func(t *testing.T, name string, interval, burst, remaining, resetAfter, retryAfter int64, allowed bool) {
-		if !validName(name) || interval < 1 || burst < 1 || burst > int64(MaxSpan)/interval || remaining < 0 || remaining > burst || resetAfter < 0 || retryAfter < 0 {
+		if !validName(name) || interval < 1 || burst < 1 || burst > int64(maxSpan)/interval || remaining < 0 || remaining > burst || resetAfter < 0 || retryAfter < 0 {
 			t.Skip()
 		}
-		res := Result{Allowed: allowed, Policy: name, Limit: Limit{Interval: time.Duration(interval), Burst: burst},
+		res := Result{Allowed: allowed, Policy: pol(name, Per(1, time.Duration(interval)).WithBurst(burst)),
 			Remaining: remaining, ResetAfter: time.Duration(resetAfter), RetryAfter: time.Duration(retryAfter)}
 		h := http.Header{}
 		writeHeaders(h, HeadersIETF, res, field(res))
