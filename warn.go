@@ -62,6 +62,9 @@ func (s *limitsSeen) check(l *Limiter, log *slog.Logger) {
 	if _, loaded := s.checked.LoadOrStore(l, struct{}{}); loaded {
 		return
 	}
+	if !hashable(l.store) {
+		return // a store that cannot be a map key cannot be told apart
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.limits == nil {
@@ -77,6 +80,15 @@ func (s *limitsSeen) check(l *Limiter, log *slog.Logger) {
 				"policy", p.Name, "limit", p.Limit.String(), "other", prev.String())
 		}
 	}
+}
+
+// hashable reports whether store can be a map key: comparing two stores
+// of a dynamic type that is not comparable, such as a func adapter or a
+// struct holding a slice, panics.
+func hashable(store Store) (ok bool) {
+	defer func() { ok = recover() == nil }()
+	_ = map[Store]bool{store: true}
+	return true
 }
 
 // dominance watches a sample of the keys a Middleware sees and warns once

@@ -2,19 +2,20 @@ package ratelimit_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/nethttp"
 )
 
@@ -31,24 +32,59 @@ func warnings(buf *bytes.Buffer, kind string) int {
 	return strings.Count(buf.String(), "warning="+kind)
 }
 
-type countingWarner struct {
-	nopObserver
+// warningCounter is a slog.Handler that counts records by their "warning"
+// attribute, as a metrics exporter that wraps a handler would.
+type warningCounter struct {
+	mu    sync.Mutex
 	kinds map[string]int
+	other int // records without a "warning" attribute
 }
 
-type nopObserver struct{}
+func (c *warningCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (c *warningCounter) WithAttrs([]slog.Attr) slog.Handler       { return c }
+func (c *warningCounter) WithGroup(string) slog.Handler            { return c }
 
-func (nopObserver) Observe(*http.Request, ratelimit.Event) {}
+func (c *warningCounter) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kind := ""
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "warning" {
+			kind = a.Value.String()
+			return false
+		}
+		return true
+	})
+	if kind == "" {
+		c.other++
+		return nil
+	}
+	if c.kinds == nil {
+		c.kinds = map[string]int{}
+	}
+	c.kinds[kind]++
+	return nil
+}
 
-func (c *countingWarner) Warn(kind string) { c.kinds[kind]++ }
+func (c *warningCounter) counts() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.kinds)
+}
 
-func serveKeys(t *testing.T, key ratelimit.KeyFunc, n int, opts ...ratelimit.Option) {
+// countingLogger returns a Logger that counts warnings by kind.
+func countingLogger() (*slog.Logger, *warningCounter) {
+	c := &warningCounter{}
+	return slog.New(c), c
+}
+
+// serveKeys serves n requests keyed by key: RemoteAddr from 200 addresses,
+// X-Client from 500 clients, and an X-Forwarded-For on each.
+func serveKeys(t *testing.T, key ratelimit.KeyFunc, n int, opts *ratelimit.Options) {
 	t.Helper()
-	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1_000_000)})
 	require.NoError(t, err)
-	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1_000_000).WithBurst(1_000_000)})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, key, opts...)
+	m, err := ratelimit.NewMiddleware(lim, key, opts)
 	require.NoError(t, err)
 	h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	for i := range n {
@@ -64,16 +100,16 @@ func TestWarnForwardedWithoutTrustedProxy(t *testing.T) {
 	logs := captureLogs(t)
 	byIP, err := ratelimit.KeyByIP()
 	require.NoError(t, err)
-	serveKeys(t, byIP, 100)
+	serveKeys(t, byIP, 100, nil)
 	assert.Equal(t, 1, warnings(logs, "forwarded-without-trusted-proxy"), logs.String())
 
 	logs.Reset()
 	trusted, err := ratelimit.KeyByIP(ratelimit.TrustedProxies("192.0.2.0/24"))
 	require.NoError(t, err)
-	serveKeys(t, trusted, 100)
-	quiet, err := ratelimit.KeyByIP(ratelimit.QuietIP())
+	serveKeys(t, trusted, 100, nil)
+	quiet, err := ratelimit.KeyByIP(ratelimit.QuietIP("forwarded-without-trusted-proxy"))
 	require.NoError(t, err)
-	serveKeys(t, quiet, 100)
+	serveKeys(t, quiet, 100, nil)
 	assert.Empty(t, logs.String())
 }
 
@@ -89,135 +125,188 @@ func TestWarnWideTrustedRange(t *testing.T) {
 		_, err := ratelimit.KeyByIP(ratelimit.TrustedProxies(cidr))
 		require.NoError(t, err)
 	}
-	_, err := ratelimit.KeyByIP(ratelimit.TrustedProxies("0.0.0.0/0"), ratelimit.QuietIP())
+	_, err := ratelimit.KeyByIP(ratelimit.TrustedProxies("0.0.0.0/0"), ratelimit.QuietIP("wide-trusted-range"))
 	require.NoError(t, err)
 	assert.Empty(t, logs.String())
 }
 
+// The one-key warning goes to Options.Logger once, however long the one
+// key lasts; a Logger that counts warnings (what metrics do) sees it.
 func TestWarnOneKey(t *testing.T) {
 	logs := captureLogs(t)
-	w := &countingWarner{kinds: map[string]int{}}
+	logger, counter := countingLogger()
 	one := func(*http.Request) (string, error) { return "everyone", nil }
-	serveKeys(t, one, 3*64*256, ratelimit.WithObserver(w))
-	assert.Equal(t, 1, warnings(logs, "one-key"), "once, however long it lasts")
-	assert.Equal(t, map[string]int{"one-key": 1}, w.kinds)
+	serveKeys(t, one, 3*64*256, &ratelimit.Options{Logger: logger})
+	assert.Equal(t, map[string]int{"one-key": 1}, counter.counts(), "once, however long it lasts")
+	assert.Zero(t, counter.other)
+	assert.Empty(t, logs.String(), "the Logger of Options, not slog.Default")
+
+	serveKeys(t, one, 2*64*256, nil)
+	assert.Equal(t, 1, warnings(logs, "one-key"), "no Logger: slog.Default")
 
 	logs.Reset()
-	serveKeys(t, keyByHeader, 2*64*256)
-	serveKeys(t, one, 2*64*256, ratelimit.WithoutWarnings())
-	assert.Empty(t, logs.String(), "500 clients, or warnings off")
+	serveKeys(t, keyByHeader, 2*64*256, nil)
+	serveKeys(t, one, 2*64*256, &ratelimit.Options{Quiet: []string{"one-key"}})
+	assert.Empty(t, logs.String(), "500 clients, or the warning off")
 }
 
-func TestWarnSharedPolicyName(t *testing.T) {
-	logs := captureLogs(t)
-	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+// sharedNameMiddleware returns a Middleware of limiter main whose
+// LimiterFor picks the limiter named by the request's X-Plan.
+func sharedNameMiddleware(t *testing.T, main *ratelimit.Limiter, plans map[string]*ratelimit.Limiter, opts *ratelimit.Options) http.Handler {
+	t.Helper()
+	o := ratelimit.Options{}
+	if opts != nil {
+		o = *opts
+	}
+	o.LimiterFor = func(r *http.Request) *ratelimit.Limiter { return plans[r.Header.Get("X-Plan")] }
+	m, err := ratelimit.NewMiddleware(main, keyByHeader, &o)
 	require.NoError(t, err)
-	newMW := func(l ratelimit.Limit, opts ...ratelimit.Option) {
+	return nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+}
+
+func servePlan(h http.Handler, plan string) {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("X-Client", "c")
+	r.Header.Set("X-Plan", plan)
+	h.ServeHTTP(httptest.NewRecorder(), r)
+}
+
+// The shared-policy-name check is made per Middleware, on its own limiter
+// as soon as it is built and on each limiter LimiterFor picks the first
+// time it is picked: one warning for two limiters of one store that give
+// one name two limits.
+func TestWarnSharedPolicyName(t *testing.T) {
+	store := memoryStore(t)
+	newLimiter := func(name string, l ratelimit.Limit) *ratelimit.Limiter {
+		lim, err := ratelimit.New(store, ratelimit.Policy{Name: name, Limit: l})
+		require.NoError(t, err)
+		return lim
+	}
+	main := newLimiter("main", ratelimit.PerSecond(1))
+	free := newLimiter("tier", ratelimit.PerSecond(5))
+	paid := newLimiter("tier", ratelimit.PerSecond(50))
+	alsoFree := newLimiter("tier", ratelimit.PerSecond(5))
+
+	// Two limiters reached through LimiterFor, one name, two limits.
+	logger, counter := countingLogger()
+	h := sharedNameMiddleware(t, main, map[string]*ratelimit.Limiter{"free": free, "paid": paid}, &ratelimit.Options{Logger: logger})
+	for range 3 {
+		servePlan(h, "free")
+		servePlan(h, "")
+	}
+	assert.Empty(t, counter.counts(), "one limit per name so far")
+	for range 3 {
+		servePlan(h, "paid")
+		servePlan(h, "free")
+	}
+	assert.Equal(t, map[string]int{"shared-policy-name": 1}, counter.counts(), "once")
+
+	// The same limit under one name is fine.
+	logger, counter = countingLogger()
+	h = sharedNameMiddleware(t, main, map[string]*ratelimit.Limiter{"free": free, "also": alsoFree}, &ratelimit.Options{Logger: logger})
+	servePlan(h, "free")
+	servePlan(h, "also")
+	assert.Empty(t, counter.counts())
+
+	// The Middleware's own limiter is checked when it is built, against
+	// the limiters picked later.
+	logger, counter = countingLogger()
+	h = sharedNameMiddleware(t, free, map[string]*ratelimit.Limiter{"paid": paid}, &ratelimit.Options{Logger: logger})
+	assert.Empty(t, counter.counts())
+	for range 3 {
+		servePlan(h, "paid")
+	}
+	assert.Equal(t, map[string]int{"shared-policy-name": 1}, counter.counts())
+
+	// Turned off.
+	logger, counter = countingLogger()
+	h = sharedNameMiddleware(t, free, map[string]*ratelimit.Limiter{"paid": paid}, &ratelimit.Options{Logger: logger, Quiet: []string{"shared-policy-name"}})
+	servePlan(h, "paid")
+	assert.Empty(t, counter.counts())
+}
+
+// Limiters of different Middlewares, or on different stores, never share a
+// bucket through a name, so they are not compared.
+func TestWarnSharedPolicyNameNotAcross(t *testing.T) {
+	logs := captureLogs(t)
+	store := memoryStore(t)
+	for _, l := range []ratelimit.Limit{ratelimit.PerSecond(5), ratelimit.PerSecond(50)} {
 		lim, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: l})
 		require.NoError(t, err)
-		_, err = ratelimit.NewMiddleware(lim, keyByHeader, opts...)
+		_, err = ratelimit.NewMiddleware(lim, keyByHeader, nil)
 		require.NoError(t, err)
 	}
-	newMW(ratelimit.PerSecond(5))
-	newMW(ratelimit.PerSecond(5))
-	assert.Empty(t, logs.String(), "the same limit under one name is fine")
-	newMW(ratelimit.PerSecond(50), ratelimit.WithoutWarnings())
-	assert.Empty(t, logs.String())
-	newMW(ratelimit.PerSecond(50))
-	assert.Equal(t, 1, warnings(logs, "shared-policy-name"), logs.String())
+	assert.Empty(t, logs.String(), "two Middlewares: each checks its own limiters")
+
+	a, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5)})
+	require.NoError(t, err)
+	b, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(50)})
+	require.NoError(t, err)
+	h := sharedNameMiddleware(t, a, map[string]*ratelimit.Limiter{"b": b}, nil)
+	servePlan(h, "b")
+	assert.Empty(t, logs.String(), "two stores: their buckets are apart")
 }
 
-// The limiters that WithLimiterFor picks are checked too, the first time
-// each is picked, and once.
-func TestWarnSharedPolicyNamePickedLimiter(t *testing.T) {
+// storeFunc is a Store whose dynamic type is a func, which cannot be a map
+// key or compared.
+type storeFunc func(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error)
+
+func (f storeFunc) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+	return f(ctx, p, key, cost)
+}
+
+// A store that cannot be compared is not checked for shared names, and
+// works.
+func TestWarnSharedPolicyNameUncomparableStore(t *testing.T) {
 	logs := captureLogs(t)
-	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	mem := memoryStore(t)
+	store := storeFunc(mem.Take)
+	a, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(1)})
 	require.NoError(t, err)
-	free, err := ratelimit.New(store, ratelimit.Policy{Name: "tier", Limit: ratelimit.PerSecond(5)})
+	b, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(2)})
 	require.NoError(t, err)
-	paid, err := ratelimit.New(store, ratelimit.Policy{Name: "tier", Limit: ratelimit.PerSecond(50)})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(free, keyByHeader, ratelimit.WithLimiterFor(func(r *http.Request) *ratelimit.Limiter {
-		if r.Header.Get("X-Paid") != "" {
-			return paid
-		}
-		return nil
-	}))
-	require.NoError(t, err)
-	h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	assert.Empty(t, logs.String())
-	for range 3 {
+	var h http.Handler
+	require.NotPanics(t, func() { h = sharedNameMiddleware(t, a, map[string]*ratelimit.Limiter{"b": b}, nil) })
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	assert.Equal(t, http.StatusUnauthorized, w.Code, "no X-Client")
+	for _, plan := range []string{"", "b"} {
 		r := httptest.NewRequest("GET", "/", nil)
-		r.Header.Set("X-Client", "c")
-		r.Header.Set("X-Paid", "yes")
-		h.ServeHTTP(httptest.NewRecorder(), r)
-	}
-	assert.Equal(t, 1, warnings(logs, "shared-policy-name"), logs.String())
-}
-
-// A store that is collected can leave its address to a new one: the new
-// store's policies must not be compared with the old one's.
-func TestWarnSharedPolicyNameNotAcrossCollectedStores(t *testing.T) {
-	logs := captureLogs(t)
-	for i := range 200 {
-		store, err := memorystore.New(memorystore.WithSweepInterval(0))
-		require.NoError(t, err)
-		lim, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(int64(i) + 1)})
-		require.NoError(t, err)
-		_, err = ratelimit.NewMiddleware(lim, keyByHeader)
-		require.NoError(t, err)
-		runtime.GC()
+		r.Header.Set("X-Client", "c"+plan) // one name, two limits: one bucket each
+		r.Header.Set("X-Plan", plan)
+		w := httptest.NewRecorder()
+		require.NotPanics(t, func() { h.ServeHTTP(w, r) })
+		assert.Equal(t, http.StatusOK, w.Code, "plan %q", plan)
 	}
 	assert.Empty(t, logs.String())
 }
 
-// A store in a package-level variable lives outside the heap; it is still
-// known, and never collected.
-var packageStore failingStore
-
-func TestWarnSharedPolicyNamePackageStore(t *testing.T) {
-	logs := captureLogs(t)
-	for _, l := range []ratelimit.Limit{ratelimit.PerSecond(5), ratelimit.PerSecond(5), ratelimit.PerSecond(6)} {
-		lim, err := ratelimit.New(&packageStore, ratelimit.Policy{Name: "package-store", Limit: l})
-		require.NoError(t, err)
-		_, err = ratelimit.NewMiddleware(lim, keyByHeader)
-		require.NoError(t, err)
-	}
-	assert.Equal(t, 1, warnings(logs, "shared-policy-name"), logs.String())
-}
-
-// Each warning can be turned off on its own, an unknown kind is an error,
-// and WarnTo counts KeyByIP's warnings.
+// Each warning can be turned off on its own, and an unknown kind is an
+// error that names it.
 func TestWarningsOneByOne(t *testing.T) {
 	logs := captureLogs(t)
-	w := &countingWarner{kinds: map[string]int{}}
-	_, err := ratelimit.KeyByIP(ratelimit.TrustedProxies("0.0.0.0/0"), ratelimit.QuietIP(ratelimit.WarnForwardedWithoutTrustedProxy), ratelimit.WarnTo(w))
+	_, err := ratelimit.KeyByIP(ratelimit.TrustedProxies("0.0.0.0/0"), ratelimit.QuietIP("forwarded-without-trusted-proxy"))
 	require.NoError(t, err)
-	assert.Equal(t, 1, warnings(logs, ratelimit.WarnWideTrustedRange))
-	assert.Equal(t, map[string]int{ratelimit.WarnWideTrustedRange: 1}, w.kinds, "told to the Warner too")
+	assert.Equal(t, 1, warnings(logs, "wide-trusted-range"))
 
 	logs.Reset()
-	byIP, err := ratelimit.KeyByIP(ratelimit.QuietIP(ratelimit.WarnWideTrustedRange))
+	byIP, err := ratelimit.KeyByIP(ratelimit.QuietIP("wide-trusted-range"))
 	require.NoError(t, err)
-	serveKeys(t, byIP, 100)
-	assert.Equal(t, 1, warnings(logs, ratelimit.WarnForwardedWithoutTrustedProxy), "only the other IP warning is off")
+	serveKeys(t, byIP, 100, nil)
+	assert.Equal(t, 1, warnings(logs, "forwarded-without-trusted-proxy"), "only the other IP warning is off")
 
 	logs.Reset()
 	one := func(*http.Request) (string, error) { return "everyone", nil }
-	serveKeys(t, one, 2*64*256, ratelimit.WithoutWarnings(ratelimit.WarnSharedPolicyName))
-	assert.Equal(t, 1, warnings(logs, ratelimit.WarnOneKey), "only the shared-name warning is off")
+	serveKeys(t, one, 2*64*256, &ratelimit.Options{Quiet: []string{"shared-policy-name"}})
+	assert.Equal(t, 1, warnings(logs, "one-key"), "only the shared-name warning is off")
 	logs.Reset()
-	serveKeys(t, one, 2*64*256, ratelimit.WithoutWarnings(ratelimit.WarnOneKey))
+	serveKeys(t, one, 2*64*256, &ratelimit.Options{Quiet: []string{"one-key"}})
 	assert.Empty(t, logs.String())
 
-	_, err = ratelimit.KeyByIP(ratelimit.QuietIP(ratelimit.WarnOneKey))
-	assert.ErrorContains(t, err, "unknown warning")
-	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	_, err = ratelimit.KeyByIP(ratelimit.QuietIP("one-key"))
+	assert.ErrorContains(t, err, `unknown warning "one-key"`)
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	require.NoError(t, err)
-	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
-	require.NoError(t, err)
-	_, err = ratelimit.NewMiddleware(lim, one, ratelimit.WithoutWarnings("bogus"))
-	assert.ErrorContains(t, err, "unknown warning")
-	_, err = ratelimit.KeyByIP(ratelimit.WarnTo(nil))
-	assert.Error(t, err)
+	_, err = ratelimit.NewMiddleware(lim, one, &ratelimit.Options{Quiet: []string{"bogus"}})
+	assert.ErrorContains(t, err, `Options.Quiet: unknown warning "bogus"`)
 }
