@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +18,6 @@ import (
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/nethttp"
-	"github.com/tokenfair/ratelimit/storetest"
 )
 
 // keyByHeader keys requests by the plain value of X-Client, for tests.
@@ -30,24 +31,63 @@ func costByHeader(r *http.Request) (int64, error) {
 	return 1, nil
 }
 
+// fakeClock is a clock that moves only when told; safe for concurrent use.
+type fakeClock struct{ ns atomic.Int64 }
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func (c *fakeClock) Now() time.Time          { return epoch.Add(time.Duration(c.ns.Load())) }
+func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// memoryStore returns a memory store on the real clock (or, in a synctest
+// bubble, the bubble's).
+func memoryStore(t *testing.T) *memorystore.Store {
+	t.Helper()
+	s, err := memorystore.New(memorystore.WithSweepInterval(0))
+	require.NoError(t, err)
+	return s
+}
+
+// clockStore returns a memory store that reads clock.
+func clockStore(t *testing.T, clock *fakeClock) *memorystore.Store {
+	t.Helper()
+	s, err := memorystore.New(memorystore.WithClock(clock.Now), memorystore.WithSweepInterval(0))
+	require.NoError(t, err)
+	return s
+}
+
 type server struct {
 	t       *testing.T
-	clock   *storetest.Clock
+	clock   *fakeClock
 	handler http.Handler
 	calls   int
 }
 
-func newServer(t *testing.T, l ratelimit.Limit, store ratelimit.Store, opts ...ratelimit.Option) *server {
+// withCost returns opts, or the defaults, with costByHeader as the cost
+// function unless opts has one.
+func withCost(opts *ratelimit.Options) *ratelimit.Options {
+	o := ratelimit.Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.Cost == nil {
+		o.Cost = costByHeader
+	}
+	return &o
+}
+
+// newServer serves requests keyed by X-Client (cost from X-Cost) under one
+// policy of limit l named "default", on store or, if nil, a memory store
+// with a fake clock.
+func newServer(t *testing.T, l ratelimit.Limit, store ratelimit.Store, opts *ratelimit.Options) *server {
 	t.Helper()
-	s := &server{t: t, clock: new(storetest.Clock)}
+	s := &server{t: t, clock: new(fakeClock)}
 	if store == nil {
-		ms, err := memorystore.New(memorystore.WithClock(s.clock.Now), memorystore.WithSweepInterval(0))
-		require.NoError(t, err)
-		store = ms
+		store = clockStore(t, s.clock)
 	}
 	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: l})
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, append([]ratelimit.Option{ratelimit.WithCost(costByHeader)}, opts...)...)
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, withCost(opts))
 	require.NoError(t, err)
 	s.handler = nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.calls++
@@ -91,7 +131,7 @@ func repeat(code, n int) []int {
 // capacity 10; twelve requests at once: ten pass, two get 429 with
 // Retry-After: 1; one second later five more pass.
 func TestWorkedExampleOverHTTP(t *testing.T) {
-	s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), nil)
+	s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), nil, nil)
 	var got []int
 	for i := range 12 {
 		w := s.get("alice")
@@ -116,14 +156,14 @@ func TestWorkedExampleOverHTTP(t *testing.T) {
 // request of cost 5 drains it); ten requests at T=3 s: five pass, five are
 // refused.
 func TestExerciseOverHTTP(t *testing.T) {
-	s := newServer(t, ratelimit.PerSecond(2).WithBurst(5), nil)
+	s := newServer(t, ratelimit.PerSecond(2).WithBurst(5), nil, nil)
 	require.Equal(t, 200, s.get("c", "X-Cost", "5").Code)
 	s.clock.Advance(3 * time.Second)
 	assert.Equal(t, append(repeat(200, 5), repeat(429, 5)...), s.codes(10, "c"))
 }
 
 func TestDenyResponse(t *testing.T) {
-	s := newServer(t, ratelimit.PerMinute(1), nil)
+	s := newServer(t, ratelimit.PerMinute(1), nil, nil)
 	require.Equal(t, 200, s.get("c").Code)
 	w := s.get("c")
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
@@ -155,7 +195,7 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 		{time.Second + time.Nanosecond, "2"},
 		{time.Nanosecond, "1"},
 	} {
-		s := newServer(t, ratelimit.Every(tc.interval), nil)
+		s := newServer(t, ratelimit.Per(1, tc.interval), nil, nil)
 		require.Equal(t, 200, s.get("c").Code)
 		w := s.get("c")
 		require.Equal(t, 429, w.Code)
@@ -164,7 +204,7 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 }
 
 func TestRetryJitter(t *testing.T) {
-	s := newServer(t, ratelimit.Every(time.Second), nil, ratelimit.WithRetryJitter(10*time.Second))
+	s := newServer(t, ratelimit.Per(1, time.Second), nil, &ratelimit.Options{RetryJitter: 10 * time.Second})
 	require.Equal(t, 200, s.get("c").Code)
 	seen := map[string]bool{}
 	for range 200 {
@@ -189,7 +229,7 @@ func TestHeaderFormats(t *testing.T) {
 	}
 	all := []string{"RateLimit-Policy", "RateLimit", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
 	for f, fields := range want {
-		s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), nil, ratelimit.WithHeaders(f))
+		s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), nil, &ratelimit.Options{Headers: f})
 		h := s.get("c").Header()
 		for _, name := range all {
 			assert.Equal(t, fields[name], h.Get(name), "format %v, field %s", f, name)
@@ -201,9 +241,11 @@ func TestHeaderFormats(t *testing.T) {
 	}
 }
 
+var errDown = errors.New("connection refused")
+
 type failingStore struct{ err error }
 
-func (f failingStore) Take(context.Context, ratelimit.Policy, string, int64) (ratelimit.Result, error) {
+func (f failingStore) Take(context.Context, *ratelimit.Policy, string, int64) (ratelimit.Result, error) {
 	return ratelimit.Result{}, f.err
 }
 
@@ -220,19 +262,20 @@ func TestErrorAnswers(t *testing.T) {
 	}{
 		{name: "missing key", key: func(*http.Request) (string, error) { return "", ratelimit.ErrMissingKey }, status: 401, problem: "Missing Credentials"},
 		{name: "key error", key: func(*http.Request) (string, error) { return "", secret }, status: 500, problem: "Internal Server Error"},
-		{name: "empty key", key: func(*http.Request) (string, error) { return "", nil }, status: 500, problem: "Internal Server Error"},
-		{name: "bad client IP", key: func(*http.Request) (string, error) { return "", ratelimit.ErrNoClientIP }, status: 400, problem: "Bad Request"},
+		{name: "empty key", key: func(*http.Request) (string, error) { return "", nil }, status: 401, problem: "Missing Credentials"},
+		{name: "bad client IP", key: func(*http.Request) (string, error) { return "", ratelimit.ErrBadRequest }, status: 400, problem: "Bad Request"},
+		{name: "panicking key", key: func(*http.Request) (string, error) { panic("hunter2") }, status: 500, problem: "Internal Server Error"},
 		{name: "cost error", header: []string{"X-Cost", "lots"}, status: 400, problem: "Bad Request"},
 		{name: "negative cost", header: []string{"X-Cost", "-1"}, status: 400, problem: "Bad Request"},
 		{name: "cost above burst", header: []string{"X-Cost", "11"}, status: 400, problem: "Request Cost Exceeds Capacity"},
 		{name: "store down", store: failingStore{secret}, status: 503, retry: "1", problem: "Temporary Reduced Capacity"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), tc.store)
+			s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), tc.store, nil)
 			if tc.key != nil {
 				lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
 				require.NoError(t, err)
-				m, err := ratelimit.NewMiddleware(lim, tc.key)
+				m, err := ratelimit.NewMiddleware(lim, tc.key, nil)
 				require.NoError(t, err)
 				s.handler = nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { s.calls++ }))
 			}
@@ -252,69 +295,99 @@ func TestErrorAnswers(t *testing.T) {
 
 func TestCustomHandlers(t *testing.T) {
 	var gotErr error
-	s := newServer(t, ratelimit.Every(time.Minute), nil,
-		ratelimit.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, res ratelimit.Result) {
+	s := newServer(t, ratelimit.PerMinute(1), nil, &ratelimit.Options{
+		OnDeny: func(w http.ResponseWriter, r *http.Request, res ratelimit.Result) {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			w.Write([]byte("slow down, " + res.Policy))
-		}),
-		ratelimit.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
+			w.Write([]byte("slow down, " + res.Policy.Name + " " + res.Policy.Limit.String()))
+		},
+		OnError: func(w http.ResponseWriter, r *http.Request, err error) {
 			gotErr = err
 			w.WriteHeader(http.StatusTeapot)
-		}))
+		},
+	})
 	require.Equal(t, 200, s.get("c").Code)
 	w := s.get("c")
 	assert.Equal(t, 503, w.Code)
-	assert.Equal(t, "slow down, default", w.Body.String())
+	assert.Equal(t, "slow down, default 1/min", w.Body.String())
 	assert.Equal(t, "60", w.Header().Get("Retry-After"), "set before the deny handler runs")
 	assert.Equal(t, http.StatusTeapot, s.get("c", "X-Cost", "2").Code)
-	assert.ErrorIs(t, gotErr, ratelimit.ErrCostExceedsBurst)
-}
-
-func memoryStore(t *testing.T) *memorystore.Store {
-	s, err := memorystore.New(memorystore.WithSweepInterval(0))
-	require.NoError(t, err)
-	return s
+	assert.ErrorIs(t, gotErr, ratelimit.ErrBadRequest)
+	assert.ErrorContains(t, gotErr, `cost 2, policy "default" has burst 1`)
 }
 
 func TestConstructorErrors(t *testing.T) {
 	store := memoryStore(t)
 	good := ratelimit.Policy{Limit: ratelimit.PerSecond(1)}
 	for name, p := range map[string]ratelimit.Policy{
-		"invalid limit":   {Limit: ratelimit.Rate(0)},
+		"invalid limit":   {Limit: ratelimit.PerSecond(0)},
+		"zero limit":      {},
 		"bad name":        {Name: `a"b`, Limit: ratelimit.PerSecond(1)},
 		"long name":       {Name: string(make([]byte, 65)), Limit: ratelimit.PerSecond(1)},
 		"bad algorithm":   {Limit: ratelimit.PerSecond(1), Algorithm: 42},
-		"burst overflows": {Limit: ratelimit.Every(time.Hour).WithBurst(1 << 50)},
+		"burst overflows": {Limit: ratelimit.PerHour(1).WithBurst(1 << 50)},
 	} {
 		_, err := ratelimit.New(store, p)
 		assert.Error(t, err, name)
 	}
 	_, err := ratelimit.New(nil, good)
-	assert.Error(t, err, "nil store")
+	assert.ErrorContains(t, err, "nil store")
 	lim, err := ratelimit.New(store, good)
 	require.NoError(t, err)
 	assert.Equal(t, "default", lim.Policies()[0].Name)
 
-	for name, tc := range map[string]struct {
-		l   *ratelimit.Limiter
-		key ratelimit.KeyFunc
-		opt ratelimit.Option
-	}{
-		"nil limiter":     {nil, keyByHeader, nil},
-		"nil key":         {lim, nil, nil},
-		"nil cost":        {lim, keyByHeader, ratelimit.WithCost(nil)},
-		"nil deny":        {lim, keyByHeader, ratelimit.WithDenyHandler(nil)},
-		"nil error":       {lim, keyByHeader, ratelimit.WithErrorHandler(nil)},
-		"bad format":      {lim, keyByHeader, ratelimit.WithHeaders(99)},
-		"negative jitter": {lim, keyByHeader, ratelimit.WithRetryJitter(-1)},
+	_, err = ratelimit.NewMiddleware(nil, keyByHeader, nil)
+	assert.ErrorContains(t, err, "nil limiter")
+	_, err = ratelimit.NewMiddleware(lim, nil, nil)
+	assert.ErrorContains(t, err, "nil key function")
+}
+
+// Every field of Options is optional: nil, the zero Options and nil hooks
+// are the defaults.
+func TestOptionsDefaults(t *testing.T) {
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+	require.NoError(t, err)
+	for name, opts := range map[string]*ratelimit.Options{
+		"nil":       nil,
+		"zero":      {},
+		"nil hooks": {Cost: nil, OnDeny: nil, OnError: nil, LimiterFor: nil, Skip: nil, CountIf: nil, Observer: nil, Logger: nil},
 	} {
-		var opts []ratelimit.Option
-		if tc.opt != nil {
-			opts = append(opts, tc.opt)
-		}
-		_, err := ratelimit.NewMiddleware(tc.l, tc.key, opts...)
-		assert.Error(t, err, name)
+		m, err := ratelimit.NewMiddleware(lim, keyByHeader, opts)
+		require.NoError(t, err, name)
+		assert.False(t, m.CountsResponses(), name)
+		s := &server{t: t, handler: nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))}
+		w := s.get(name)
+		assert.Equal(t, 200, w.Code, name)
+		assert.Equal(t, `"default";q=1;w=60`, w.Header().Get("RateLimit-Policy"), "%s: IETF header fields", name)
+		w = s.get(name)
+		assert.Equal(t, 429, w.Code, name)
+		assert.Equal(t, "application/problem+json", w.Header().Get("Content-Type"), "%s: the default deny answer", name)
 	}
+}
+
+// An invalid option is an error of NewMiddleware that names the field and
+// the value at fault.
+func TestOptionsErrors(t *testing.T) {
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		opts ratelimit.Options
+		want string
+	}{
+		{ratelimit.Options{Headers: 99}, "Options.Headers: unknown format 99"},
+		{ratelimit.Options{RetryJitter: -time.Second}, "Options.RetryJitter -1s"},
+		{ratelimit.Options{MaxInFlight: -1, MaxInFlightTotal: 2}, "Options.MaxInFlight -1"},
+		{ratelimit.Options{MaxInFlight: 1, MaxInFlightTotal: -3}, "MaxInFlightTotal -3"},
+		{ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}}, "Options.SlotLease 0s"},
+		{ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: -time.Second}, "Options.SlotLease -1s"},
+		{ratelimit.Options{Slots: failingSlots{}, SlotLease: time.Second}, "Options.Slots without MaxInFlight"},
+		{ratelimit.Options{Quiet: []string{"bogus"}}, `Options.Quiet: unknown warning "bogus"`},
+		{ratelimit.Options{Quiet: []string{"one-key", "wide-trusted-range"}}, `Options.Quiet: unknown warning "wide-trusted-range"`},
+	} {
+		_, err := ratelimit.NewMiddleware(lim, keyByHeader, &tc.opts)
+		assert.ErrorContains(t, err, tc.want, "NewMiddleware(%+v)", tc.opts)
+	}
+	_, err = ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{Quiet: []string{"one-key", "shared-policy-name"}})
+	assert.NoError(t, err, "the Middleware's own warning kinds")
 }
 
 func TestLimiterTakeErrors(t *testing.T) {
@@ -322,19 +395,134 @@ func TestLimiterTakeErrors(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	_, err = lim.Take(ctx, "", 1)
-	assert.ErrorIs(t, err, ratelimit.ErrEmptyKey)
+	assert.ErrorIs(t, err, ratelimit.ErrMissingKey)
+	assert.ErrorContains(t, err, "empty key")
 	_, err = lim.Take(ctx, "k", -1)
-	assert.ErrorIs(t, err, ratelimit.ErrNegativeCost)
+	assert.ErrorIs(t, err, ratelimit.ErrBadRequest)
+	assert.ErrorContains(t, err, "negative cost -1")
 	_, err = lim.Take(ctx, "k", 6)
-	assert.ErrorIs(t, err, ratelimit.ErrCostExceedsBurst)
+	assert.ErrorIs(t, err, ratelimit.ErrBadRequest)
 	assert.ErrorContains(t, err, `cost 6, policy "api" has burst 5`)
 	res, err := lim.Take(ctx, "k", 5)
 	require.NoError(t, err)
-	assert.Equal(t, ratelimit.Result{Allowed: true, Policy: "api", Limit: ratelimit.PerSecond(5), ResetAfter: time.Second}, res)
+	assert.Equal(t, ratelimit.Result{Allowed: true, Policy: &lim.Policies()[0], ResetAfter: time.Second}, res)
+	assert.Same(t, &lim.Policies()[0], res.Policy, "the deciding policy is the limiter's own")
+	assert.Equal(t, ratelimit.PerSecond(5), res.Policy.Limit)
 
 	failing, err := ratelimit.New(failingStore{errors.New("boom")}, ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
 	require.NoError(t, err)
 	_, err = failing.Take(ctx, "k", 1)
 	assert.ErrorIs(t, err, ratelimit.ErrStore)
 	assert.ErrorContains(t, err, "boom")
+}
+
+// notAtomicStore is a BatchStore that can never decide a batch atomically,
+// like Redis Cluster with keys on different slots.
+type notAtomicStore struct {
+	ratelimit.Store
+	batches atomic.Int64
+}
+
+func (s *notAtomicStore) TakeAll(context.Context, []ratelimit.Request, []ratelimit.Result) error {
+	s.batches.Add(1)
+	return ratelimit.ErrNotAtomic
+}
+
+var sentinels = map[string]error{
+	"ErrMissingKey":    ratelimit.ErrMissingKey,
+	"ErrBadRequest":    ratelimit.ErrBadRequest,
+	"ErrStore":         ratelimit.ErrStore,
+	"ErrNotAtomic":     ratelimit.ErrNotAtomic,
+	"ErrWaitAbandoned": ratelimit.ErrWaitAbandoned,
+	"ErrPanic":         ratelimit.ErrPanic,
+}
+
+// Each error wraps exactly one of the six sentinel errors, and
+// DefaultErrorHandler answers it with its status.
+func TestSentinelErrors(t *testing.T) {
+	limit := ratelimit.PerSecond(5)
+	oneKey := func(*http.Request) (string, error) { return "k", nil }
+	for _, tc := range []struct {
+		name   string
+		store  ratelimit.Store
+		algo   ratelimit.Algorithm
+		key    ratelimit.KeyFunc
+		opts   ratelimit.Options
+		cancel bool // the request's context has ended
+		want   string
+		status int
+	}{
+		{name: "no identity", key: func(*http.Request) (string, error) { return "", ratelimit.ErrMissingKey }, want: "ErrMissingKey", status: 401},
+		{name: "empty key", key: func(*http.Request) (string, error) { return "", nil }, want: "ErrMissingKey", status: 401},
+		{name: "no client IP", key: func(*http.Request) (string, error) { return "", fmt.Errorf("%w: no address", ratelimit.ErrBadRequest) }, want: "ErrBadRequest", status: 400},
+		{name: "negative cost", opts: ratelimit.Options{Cost: func(*http.Request) (int64, error) { return -1, nil }}, want: "ErrBadRequest", status: 400},
+		{name: "cost above burst", opts: ratelimit.Options{Cost: func(*http.Request) (int64, error) { return 6, nil }}, want: "ErrBadRequest", status: 400},
+		{name: "cost function fails", opts: ratelimit.Options{Cost: func(*http.Request) (int64, error) { return 0, errors.New("bad batch") }}, want: "ErrBadRequest", status: 400},
+		{name: "store fails", store: failingStore{errDown}, want: "ErrStore", status: 503},
+		{name: "slot store fails", opts: ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second}, want: "ErrStore", status: 503},
+		{name: "client left the queue", algo: ratelimit.LeakyShape, cancel: true, want: "ErrWaitAbandoned", status: 503},
+		{name: "key function panics", key: func(*http.Request) (string, error) { panic("boom") }, want: "ErrPanic", status: 500},
+		{name: "cost function panics", opts: ratelimit.Options{Cost: func(*http.Request) (int64, error) { panic("boom") }}, want: "ErrPanic", status: 500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store, key := tc.store, tc.key
+			if store == nil {
+				store = memoryStore(t)
+			}
+			if key == nil {
+				key = oneKey
+			}
+			lim, err := ratelimit.New(store, ratelimit.Policy{Limit: limit, Algorithm: tc.algo})
+			require.NoError(t, err)
+			var got error
+			opts := tc.opts
+			opts.OnError = func(w http.ResponseWriter, r *http.Request, err error) {
+				got = err
+				ratelimit.DefaultErrorHandler(w, r, err)
+			}
+			m, err := ratelimit.NewMiddleware(lim, key, &opts)
+			require.NoError(t, err)
+			h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			if tc.cancel {
+				for range 5 {
+					h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+				}
+			}
+			r := httptest.NewRequest("GET", "/", nil)
+			if tc.cancel {
+				ctx, cancel := context.WithCancel(r.Context())
+				cancel()
+				r = r.WithContext(ctx)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			assert.Equal(t, tc.status, w.Code)
+			require.Error(t, got)
+			for name, sentinel := range sentinels {
+				assert.Equal(t, name == tc.want, errors.Is(got, sentinel), "errors.Is(%q, %s)", got, name)
+			}
+		})
+	}
+}
+
+// A BatchStore that cannot decide a batch atomically says ErrNotAtomic, and
+// the Limiter decides the policies one at a time instead: the caller never
+// sees that error.
+func TestNotAtomicFallsBack(t *testing.T) {
+	store := &notAtomicStore{Store: memoryStore(t)}
+	lim, err := ratelimit.New(store,
+		ratelimit.Policy{Name: "burst", Limit: ratelimit.PerMinute(3)},
+		ratelimit.Policy{Name: "sustained", Limit: ratelimit.PerHour(5)})
+	require.NoError(t, err)
+	var allowed []bool
+	for range 4 {
+		res, err := lim.Take(context.Background(), "k", 1)
+		require.NoError(t, err)
+		allowed = append(allowed, res.Allowed)
+	}
+	assert.Equal(t, []bool{true, true, true, false}, allowed)
+	assert.Equal(t, int64(4), store.batches.Load(), "each decision tried the batch first")
+	res, err := lim.Take(context.Background(), "k", 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), res.Results()[1].Remaining, "the refusal gave back what it took from the other policy")
 }
