@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
@@ -10,21 +11,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/nethttp"
-	"github.com/tokenfair/ratelimit/storetest"
 )
 
 // policyServer serves requests keyed by X-Client (cost from X-Cost) under
 // policies, on a memory store with a fake clock.
-func policyServer(t *testing.T, policies []ratelimit.Policy, opts ...ratelimit.Option) *server {
+func policyServer(t *testing.T, policies []ratelimit.Policy, opts *ratelimit.Options) *server {
 	t.Helper()
-	s := &server{t: t, clock: new(storetest.Clock)}
-	store, err := memorystore.New(memorystore.WithClock(s.clock.Now), memorystore.WithSweepInterval(0))
+	s := &server{t: t, clock: new(fakeClock)}
+	lim, err := ratelimit.New(clockStore(t, s.clock), policies...)
 	require.NoError(t, err)
-	lim, err := ratelimit.New(store, policies...)
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, append([]ratelimit.Option{ratelimit.WithCost(costByHeader)}, opts...)...)
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, withCost(opts))
 	require.NoError(t, err)
 	s.handler = nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.calls++ }))
 	return s
@@ -37,7 +34,7 @@ var (
 )
 
 func TestPoliciesOverHTTP(t *testing.T) {
-	s := policyServer(t, []ratelimit.Policy{perKey, daily, global})
+	s := policyServer(t, []ratelimit.Policy{perKey, daily, global}, nil)
 	w := s.get("a")
 	require.Equal(t, 200, w.Code)
 	assert.Equal(t, `"per-key";q=10;w=2,"daily";q=10000;w=86400,"global";q=4;w=1`, w.Header().Get("RateLimit-Policy"))
@@ -55,9 +52,9 @@ func TestPoliciesOverHTTP(t *testing.T) {
 
 	// Both policies refuse: the longest wait is Retry-After and binds the
 	// RateLimit field, and the body names both.
-	slow := ratelimit.Policy{Name: "slow", Limit: ratelimit.Every(10 * time.Second)}
-	fast := ratelimit.Policy{Name: "fast", Limit: ratelimit.Every(2 * time.Second), Global: true}
-	s = policyServer(t, []ratelimit.Policy{fast, slow})
+	slow := ratelimit.Policy{Name: "slow", Limit: ratelimit.Per(1, 10*time.Second)}
+	fast := ratelimit.Policy{Name: "fast", Limit: ratelimit.Per(1, 2*time.Second), Global: true}
+	s = policyServer(t, []ratelimit.Policy{fast, slow}, nil)
 	require.Equal(t, 200, s.get("a").Code)
 	w = s.get("a")
 	require.Equal(t, 429, w.Code)
@@ -69,7 +66,7 @@ func TestPoliciesOverHTTP(t *testing.T) {
 }
 
 func TestPoliciesCostAboveOneBurst(t *testing.T) {
-	s := policyServer(t, []ratelimit.Policy{perKey, global})
+	s := policyServer(t, []ratelimit.Policy{perKey, global}, nil)
 	w := s.get("a", "X-Cost", "5")
 	assert.Equal(t, http.StatusBadRequest, w.Code, "the global burst of 4 can never allow a cost of 5")
 	assert.Equal(t, 200, s.get("a", "X-Cost", "4").Code)
@@ -77,19 +74,18 @@ func TestPoliciesCostAboveOneBurst(t *testing.T) {
 
 // TestTiers: one middleware, a limiter per plan chosen per request.
 func TestTiers(t *testing.T) {
-	clock := new(storetest.Clock)
-	store, err := memorystore.New(memorystore.WithClock(clock.Now), memorystore.WithSweepInterval(0))
-	require.NoError(t, err)
+	clock := new(fakeClock)
+	store := clockStore(t, clock)
 	free, err := ratelimit.New(store, ratelimit.Policy{Name: "free", Limit: ratelimit.PerMinute(2)})
 	require.NoError(t, err)
 	pro, err := ratelimit.New(store, ratelimit.Policy{Name: "pro", Limit: ratelimit.PerMinute(5)})
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(free, keyByHeader, ratelimit.WithLimiterFor(func(r *http.Request) *ratelimit.Limiter {
+	m, err := ratelimit.NewMiddleware(free, keyByHeader, &ratelimit.Options{LimiterFor: func(r *http.Request) *ratelimit.Limiter {
 		if r.Header.Get("X-Plan") == "pro" {
 			return pro
 		}
 		return nil
-	}))
+	}})
 	require.NoError(t, err)
 	h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	s := &server{t: t, clock: clock, handler: h}
@@ -105,14 +101,14 @@ func TestTiers(t *testing.T) {
 
 func TestDryRunOverHTTP(t *testing.T) {
 	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true}
-	s := policyServer(t, []ratelimit.Policy{perKey, shadow})
+	s := policyServer(t, []ratelimit.Policy{perKey, shadow}, nil)
 	for range 3 {
 		w := s.get("a")
 		require.Equal(t, 200, w.Code, "a dry-run policy never refuses")
 		assert.Equal(t, `"per-key";q=10;w=2`, w.Header().Get("RateLimit-Policy"), "and is invisible by default")
 	}
 
-	s = policyServer(t, []ratelimit.Policy{perKey, shadow}, ratelimit.WithDryRunHeaders())
+	s = policyServer(t, []ratelimit.Policy{perKey, shadow}, &ratelimit.Options{DryRunHeaders: true})
 	w := s.get("a")
 	assert.Equal(t, `"per-key";q=10;w=2,"shadow";q=1;w=60`, w.Header().Get("RateLimit-Policy"))
 	assert.Equal(t, `"shadow";r=0;t=60`, w.Header().Get("RateLimit"), "shown when asked")
@@ -122,14 +118,51 @@ func TestDryRunOverHTTP(t *testing.T) {
 }
 
 func TestPolicyConstructorErrors(t *testing.T) {
-	store, err := memorystore.New(memorystore.WithSweepInterval(0))
-	require.NoError(t, err)
-	_, err = ratelimit.New(store)
+	store := memoryStore(t)
+	_, err := ratelimit.New(store)
 	assert.ErrorContains(t, err, "no policy")
 	_, err = ratelimit.New(store, perKey, perKey)
 	assert.ErrorContains(t, err, `two policies named "per-key"`)
 	_, err = ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1), Immediate: 1})
 	assert.ErrorContains(t, err, "apply to leaky-shape only")
-	_, err = ratelimit.NewMiddleware(nil, keyByHeader)
+	_, err = ratelimit.NewMiddleware(nil, keyByHeader, nil)
 	assert.Error(t, err)
+}
+
+// A Limiter of several policies reports the binding policy's result, every
+// policy's result in Results, and points each Result at the limiter's own
+// Policy.
+func TestResultsPerPolicy(t *testing.T) {
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true}
+	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), perKey, daily, shadow)
+	require.NoError(t, err)
+	ps := lim.Policies()
+	require.Len(t, ps, 3)
+	ctx := context.Background()
+
+	res, err := lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	assert.True(t, res.Allowed)
+	assert.Same(t, &ps[0], res.Policy, "per-key has the fewest tokens left")
+	assert.Equal(t, int64(9), res.Remaining)
+	require.Len(t, res.Results(), 3)
+	for i, r := range res.Results() {
+		assert.Same(t, &ps[i], r.Policy, "Results()[%d]", i)
+	}
+	assert.Equal(t, int64(9999), res.Results()[1].Remaining)
+	assert.Nil(t, res.Violated())
+	assert.Nil(t, res.DryRunViolated())
+
+	res, err = lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	assert.True(t, res.Allowed)
+	assert.Equal(t, []string{"shadow"}, res.DryRunViolated())
+
+	res, err = lim.Take(ctx, "k", 9)
+	require.NoError(t, err)
+	assert.False(t, res.Allowed)
+	assert.Same(t, &ps[0], res.Policy)
+	assert.Equal(t, []string{"per-key"}, res.Violated())
+	assert.Equal(t, ratelimit.PerSecond(5).WithBurst(10), res.Policy.Limit)
+	assert.Equal(t, "5/s burst 10", res.Policy.Limit.String())
 }
