@@ -2,33 +2,32 @@ package ratelimit_test
 
 import (
 	"context"
+	"crypto/subtle"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/nethttp"
-	"github.com/tokenfair/ratelimit/storetest"
 )
 
 // loginServer is the login guard: five failed logins a minute per client;
 // a successful login (password "right") is not counted.
 func loginServer(t *testing.T) (http.Handler, *ratelimit.Limiter, *atomic.Int64) {
 	t.Helper()
-	store, err := memorystore.New(memorystore.WithClock(new(storetest.Clock).Now), memorystore.WithSweepInterval(0))
+	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Name: "logins", Limit: ratelimit.PerMinute(5)})
 	require.NoError(t, err)
-	lim, err := ratelimit.New(store, ratelimit.Policy{Name: "logins", Limit: ratelimit.PerMinute(5)})
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{CountIf: func(status int) bool { return status >= 400 }})
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, ratelimit.WithCountIf(ratelimit.Failed))
-	require.NoError(t, err)
+	require.True(t, m.CountsResponses())
 	var failures atomic.Int64
 	h := nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Password") != "right" {
@@ -89,14 +88,16 @@ func TestLoginGuardConcurrent(t *testing.T) {
 	assert.Equal(t, 5-failures.Load(), res.Remaining, "successful logins gave their tokens back; failures kept theirs")
 }
 
-func TestSkipAndExempt(t *testing.T) {
-	s := newServer(t, ratelimit.PerMinute(1), nil,
-		ratelimit.WithSkip(func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/internal/") }),
-		ratelimit.WithExemptKeys("monitor"))
+// TestSkip: what Skip exempts (a path, a client) reaches the handler
+// without limit or header fields, and spends nothing.
+func TestSkip(t *testing.T) {
+	s := newServer(t, ratelimit.PerMinute(1), nil, &ratelimit.Options{Skip: func(r *http.Request) bool {
+		return strings.HasPrefix(r.URL.Path, "/internal/") || r.Header.Get("X-Client") == "monitor"
+	}})
 	for range 5 {
 		w := s.get("monitor")
 		assert.Equal(t, 200, w.Code)
-		assert.Empty(t, w.Header().Get("RateLimit"), "exempt requests carry no header fields")
+		assert.Empty(t, w.Header().Get("RateLimit"), "skipped requests carry no header fields")
 	}
 	r := httptest.NewRequest("GET", "/internal/stats", nil)
 	r.Header.Set("X-Client", "c")
@@ -110,131 +111,131 @@ func TestSkipAndExempt(t *testing.T) {
 	assert.Equal(t, 11, s.calls)
 }
 
-// TestExemptSpendsNothing: an exempt key spends nothing, not even from a
+// TestSkipSpendsNothing: a skipped client spends nothing, not even from a
 // global policy, and does not reach a failing store.
-func TestExemptSpendsNothing(t *testing.T) {
+func TestSkipSpendsNothing(t *testing.T) {
+	monitor := &ratelimit.Options{Skip: func(r *http.Request) bool { return r.Header.Get("X-Client") == "monitor" }}
 	global := ratelimit.Policy{Name: "global", Limit: ratelimit.PerMinute(3), Global: true}
-	s := policyServer(t, []ratelimit.Policy{perKey, global}, ratelimit.WithExemptKeys("monitor"))
+	s := policyServer(t, []ratelimit.Policy{perKey, global}, monitor)
 	for range 10 {
 		require.Equal(t, 200, s.get("monitor").Code)
 	}
 	assert.Equal(t, []int{200, 200, 200, 429}, s.codes(4, "c"), "the global bucket is intact")
 
-	down := newServer(t, ratelimit.PerMinute(1), failingStore{errDown}, ratelimit.WithExemptKeys("monitor"))
+	down := newServer(t, ratelimit.PerMinute(1), failingStore{errDown}, monitor)
 	assert.Equal(t, 200, down.get("monitor").Code)
+	assert.Equal(t, 503, down.get("c").Code, "the store is down for everyone else")
 }
 
-func TestExemptAPIKey(t *testing.T) {
-	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+// TestSkipByAPIKey: an internal caller known by its API key is exempt
+// (what WithExemptKeys did); the key is compared in constant time.
+func TestSkipByAPIKey(t *testing.T) {
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
 	require.NoError(t, err)
-	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), ratelimit.WithExemptKeys(ratelimit.APIKey("internal-secret")))
+	internal := func(r *http.Request) bool {
+		return subtle.ConstantTimeCompare([]byte(r.Header.Get("X-API-Key")), []byte("internal-secret")) == 1
+	}
+	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.Options{Skip: internal})
 	require.NoError(t, err)
 	h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	for range 3 {
+	serve := func(apiKey string) int {
 		r := httptest.NewRequest("GET", "/", nil)
-		r.Header.Set("X-API-Key", "internal-secret")
+		r.Header.Set("X-API-Key", apiKey)
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		assert.Equal(t, 200, w.Code)
+		return w.Code
 	}
+	for range 3 {
+		assert.Equal(t, 200, serve("internal-secret"))
+	}
+	assert.Equal(t, []int{200, 429}, []int{serve("customer"), serve("customer")}, "other keys are limited")
 }
 
+// TestInFlight: MaxInFlight admits at most three requests of a key at once,
+// names the in-flight policy in a refusal, and frees a slot when the
+// handler returns, panics, or ends because the client went away.
 func TestInFlight(t *testing.T) {
-	store, err := memorystore.New(memorystore.WithSweepInterval(0))
-	require.NoError(t, err)
-	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1000).WithBurst(1000)})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, ratelimit.WithMaxInFlight(3, 0))
-	require.NoError(t, err)
-	var running, peak atomic.Int64
-	gate := make(chan struct{})
-	h := nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := running.Add(1)
-		defer running.Add(-1)
-		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-		}
-		switch r.URL.Path {
-		case "/panic":
-			panic(http.ErrAbortHandler)
-		case "/wait":
-			select {
-			case <-gate:
-			case <-r.Context().Done():
+	synctest.Test(t, func(t *testing.T) {
+		lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1000)})
+		require.NoError(t, err)
+		m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{MaxInFlight: 3})
+		require.NoError(t, err)
+		var running, peak atomic.Int64
+		gate := make(chan struct{})
+		h := nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 			}
-		case "/hang":
-			<-r.Context().Done()
-		}
-	}))
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	get := func(path string) *http.Response {
-		req, _ := http.NewRequest("GET", srv.URL+path, nil)
-		req.Header.Set("X-Client", "c")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return nil
-		}
-		resp.Body.Close()
-		return resp
-	}
-
-	// Five slow requests at once: exactly three run; two are refused.
-	var wg sync.WaitGroup
-	codes := make(chan int, 5)
-	for range 5 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if resp := get("/wait"); resp != nil {
-				codes <- resp.StatusCode
+			switch r.URL.Path {
+			case "/panic":
+				panic(http.ErrAbortHandler)
+			case "/wait":
+				<-gate
+			case "/hang":
+				<-r.Context().Done()
 			}
-		}()
-	}
-	require.Eventually(t, func() bool { return len(codes) == 2 }, 5*time.Second, time.Millisecond)
-	refusal := get("/")
-	require.NotNil(t, refusal)
-	assert.Equal(t, 429, refusal.StatusCode)
-	assert.Equal(t, []string{`"default";q=1000;w=1`, `"inflight";q=3;qu="concurrent-requests"`}, refusal.Header.Values("RateLimit-Policy"))
-	assert.Equal(t, `"inflight";r=0;t=1`, refusal.Header.Get("RateLimit"))
-	close(gate)
-	wg.Wait()
-	close(codes)
-	var got []int
-	for c := range codes {
-		got = append(got, c)
-	}
-	assert.ElementsMatch(t, []int{429, 429, 200, 200, 200}, got)
-	assert.Equal(t, int64(3), peak.Load())
+		}))
+		serve := func(ctx context.Context, path string) (w *httptest.ResponseRecorder) {
+			w = httptest.NewRecorder()
+			defer func() {
+				if p := recover(); p != nil && p != http.ErrAbortHandler {
+					panic(p)
+				}
+			}()
+			r := httptest.NewRequestWithContext(ctx, "GET", path, nil)
+			r.Header.Set("X-Client", "c")
+			h.ServeHTTP(w, r)
+			return w
+		}
+		ctx := context.Background()
 
-	// Slots come back after panics and after clients that went away.
-	for range 5 {
-		get("/panic")
-	}
-	for range 3 {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/hang", nil)
-		req.Header.Set("X-Client", "c")
-		_, err := http.DefaultClient.Do(req)
-		cancel()
-		require.Error(t, err)
-	}
-	require.Eventually(t, func() bool { return running.Load() == 0 }, 5*time.Second, time.Millisecond)
-	for range 3 {
-		resp := get("/")
-		require.NotNil(t, resp)
-		assert.Equal(t, 200, resp.StatusCode, "every slot came back")
-	}
-	http.DefaultClient.CloseIdleConnections()
+		// Five slow requests at once: exactly three run; two are refused.
+		var wg sync.WaitGroup
+		codes := make(chan int, 5)
+		for range 5 {
+			wg.Go(func() { codes <- serve(ctx, "/wait").Code })
+		}
+		synctest.Wait()
+		require.Len(t, codes, 2, "two refused at once, three running")
+		assert.Equal(t, int64(3), running.Load())
+		refusal := serve(ctx, "/")
+		assert.Equal(t, 429, refusal.Code)
+		assert.Equal(t, "1", refusal.Header().Get("Retry-After"))
+		assert.Equal(t, []string{`"default";q=1000;w=1`, `"inflight";q=3;qu="concurrent-requests"`}, refusal.Header().Values("RateLimit-Policy"))
+		assert.Equal(t, `"inflight";r=0;t=1`, refusal.Header().Get("RateLimit"))
+		close(gate)
+		wg.Wait()
+		close(codes)
+		var got []int
+		for c := range codes {
+			got = append(got, c)
+		}
+		assert.ElementsMatch(t, []int{429, 429, 200, 200, 200}, got)
+		assert.Equal(t, int64(3), peak.Load())
+
+		// Slots come back after panics and after clients that went away.
+		for range 5 {
+			serve(ctx, "/panic")
+		}
+		for range 3 {
+			ctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			start := time.Now()
+			serve(ctx, "/hang")
+			assert.Equal(t, 20*time.Millisecond, time.Since(start), "the handler ends when the client leaves")
+			cancel()
+		}
+		assert.Zero(t, running.Load())
+		for range 3 {
+			assert.Equal(t, 200, serve(ctx, "/").Code, "every slot came back")
+		}
+	})
 }
 
 func TestPanickingKeyFunction(t *testing.T) {
-	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	require.NoError(t, err)
-	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { panic("boom") })
+	m, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { panic("boom") }, nil)
 	require.NoError(t, err)
 	w := httptest.NewRecorder()
 	nethttp.Middleware(m)(http.NotFoundHandler()).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
@@ -246,16 +247,14 @@ func TestPanickingKeyFunction(t *testing.T) {
 // one's own sees ErrPanic and chooses the answer; the next handler never
 // runs and the server goes on.
 func TestPanickingCostFunction(t *testing.T) {
-	store, err := memorystore.New(memorystore.WithSweepInterval(0))
-	require.NoError(t, err)
-	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	require.NoError(t, err)
 	oneKey := func(*http.Request) (string, error) { return "k", nil }
-	boom := ratelimit.WithCost(func(*http.Request) (int64, error) { panic("boom") })
+	boom := func(*http.Request) (int64, error) { panic("boom") }
 	ran := false
 	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true })
 
-	m, err := ratelimit.NewMiddleware(lim, oneKey, boom)
+	m, err := ratelimit.NewMiddleware(lim, oneKey, &ratelimit.Options{Cost: boom})
 	require.NoError(t, err)
 	w := httptest.NewRecorder()
 	nethttp.Middleware(m)(next).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
@@ -263,10 +262,10 @@ func TestPanickingCostFunction(t *testing.T) {
 	assert.NotContains(t, w.Body.String(), "boom")
 
 	var seen error
-	m, err = ratelimit.NewMiddleware(lim, oneKey, boom, ratelimit.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) {
+	m, err = ratelimit.NewMiddleware(lim, oneKey, &ratelimit.Options{Cost: boom, OnError: func(w http.ResponseWriter, r *http.Request, err error) {
 		seen = err
 		w.WriteHeader(http.StatusServiceUnavailable)
-	}))
+	}})
 	require.NoError(t, err)
 	w = httptest.NewRecorder()
 	nethttp.Middleware(m)(next).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
@@ -285,7 +284,7 @@ func (failingSlots) Release(context.Context, string, string) error { return errD
 func TestSlotStoreFailure(t *testing.T) {
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(5)})
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, ratelimit.WithMaxInFlight(1, 0), ratelimit.WithSlotStore(failingSlots{}, time.Minute))
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Minute})
 	require.NoError(t, err)
 	calls := 0
 	s := &server{t: t, handler: nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls++ }))}
@@ -299,9 +298,14 @@ func TestSlotStoreFailure(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(5), res.Remaining, "the tokens taken before each failure were given back")
 
-	for _, opt := range []ratelimit.Option{ratelimit.WithSlotStore(nil, time.Second), ratelimit.WithSlotStore(failingSlots{}, 0), ratelimit.WithMaxInFlight(0, 0), ratelimit.WithMaxInFlight(-1, 2)} {
-		_, err := ratelimit.NewMiddleware(lim, keyByHeader, opt)
-		assert.Error(t, err)
+	for _, opts := range []ratelimit.Options{
+		{MaxInFlight: 1, Slots: failingSlots{}},                               // no lease
+		{Slots: failingSlots{}, SlotLease: time.Second},                       // no limit
+		{MaxInFlightTotal: 1, Slots: failingSlots{}, SlotLease: -time.Second}, // negative lease
+		{MaxInFlight: -1, MaxInFlightTotal: 2},
+	} {
+		_, err := ratelimit.NewMiddleware(lim, keyByHeader, &opts)
+		assert.Error(t, err, "%+v", opts)
 	}
 }
 
@@ -317,7 +321,7 @@ func TestInFlightRefusalObserved(t *testing.T) {
 	obs := &recordingObserver{}
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(5)})
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, ratelimit.WithMaxInFlight(1, 0), ratelimit.WithObserver(obs))
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{MaxInFlight: 1, Observer: obs})
 	require.NoError(t, err)
 	var h http.Handler
 	inner := 0
@@ -332,7 +336,9 @@ func TestInFlightRefusalObserved(t *testing.T) {
 	r.Header.Set("X-Client", "c")
 	h.ServeHTTP(httptest.NewRecorder(), r)
 	require.Len(t, obs.events, 2)
-	assert.Equal(t, 500, inner, "the inner request has no X-Client")
+	assert.Equal(t, 401, inner, "the inner request has no X-Client")
+	assert.NoError(t, obs.events[0].Err, "the outer request is observed before its handler runs")
+	assert.ErrorIs(t, obs.events[1].Err, ratelimit.ErrMissingKey)
 
 	obs.events = nil
 	h = nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -348,14 +354,19 @@ func TestInFlightRefusalObserved(t *testing.T) {
 	assert.Equal(t, 429, inner)
 	require.Len(t, obs.events, 2)
 	assert.True(t, obs.events[0].Result.Allowed)
+	assert.Same(t, lim, obs.events[0].Limiter)
+	assert.Equal(t, "default", obs.events[0].Result.Policy.Name)
 	assert.False(t, obs.events[1].Result.Allowed)
-	assert.Equal(t, []string{ratelimit.InFlightPolicyName}, obs.events[1].Result.Violated())
+	assert.Equal(t, []string{"inflight"}, obs.events[1].Result.Violated())
+	assert.Equal(t, "inflight", obs.events[1].Result.Policy.Name)
+	assert.Equal(t, time.Second, obs.events[1].Result.RetryAfter)
+	assert.Same(t, lim, obs.events[1].Limiter)
 }
 
 func TestAllDryRunWritesNoHeaders(t *testing.T) {
 	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true}
 	for _, format := range []ratelimit.HeaderFormat{ratelimit.HeadersIETF, ratelimit.HeadersLegacy, ratelimit.HeadersX} {
-		s := policyServer(t, []ratelimit.Policy{shadow}, ratelimit.WithHeaders(format))
+		s := policyServer(t, []ratelimit.Policy{shadow}, &ratelimit.Options{Headers: format})
 		for range 3 {
 			w := s.get("c")
 			assert.Equal(t, 200, w.Code)
@@ -370,11 +381,9 @@ func TestAllDryRunWritesNoHeaders(t *testing.T) {
 // slots in all, a third client is refused while two requests run, whatever
 // its own per-key room, and admitted once one of them ends.
 func TestInFlightTotal(t *testing.T) {
-	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1000)})
 	require.NoError(t, err)
-	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1000).WithBurst(1000)})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, ratelimit.WithMaxInFlight(5, 2))
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{MaxInFlight: 5, MaxInFlightTotal: 2})
 	require.NoError(t, err)
 	entered, release := make(chan struct{}), make(chan struct{})
 	h := nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
