@@ -8,91 +8,169 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/nethttp"
 )
 
-// shapingServer is a real HTTP server on loopback whose only client key is
-// "c", limited by a LeakyShape policy on the real clock.
-func shapingServer(t *testing.T, l ratelimit.Limit, handler http.HandlerFunc, opts ...ratelimit.Option) *httptest.Server {
+// shapingHandler limits handler by a LeakyShape policy of limit l, on a
+// memory store with the default clock (inside a synctest bubble, the
+// bubble's fake clock). Every request has the key "c".
+func shapingHandler(t *testing.T, l ratelimit.Limit, handler http.HandlerFunc, opts *ratelimit.Options) http.Handler {
 	t.Helper()
-	store, err := memorystore.New()
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: l, Algorithm: ratelimit.LeakyShape})
 	require.NoError(t, err)
-	t.Cleanup(func() { store.Close() })
-	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: l, Algorithm: ratelimit.LeakyShape})
+	m, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { return "c", nil }, opts)
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { return "c", nil }, opts...)
-	require.NoError(t, err)
-	srv := httptest.NewServer(nethttp.Middleware(m)(handler))
-	t.Cleanup(srv.Close)
-	return srv
+	return nethttp.Middleware(m)(handler)
 }
 
-// TestShapingEndToEnd: 5 per second, burst 10, twelve concurrent requests
-// through a real server: eleven succeed, leaving about 200 ms apart (never
-// earlier than their turn, never in bunches), and one is refused at once.
+// TestShapingEndToEnd: 5 per second, burst 10, twelve concurrent requests:
+// eleven succeed, leaving exactly 200 ms apart, and one is refused at once.
 func TestShapingEndToEnd(t *testing.T) {
-	srv := shapingServer(t, ratelimit.PerSecond(5).WithBurst(10), func(w http.ResponseWriter, r *http.Request) {})
-	start := time.Now()
-	var mu sync.Mutex
-	var done []time.Duration
-	var refused []time.Duration
-	var wg sync.WaitGroup
-	for range 12 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := http.Get(srv.URL)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			resp.Body.Close()
-			mu.Lock()
-			defer mu.Unlock()
-			if resp.StatusCode == http.StatusOK {
-				done = append(done, time.Since(start))
-			} else {
-				assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
-				assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+	synctest.Test(t, func(t *testing.T) {
+		h := shapingHandler(t, ratelimit.PerSecond(5).WithBurst(10), func(w http.ResponseWriter, r *http.Request) {}, nil)
+		start := time.Now()
+		var mu sync.Mutex
+		var done, refused []time.Duration
+		var wg sync.WaitGroup
+		for range 12 {
+			wg.Go(func() {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+				mu.Lock()
+				defer mu.Unlock()
+				if w.Code == http.StatusOK {
+					done = append(done, time.Since(start))
+					return
+				}
+				assert.Equal(t, http.StatusTooManyRequests, w.Code)
+				assert.Equal(t, "1", w.Header().Get("Retry-After"))
 				refused = append(refused, time.Since(start))
-			}
-		}()
-	}
-	wg.Wait()
-	require.Len(t, done, 11)
-	require.Len(t, refused, 1)
-	assert.Less(t, refused[0], time.Second, "the refusal is immediate")
-	slices.Sort(done)
-	for i, d := range done {
-		turn := time.Duration(i) * 200 * time.Millisecond
-		assert.GreaterOrEqual(t, d, turn, "request %d completed before its turn", i+1)
-		assert.Less(t, d, turn+time.Second, "request %d completed long after its turn", i+1)
-	}
-	// They leave one by one, not in bursts: any three completions span more
-	// than half an interval (two intervals, less up to 300 ms of lateness
-	// of the first on a loaded machine).
-	for i := range len(done) - 2 {
-		assert.GreaterOrEqual(t, done[i+2]-done[i], 100*time.Millisecond, "requests %d to %d left together", i+1, i+3)
-	}
+			})
+		}
+		wg.Wait()
+		require.Len(t, done, 11)
+		assert.Equal(t, []time.Duration{0}, refused, "the refusal is immediate")
+		slices.Sort(done)
+		for i, d := range done {
+			assert.Equal(t, time.Duration(i)*200*time.Millisecond, d, "request %d leaves at its turn", i+1)
+		}
+	})
 }
 
-// TestShapingClientGoesAway: a client that disconnects while its request is
-// queued never reaches the handler.
+// TestShapingImmediate: Immediate lets the first queued requests through at
+// once; the ones after them keep their turns.
+func TestShapingImmediate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{
+			Limit: ratelimit.PerSecond(5).WithBurst(10), Algorithm: ratelimit.LeakyShape, Immediate: 3,
+		})
+		require.NoError(t, err)
+		m, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { return "c", nil }, nil)
+		require.NoError(t, err)
+		h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		start := time.Now()
+		var mu sync.Mutex
+		var done []time.Duration
+		var wg sync.WaitGroup
+		for range 6 {
+			wg.Go(func() {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+				assert.Equal(t, http.StatusOK, w.Code)
+				mu.Lock()
+				defer mu.Unlock()
+				done = append(done, time.Since(start))
+			})
+		}
+		wg.Wait()
+		slices.Sort(done)
+		ms := time.Millisecond
+		assert.Equal(t, []time.Duration{0, 0, 0, 0, 200 * ms, 400 * ms}, done)
+	})
+}
+
+// TestShapingClientGoesAway: a client that leaves while its request is
+// queued (its context ends) never reaches the handler, and the error
+// handler sees ErrWaitAbandoned as soon as it leaves.
 func TestShapingClientGoesAway(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var handled atomic.Int64
+		var abandoned error
+		h := shapingHandler(t, ratelimit.PerSecond(1).WithBurst(10),
+			func(w http.ResponseWriter, r *http.Request) { handled.Add(1) },
+			&ratelimit.Options{OnError: func(w http.ResponseWriter, r *http.Request, err error) { abandoned = err }})
+
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil)) // runs at once
+		require.Equal(t, int64(1), handled.Load())
+
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			cancel()
+		}()
+		start := time.Now()
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(ctx, "GET", "/", nil)) // queued for 1 s
+		assert.Equal(t, 100*time.Millisecond, time.Since(start), "the wait ends when the client leaves")
+		assert.ErrorIs(t, abandoned, ratelimit.ErrWaitAbandoned)
+		assert.ErrorIs(t, abandoned, context.Canceled)
+		assert.Equal(t, int64(1), handled.Load(), "the abandoned request never reached the handler")
+
+		// Its place in the queue stays spent: the next request waits for
+		// the turn after it.
+		start = time.Now()
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+		assert.Equal(t, 2*time.Second-100*time.Millisecond, time.Since(start))
+		assert.Equal(t, int64(2), handled.Load())
+	})
+}
+
+// TestShapingDefaultAnswerWhenAbandoned: a server-side deadline ends the
+// wait with 503 and Retry-After.
+func TestShapingDefaultAnswerWhenAbandoned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shaped := shapingHandler(t, ratelimit.PerSecond(1).WithBurst(10), func(w http.ResponseWriter, r *http.Request) {}, nil)
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), 50*time.Millisecond)
+			defer cancel()
+			shaped.ServeHTTP(w, r.WithContext(ctx))
+		})
+		var codes []int
+		for range 2 {
+			start := time.Now()
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+			codes = append(codes, w.Code)
+			if w.Code != http.StatusOK {
+				assert.Equal(t, "1", w.Header().Get("Retry-After"))
+				assert.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
+				assert.Equal(t, 50*time.Millisecond, time.Since(start))
+			}
+		}
+		assert.Equal(t, []int{200, 503}, codes)
+	})
+}
+
+// TestShapingOverRealServer is the end-to-end check on the real clock: a
+// client that disconnects from a real server while queued ends the wait
+// (net/http cancels the request's context), and the handler never runs.
+func TestShapingOverRealServer(t *testing.T) {
 	var handled atomic.Int64
 	abandoned := make(chan error, 1)
-	srv := shapingServer(t, ratelimit.PerSecond(1).WithBurst(10),
+	srv := httptest.NewServer(shapingHandler(t, ratelimit.PerSecond(1).WithBurst(10),
 		func(w http.ResponseWriter, r *http.Request) { handled.Add(1) },
-		ratelimit.WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) { abandoned <- err }))
+		&ratelimit.Options{OnError: func(w http.ResponseWriter, r *http.Request, err error) { abandoned <- err }}))
+	defer srv.Close()
+	client := srv.Client()
+	defer client.CloseIdleConnections()
 
-	resp, err := http.Get(srv.URL) // runs at once
+	resp, err := client.Get(srv.URL) // runs at once
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, int64(1), handled.Load())
@@ -101,7 +179,7 @@ func TestShapingClientGoesAway(t *testing.T) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
 	require.NoError(t, err)
-	_, err = http.DefaultClient.Do(req) // queued for 1 s; the client leaves after 100 ms
+	_, err = client.Do(req) // queued for 1 s; the client leaves after 100 ms
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	select {
@@ -112,29 +190,4 @@ func TestShapingClientGoesAway(t *testing.T) {
 		t.Fatal("the server kept waiting after the client left")
 	}
 	assert.Equal(t, int64(1), handled.Load(), "the abandoned request never reached the handler")
-	http.DefaultClient.CloseIdleConnections()
-}
-
-// TestShapingDefaultAnswerWhenAbandoned: a server-side deadline ends the
-// wait with 503 and Retry-After.
-func TestShapingDefaultAnswerWhenAbandoned(t *testing.T) {
-	srv := shapingServer(t, ratelimit.PerSecond(1).WithBurst(10), func(w http.ResponseWriter, r *http.Request) {})
-	handler := srv.Config.Handler
-	srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 50*time.Millisecond)
-		defer cancel()
-		handler.ServeHTTP(w, r.WithContext(ctx))
-	})
-	var codes []int
-	for range 2 {
-		resp, err := http.Get(srv.URL)
-		require.NoError(t, err)
-		resp.Body.Close()
-		codes = append(codes, resp.StatusCode)
-		if resp.StatusCode != http.StatusOK {
-			assert.Equal(t, "1", resp.Header.Get("Retry-After"))
-		}
-	}
-	assert.Equal(t, []int{200, 503}, codes)
-	http.DefaultClient.CloseIdleConnections()
 }
