@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -10,15 +11,14 @@ import (
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/nethttp"
-	"github.com/tokenfair/ratelimit/storetest"
 )
 
 // The seed's worked example: 5 requests per second with a capacity of 10.
 // Twelve requests arrive at once: ten pass and two are refused; one second
 // later five more pass.
 func ExampleLimiter_Take() {
-	clock := new(storetest.Clock) // a fake clock; production stores read the real one
-	store, _ := memorystore.New(memorystore.WithClock(clock.Now))
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // a fake clock; production stores read the real one
+	store, _ := memorystore.New(memorystore.WithClock(func() time.Time { return now }))
 	defer store.Close()
 	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(5).WithBurst(10)})
 	if err != nil {
@@ -31,7 +31,7 @@ func ExampleLimiter_Take() {
 			fmt.Printf("request %d: allowed=%v remaining=%d retry-after=%v\n", i, res.Allowed, res.Remaining, res.RetryAfter)
 		}
 	}
-	clock.Advance(time.Second)
+	now = now.Add(time.Second)
 	passed := 0
 	for range 6 {
 		if res, _ := limiter.Take(ctx, "client-1", 1); res.Allowed {
@@ -46,24 +46,51 @@ func ExampleLimiter_Take() {
 	// one second later: 5 passed
 }
 
-func ExamplePerSecond() {
+func ExampleLimit_String() {
 	fmt.Println(ratelimit.PerSecond(5).WithBurst(10))
 	fmt.Println(ratelimit.PerDay(10000))
-	fmt.Println(ratelimit.Every(7 * time.Second))
-	fmt.Println(ratelimit.Rate(0.5))
+	fmt.Println(ratelimit.Per(2, 3*time.Second))
+	fmt.Println(ratelimit.Per(1, 7*time.Second))
+	fmt.Println(ratelimit.PerSecond(-5)) // invalid: written as the call
 	// Output:
 	// 5/s burst 10
-	// 10000/d burst 10000
-	// 1 every 7s burst 1
-	// 30/min burst 1
+	// 10000/d
+	// 2/3s
+	// 1/7s
+	// PerSecond(-5)
 }
 
-func ExampleLimit_Validate() {
-	fmt.Println(ratelimit.PerSecond(0).Validate())
-	fmt.Println(ratelimit.PerSecond(5).WithBurst(0).Validate())
+// New validates the limits and names the one at fault.
+func ExampleNew_invalidLimit() {
+	store, _ := memorystore.New()
+	defer store.Close()
+	_, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(-5)})
+	fmt.Println(err)
+	_, err = ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(0)})
+	fmt.Println(err)
 	// Output:
-	// ratelimit: invalid limit: rate must be positive and finite (interval 0s)
-	// ratelimit: invalid limit: burst must be at least 1, got 0
+	// policy "api": ratelimit: PerSecond(-5): the number of tokens must be positive
+	// policy "api": ratelimit: PerSecond(5).WithBurst(0): the burst must be at least 1
+}
+
+// Algorithm and HeaderFormat are text values: flag.TextVar and
+// configuration files take them by name.
+func ExampleAlgorithm_flag() {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	var algo ratelimit.Algorithm
+	var headers ratelimit.HeaderFormat
+	fs.TextVar(&algo, "algorithm", ratelimit.TokenBucket, "token-bucket, leaky-police or leaky-shape")
+	fs.TextVar(&headers, "headers", ratelimit.HeadersIETF, "ietf, legacy, x or none")
+	if err := fs.Parse([]string{"-algorithm=leaky-shape", "-headers", "legacy"}); err != nil {
+		panic(err)
+	}
+	fmt.Println(algo, headers)
+
+	err := algo.UnmarshalText([]byte("sliding-window"))
+	fmt.Println(err)
+	// Output:
+	// leaky-shape legacy
+	// ratelimit: unknown algorithm "sliding-window": want one of ["token-bucket" "leaky-police" "leaky-shape"]
 }
 
 // A complete net/http setup: per-API-key limits of 5 requests per second
@@ -75,7 +102,7 @@ func ExampleNewMiddleware() {
 	if err != nil {
 		panic(err)
 	}
-	mw, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"))
+	mw, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), nil)
 	if err != nil {
 		panic(err)
 	}
