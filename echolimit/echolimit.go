@@ -8,10 +8,11 @@
 // returns an *echo.HTTPError, so the application's HTTPErrorHandler and its
 // logging middleware see every refusal. With Echo's DefaultHTTPErrorHandler
 // the bytes on the wire are those that the core writes on net/http (see
-// [Middleware] for the details). [WriteResponse] writes the answer directly
-// instead.
+// [Middleware] for the details). [Options.WriteResponse] writes the answer
+// directly instead.
 //
-// Use [Middleware] with any [ratelimit.KeyFunc], or [New] with a [KeyFunc]
+// [Limit] is the common case in one line. [Middleware] takes a core
+// middleware built with any [ratelimit.KeyFunc]; [New] takes a [KeyFunc]
 // that reads the echo.Context, such as [KeyByRealIP], which follows the
 // Echo instance's IPExtractor, or [KeyByValue], which reads a value that an
 // earlier middleware stored with c.Set, such as an authenticated user's ID.
@@ -19,6 +20,7 @@ package echolimit
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,31 +31,45 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/quick"
 )
 
-// Option configures [Middleware].
-type Option func(*config)
-
-type config struct {
-	direct bool
+// Options configures the Echo side of [Middleware] and [New]. A nil
+// *Options is the zero value: every field's default.
+type Options struct {
+	// WriteResponse makes the middleware write the answer to a request
+	// that may not proceed (429, or the error handler's answer) directly
+	// to the response, as the net/http adapter does, and return nil:
+	// Echo's HTTPErrorHandler never sees it. Default: the middleware
+	// returns an *echo.HTTPError, described at [Middleware].
+	WriteResponse bool
 }
 
-// WriteResponse makes the middleware write the answer to a request that may
-// not proceed (429, or the error handler's answer) directly to the response,
-// as the net/http adapter does, and return nil: Echo's HTTPErrorHandler
-// never sees it. The default returns an *echo.HTTPError instead.
-func WriteResponse() Option {
-	return func(c *config) { c.direct = true }
+// Limit returns Echo middleware that limits requests to limit per key, on
+// an in-process store with its defaults, the default [ratelimit.Options]
+// and the default [Options]:
+//
+//	e.Use(echolimit.Limit(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
+//
+// Like regexp.MustCompile, it is meant for values fixed in the source: it
+// panics, with an error that says what is wrong, when limit is invalid or
+// key is nil. For anything else (a shared store, several policies,
+// options, or an error instead of a panic) build the middleware
+// explicitly: a store such as memorystore.New, then [ratelimit.New],
+// [ratelimit.NewMiddleware], and [Middleware].
+func Limit(limit ratelimit.Limit, key ratelimit.KeyFunc) echo.MiddlewareFunc {
+	return Middleware(quick.Middleware("echolimit.Limit", limit, key), nil)
 }
 
-// Middleware returns Echo middleware that calls the next handler only when
-// m admits the request, and returns its error. The status that m needs for
-// [ratelimit.WithCountIf] is c.Response().Status after the next handler;
-// when it returns an error, the middleware first has Echo's HTTPErrorHandler
-// write it (c.Error) and then returns it, as Echo's RequestLogger does with
-// HandleError; DefaultHTTPErrorHandler leaves the committed response alone. An in-flight slot of
-// [ratelimit.WithMaxInFlight] is held while the next handler runs. It costs
-// no allocation of its own on an admitted request.
+// Middleware returns Echo middleware, configured by opts (nil for the
+// defaults), that calls the next handler only when m admits the request,
+// and returns its error. The status that m needs for Options.CountIf is
+// c.Response().Status after the next handler; when it returns an error,
+// the middleware first has Echo's HTTPErrorHandler write it (c.Error) and
+// then returns it, as Echo's RequestLogger does with HandleError;
+// DefaultHTTPErrorHandler leaves the committed response alone. An
+// in-flight slot of Options.MaxInFlight is held while the next handler
+// runs. It costs no allocation of its own on an admitted request.
 //
 // When m refuses a request, or cannot decide it, the rate-limit header
 // fields, Retry-After, Content-Type and Cache-Control are already set on
@@ -73,8 +89,8 @@ func WriteResponse() Option {
 //
 // Two settings of Echo change the body that DefaultHTTPErrorHandler writes
 // for that HTTPError: Debug mode, and a "pretty" query parameter, both of
-// which indent the JSON. Use [WriteResponse] when that matters.
-func Middleware(m *ratelimit.Middleware, opts ...Option) echo.MiddlewareFunc {
+// which indent the JSON. Use [Options.WriteResponse] when that matters.
+func Middleware(m *ratelimit.Middleware, opts *Options) echo.MiddlewareFunc {
 	return middleware(m, false, opts)
 }
 
@@ -83,46 +99,35 @@ func Middleware(m *ratelimit.Middleware, opts ...Option) echo.MiddlewareFunc {
 // identity, and never an empty key with a nil error.
 type KeyFunc func(c echo.Context) (string, error)
 
-// New returns Echo middleware that limits requests with l, keyed by key and
-// configured by the core's options, and otherwise behaves as [Middleware]
-// with its default, Echo's error path. It returns the errors of
-// [ratelimit.NewMiddleware].
+// New returns Echo middleware that limits requests with l, keyed by key,
+// configured by the core's opts and by eopts (either nil for the
+// defaults), and otherwise behaves as [Middleware]. It returns the errors
+// of [ratelimit.NewMiddleware].
 //
 // So that key can reach the echo.Context, the middleware hands the core a
 // shallow copy of the request whose context carries it; that costs two
 // small allocations per request, which [Middleware] with a
 // [ratelimit.KeyFunc] does not. The handlers after it see the original
 // request.
-func New(l *ratelimit.Limiter, key KeyFunc, opts ...ratelimit.Option) (echo.MiddlewareFunc, error) {
+func New(l *ratelimit.Limiter, key KeyFunc, opts *ratelimit.Options, eopts *Options) (echo.MiddlewareFunc, error) {
 	if key == nil {
 		return nil, errors.New("echolimit: New: nil key function")
 	}
 	m, err := ratelimit.NewMiddleware(l, func(r *http.Request) (string, error) {
-		c, ok := r.Context().Value(echoContextKey{}).(echo.Context)
-		if !ok {
-			return "", errNoContext
-		}
-		return key(c)
-	}, opts...)
+		// The middleware below always puts the context there.
+		return key(r.Context().Value(echoContextKey{}).(echo.Context))
+	}, opts)
 	if err != nil {
 		return nil, err
 	}
-	return middleware(m, true, nil), nil
+	return middleware(m, true, eopts), nil
 }
 
 // echoContextKey is the request context key of the echo.Context.
 type echoContextKey struct{}
 
-var errNoContext = errors.New("echolimit: no echo.Context in the request's context")
-
-func middleware(m *ratelimit.Middleware, withContext bool, opts []Option) echo.MiddlewareFunc {
-	var cfg config
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&cfg)
-		}
-	}
-	counts := m.CountsResponses()
+func middleware(m *ratelimit.Middleware, withContext bool, opts *Options) echo.MiddlewareFunc {
+	direct, counts := opts != nil && opts.WriteResponse, m.CountsResponses()
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			r := c.Request()
@@ -130,9 +135,7 @@ func middleware(m *ratelimit.Middleware, withContext bool, opts []Option) echo.M
 				r = r.WithContext(context.WithValue(r.Context(), echoContextKey{}, c))
 			}
 			var err error
-			admitted := false
 			run := func() int {
-				admitted = true
 				if err = next(c); err != nil && counts {
 					// The status of an error is known once the error
 					// handler has written it; it then leaves the
@@ -141,99 +144,69 @@ func middleware(m *ratelimit.Middleware, withContext bool, opts []Option) echo.M
 				}
 				return c.Response().Status
 			}
-			if cfg.direct {
-				m.Handle(c.Response(), r, run)
-				return err
-			}
+			// The core writes header fields to the response, and its
+			// answer, if any, to w: nothing when next ran.
 			w := captures.Get().(*capture)
-			w.h = c.Response().Header()
+			w.Response = c.Response()
 			m.Handle(w, r, run)
-			status, body := w.status, w.body
-			w.h, w.status, w.body = nil, 0, w.body[:0]
-			if admitted {
+			if w.status == 0 {
 				captures.Put(w)
 				return err
 			}
-			w.body = nil // body now belongs to the answer
-			captures.Put(w)
-			return answer(c, status, body)
+			return answer(c, w.status, w.body, direct) // w and its body now belong to the answer
 		}
 	}
 }
 
-// answer turns what the core wrote into an *echo.HTTPError, or writes it
-// when Echo could not reproduce it.
-func answer(c echo.Context, status int, body []byte) error {
-	if status == 0 {
-		return nil // the deny or error handler wrote nothing
+// answer writes the core's answer, or, on Echo's error path, turns it
+// into an *echo.HTTPError that Echo's DefaultHTTPErrorHandler writes
+// identically when it can: compact JSON followed by a newline with a
+// Content-Type, or any answer to HEAD, which gets no body.
+func answer(c echo.Context, status int, body []byte, direct bool) error {
+	h, head := c.Response().Header(), c.Request().Method == http.MethodHead
+	he := &echo.HTTPError{Code: status, Message: http.StatusText(status)}
+	raw := bytes.TrimSuffix(body, []byte("\n"))
+	out, err := json.Marshal(json.RawMessage(raw))
+	isJSON := err == nil && len(raw) < len(body) && bytes.Equal(out, raw)
+	if isJSON {
+		he.Message = problem(raw)
 	}
-	h := c.Response().Header()
-	raw, ok := reproducible(h, body)
-	head := c.Request().Method == http.MethodHead
-	if ok || head && h.Get(echo.HeaderContentType) != "" {
-		var msg any = http.StatusText(status)
-		if ok {
-			msg = problem(raw)
+	switch {
+	case direct || h.Get(echo.HeaderContentType) == "" || !isJSON && !head:
+		c.Response().WriteHeader(status)
+		c.Response().Write(body)
+		if direct {
+			return nil
 		}
-		if head {
-			// No body is sent, but net/http would announce its length.
-			if h.Get(echo.HeaderContentLength) == "" {
-				h.Set(echo.HeaderContentLength, strconv.Itoa(len(body)))
-			}
-		} else {
-			h.Del(echo.HeaderContentLength)
-		}
-		return &echo.HTTPError{Code: status, Message: msg}
+	case head && h.Get(echo.HeaderContentLength) == "":
+		h.Set(echo.HeaderContentLength, strconv.Itoa(len(body))) // what net/http announces
+	case !head:
+		h.Del(echo.HeaderContentLength) // the error handler may write another body
 	}
-	resp := c.Response()
-	resp.WriteHeader(status)
-	resp.Write(body)
-	return &echo.HTTPError{Code: status, Message: http.StatusText(status)}
+	return he
 }
 
-// reproducible reports whether Echo's default JSON encoding of the message
-// raw writes body: body is compact JSON that encoding/json leaves as is,
-// followed by a newline, and a Content-Type is set.
-func reproducible(h http.Header, body []byte) (json.RawMessage, bool) {
-	if len(body) < 2 || body[len(body)-1] != '\n' || h.Get(echo.HeaderContentType) == "" {
-		return nil, false
-	}
-	raw := json.RawMessage(body[:len(body)-1])
-	out, err := json.Marshal(raw)
-	return raw, err == nil && bytes.Equal(out, raw)
-}
-
-// problem is the JSON body of an answer, the Message of its HTTPError.
-type problem json.RawMessage
+// problem is the JSON body of an answer, the Message of its HTTPError; it
+// prints as the JSON text.
+type problem string
 
 // MarshalJSON returns the JSON body.
-func (p problem) MarshalJSON() ([]byte, error) { return p, nil }
+func (p problem) MarshalJSON() ([]byte, error) { return []byte(p), nil }
 
-// String returns the JSON body, for logs.
-func (p problem) String() string { return string(p) }
-
-// capture is the ResponseWriter the core writes to on Echo's error path:
-// header fields go to the real response, status and body are kept.
+// capture is the ResponseWriter the core writes to: header fields go to
+// the response, status and body are kept.
 type capture struct {
-	h      http.Header
+	*echo.Response
 	status int
 	body   []byte
 }
 
 var captures = sync.Pool{New: func() any { return new(capture) }}
 
-func (w *capture) Header() http.Header { return w.h }
-
-func (w *capture) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-}
+func (w *capture) WriteHeader(code int) { w.status = cmp.Or(w.status, code) }
 
 func (w *capture) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
+	w.WriteHeader(http.StatusOK)
 	w.body = append(w.body, b...)
 	return len(b), nil
 }

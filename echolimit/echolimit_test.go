@@ -22,7 +22,11 @@ import (
 	"github.com/tokenfair/ratelimit/memorystore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// Limit's memorystore sweeps in a goroutine of its own until it learns
+	// to sweep on the write path.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/tokenfair/ratelimit/memorystore.(*Store).sweepEvery"))
+}
 
 // newEcho returns an Echo instance that runs mw in front of next for every
 // method and path.
@@ -34,29 +38,32 @@ func newEcho(next http.Handler, mw ...echo.MiddlewareFunc) *echo.Echo {
 }
 
 func TestConformance(t *testing.T) {
-	middleware := func(opts ...echolimit.Option) adaptertest.NewHandler {
-		return func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, coreOpts []ratelimit.Option, next http.Handler) http.Handler {
-			m, err := ratelimit.NewMiddleware(l, key, coreOpts...)
+	middleware := func(eopts *echolimit.Options) adaptertest.NewHandler {
+		return func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.Options, next http.Handler) http.Handler {
+			m, err := ratelimit.NewMiddleware(l, key, opts)
 			require.NoError(t, err)
-			return newEcho(next, echolimit.Middleware(m, opts...))
+			return newEcho(next, echolimit.Middleware(m, eopts))
 		}
 	}
-	t.Run("Middleware", func(t *testing.T) { adaptertest.Run(t, middleware()) })
-	t.Run("Middleware/WriteResponse", func(t *testing.T) { adaptertest.Run(t, middleware(echolimit.WriteResponse())) })
-	t.Run("New", func(t *testing.T) {
-		adaptertest.Run(t, func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts []ratelimit.Option, next http.Handler) http.Handler {
-			mw, err := echolimit.New(l, func(c echo.Context) (string, error) { return key(c.Request()) }, opts...)
+	withEchoKey := func(eopts *echolimit.Options) adaptertest.NewHandler {
+		return func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.Options, next http.Handler) http.Handler {
+			mw, err := echolimit.New(l, func(c echo.Context) (string, error) { return key(c.Request()) }, opts, eopts)
 			require.NoError(t, err)
 			return newEcho(next, mw)
-		})
-	})
+		}
+	}
+	direct := &echolimit.Options{WriteResponse: true}
+	t.Run("Middleware", func(t *testing.T) { adaptertest.Run(t, middleware(nil)) })
+	t.Run("Middleware/WriteResponse", func(t *testing.T) { adaptertest.Run(t, middleware(direct)) })
+	t.Run("New", func(t *testing.T) { adaptertest.Run(t, withEchoKey(nil)) })
+	t.Run("New/WriteResponse", func(t *testing.T) { adaptertest.Run(t, withEchoKey(direct)) })
 	// The application's own HTTPErrorHandler, delegating to the default one
 	// after it has looked at the error, changes nothing on the wire.
 	t.Run("Middleware/HTTPErrorHandler", func(t *testing.T) {
-		adaptertest.Run(t, func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts []ratelimit.Option, next http.Handler) http.Handler {
-			m, err := ratelimit.NewMiddleware(l, key, opts...)
+		adaptertest.Run(t, func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.Options, next http.Handler) http.Handler {
+			m, err := ratelimit.NewMiddleware(l, key, opts)
 			require.NoError(t, err)
-			e := newEcho(next, echolimit.Middleware(m))
+			e := newEcho(next, echolimit.Middleware(m, nil))
 			e.HTTPErrorHandler = func(err error, c echo.Context) {
 				var he *echo.HTTPError
 				if !errors.As(err, &he) {
@@ -73,7 +80,6 @@ func newLimiter(t testing.TB, l ratelimit.Limit) *ratelimit.Limiter {
 	t.Helper()
 	store, err := memorystore.New(memorystore.WithSweepInterval(0))
 	require.NoError(t, err)
-	t.Cleanup(func() { store.Close() })
 	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: l})
 	require.NoError(t, err)
 	return lim
@@ -81,11 +87,11 @@ func newLimiter(t testing.TB, l ratelimit.Limit) *ratelimit.Limiter {
 
 func TestNewErrors(t *testing.T) {
 	lim := newLimiter(t, ratelimit.PerSecond(1))
-	_, err := echolimit.New(lim, nil)
+	_, err := echolimit.New(lim, nil, nil, nil)
 	assert.Error(t, err)
-	_, err = echolimit.New(nil, echolimit.KeyByValue("user"))
+	_, err = echolimit.New(nil, echolimit.KeyByValue("user"), nil, nil)
 	assert.Error(t, err)
-	_, err = echolimit.New(lim, echolimit.KeyByValue("user"), ratelimit.WithHeaders(99))
+	_, err = echolimit.New(lim, echolimit.KeyByValue("user"), &ratelimit.Options{Headers: 99}, nil)
 	assert.Error(t, err)
 	_, err = echolimit.KeyByRealIP(ratelimit.IPv6Prefix(200))
 	assert.Error(t, err)
@@ -93,7 +99,7 @@ func TestNewErrors(t *testing.T) {
 
 // TestHTTPError checks what the application's HTTPErrorHandler receives.
 func TestHTTPError(t *testing.T) {
-	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.PerMinute(1)), ratelimit.KeyByAPIKey("X-API-Key"))
+	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.PerMinute(1)), ratelimit.KeyByAPIKey("X-API-Key"), nil)
 	require.NoError(t, err)
 	var got []*echo.HTTPError
 	e := echo.New()
@@ -103,7 +109,7 @@ func TestHTTPError(t *testing.T) {
 		got = append(got, he)
 		c.String(he.Code, fmt.Sprintf("custom %d: %v", he.Code, he.Message))
 	}
-	e.Use(echolimit.Middleware(m))
+	e.Use(echolimit.Middleware(m, nil))
 	e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
 
 	serve := func(apiKey string) *httptest.ResponseRecorder {
@@ -141,20 +147,20 @@ func TestHTTPError(t *testing.T) {
 // is unaffected.
 func TestDebugIndents(t *testing.T) {
 	lim := newLimiter(t, ratelimit.PerMinute(1))
-	m, err := ratelimit.NewMiddleware(lim, func(r *http.Request) (string, error) { return r.URL.Path, nil })
+	m, err := ratelimit.NewMiddleware(lim, func(r *http.Request) (string, error) { return r.URL.Path, nil }, nil)
 	require.NoError(t, err)
 	ok := func(c echo.Context) error { return c.NoContent(http.StatusNoContent) }
 	for _, tc := range []struct {
 		path     string
-		opts     []echolimit.Option
+		opts     *echolimit.Options
 		indented bool
 	}{
 		{"/error-path", nil, true},
-		{"/direct", []echolimit.Option{echolimit.WriteResponse()}, false},
+		{"/direct", &echolimit.Options{WriteResponse: true}, false},
 	} {
 		e := echo.New()
 		e.Debug = true
-		e.GET(tc.path, ok, echolimit.Middleware(m, tc.opts...))
+		e.GET(tc.path, ok, echolimit.Middleware(m, tc.opts))
 		var w *httptest.ResponseRecorder
 		for range 2 {
 			w = httptest.NewRecorder()
@@ -205,7 +211,7 @@ func TestKeyByRealIP(t *testing.T) {
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.RemoteAddr = "garbage"
 	_, err = byIP(e.NewContext(r, httptest.NewRecorder()))
-	assert.ErrorIs(t, err, ratelimit.ErrNoClientIP)
+	assert.ErrorIs(t, err, ratelimit.ErrBadRequest)
 }
 
 func mustCIDR(t *testing.T, s string) *net.IPNet {
@@ -249,11 +255,11 @@ type ctxKey struct{}
 // authenticated by an earlier middleware, and anonymous clients behind a
 // trusted proxy.
 func TestNewWithEchoKeys(t *testing.T) {
-	byUser, err := echolimit.New(newLimiter(t, ratelimit.PerMinute(2)), echolimit.KeyByValue("user"))
+	byUser, err := echolimit.New(newLimiter(t, ratelimit.PerMinute(2)), echolimit.KeyByValue("user"), nil, nil)
 	require.NoError(t, err)
 	byIP, err := echolimit.KeyByRealIP()
 	require.NoError(t, err)
-	byIPLimit, err := echolimit.New(newLimiter(t, ratelimit.PerMinute(1)), byIP)
+	byIPLimit, err := echolimit.New(newLimiter(t, ratelimit.PerMinute(1)), byIP, nil, nil)
 	require.NoError(t, err)
 
 	e := echo.New()
@@ -302,14 +308,14 @@ func BenchmarkAllowed(b *testing.B) {
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	store, err := memorystore.New(memorystore.WithClock(func() time.Time { return clock }), memorystore.WithSweepInterval(0))
 	require.NoError(b, err)
-	defer store.Close()
 	// Time stands still and the bucket holds 10^15 tokens: every request is
 	// allowed.
-	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Limit{Interval: 1, Burst: 1e15}})
+	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Per(1, time.Nanosecond).WithBurst(1e15)})
 	require.NoError(b, err)
-	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), ratelimit.WithoutWarnings())
+	quiet := &ratelimit.Options{Quiet: []string{"one-key"}}
+	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), quiet)
 	require.NoError(b, err)
-	withEchoKey, err := echolimit.New(lim, echolimit.KeyByValue("user"), ratelimit.WithoutWarnings())
+	withEchoKey, err := echolimit.New(lim, echolimit.KeyByValue("user"), quiet, nil)
 	require.NoError(b, err)
 	setUser := func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -324,8 +330,8 @@ func BenchmarkAllowed(b *testing.B) {
 		mw   []echo.MiddlewareFunc
 	}{
 		{"bare", nil},
-		{"Middleware", []echo.MiddlewareFunc{echolimit.Middleware(m)}},
-		{"Middleware+WriteResponse", []echo.MiddlewareFunc{echolimit.Middleware(m, echolimit.WriteResponse())}},
+		{"Middleware", []echo.MiddlewareFunc{echolimit.Middleware(m, nil)}},
+		{"Middleware+WriteResponse", []echo.MiddlewareFunc{echolimit.Middleware(m, &echolimit.Options{WriteResponse: true})}},
 		{"bare+c.Set", []echo.MiddlewareFunc{setUser}},
 		{"New+KeyByValue", []echo.MiddlewareFunc{setUser, withEchoKey}},
 	} {
@@ -336,8 +342,7 @@ func BenchmarkAllowed(b *testing.B) {
 			r.Header.Set("X-API-Key", "demo")
 			w := &discard{h: http.Header{}}
 			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
+			for b.Loop() {
 				clear(w.h)
 				w.code = 0
 				e.ServeHTTP(w, r)
@@ -364,7 +369,7 @@ func (w *discard) Write(b []byte) (int, error) { return len(b), nil }
 // so WithCountIf counts it; the answer is written once.
 func TestCountIfWithHandlerErrors(t *testing.T) {
 	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.PerMinute(2)),
-		func(*http.Request) (string, error) { return "k", nil }, ratelimit.WithCountIf(ratelimit.Failed))
+		func(*http.Request) (string, error) { return "k", nil }, &ratelimit.Options{CountIf: func(s int) bool { return s >= 400 }})
 	require.NoError(t, err)
 	handled := 0
 	e := echo.New()
@@ -372,7 +377,7 @@ func TestCountIfWithHandlerErrors(t *testing.T) {
 		handled++
 		e.DefaultHTTPErrorHandler(err, c)
 	}
-	e.Use(echolimit.Middleware(m))
+	e.Use(echolimit.Middleware(m, nil))
 	e.GET("/ok", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
 	e.GET("/fail", func(c echo.Context) error { return echo.NewHTTPError(http.StatusUnauthorized, "who are you?") })
 	get := func(path string) *httptest.ResponseRecorder {
@@ -392,4 +397,23 @@ func TestCountIfWithHandlerErrors(t *testing.T) {
 	// goes up the chain, and DefaultHTTPErrorHandler leaves the committed
 	// response alone: twice per failure, once for the refusal.
 	assert.Equal(t, 5, handled)
+}
+
+func TestLimit(t *testing.T) {
+	e := echo.New()
+	e.Use(echolimit.Limit(ratelimit.PerMinute(1).WithBurst(3), ratelimit.KeyByAPIKey("X-API-Key")))
+	e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
+	var codes []int
+	for range 4 {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("X-API-Key", "demo")
+		e.ServeHTTP(w, r)
+		codes = append(codes, w.Code)
+	}
+	assert.Equal(t, []int{204, 204, 204, 429}, codes)
+
+	assert.PanicsWithError(t, `echolimit.Limit: policy "default": ratelimit: PerSecond(-5): the number of tokens must be positive`,
+		func() { echolimit.Limit(ratelimit.PerSecond(-5), ratelimit.KeyByAPIKey("X-API-Key")) })
+	assert.PanicsWithError(t, "echolimit.Limit: nil key function", func() { echolimit.Limit(ratelimit.PerSecond(5), nil) })
 }

@@ -12,17 +12,41 @@ import (
 	"github.com/tokenfair/ratelimit/memorystore"
 )
 
-// An Echo service limited per API key, with a key function of the core.
-// Refusals go through Echo's error path, and the default error handler
-// writes the core's answer.
+// The common case in one line: 5 requests a minute per API key, in bursts
+// of up to 10, on an in-process store.
+func ExampleLimit() {
+	e := echo.New()
+	e.Use(echolimit.Limit(ratelimit.PerMinute(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
+	e.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hello\n") })
+
+	codes := map[int]int{}
+	for range 11 {
+		w := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/hello", nil)
+		req.Header.Set("X-API-Key", "demo")
+		e.ServeHTTP(w, req)
+		codes[w.Code]++
+	}
+	fmt.Println(codes)
+	// Output:
+	// map[200:10 429:1]
+}
+
+// An Echo service limited per API key, with a key function of the core, in
+// the explicit form: a store, a limiter, a core middleware. Refusals go
+// through Echo's error path, and the default error handler writes the
+// core's answer.
 func ExampleMiddleware() {
 	store, _ := memorystore.New()
 	defer store.Close()
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
-	m, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"))
+	m, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), nil)
+	if err != nil {
+		panic(err)
+	}
 
 	e := echo.New()
-	e.Use(echolimit.Middleware(m))
+	e.Use(echolimit.Middleware(m, nil))
 	e.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hello\n") })
 
 	for range 2 {
@@ -43,7 +67,7 @@ func ExampleNew() {
 	store, _ := memorystore.New()
 	defer store.Close()
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "per-user", Limit: ratelimit.PerMinute(1)})
-	perUser, err := echolimit.New(limiter, echolimit.KeyByValue("user"), ratelimit.WithHeaders(ratelimit.HeadersLegacy))
+	perUser, err := echolimit.New(limiter, echolimit.KeyByValue("user"), &ratelimit.Options{Headers: ratelimit.HeadersLegacy}, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -91,15 +115,18 @@ func ExampleKeyByRealIP() {
 
 // Writes refusals directly, as net/http does, instead of returning an
 // *echo.HTTPError.
-func ExampleWriteResponse() {
+func ExampleOptions_writeResponse() {
 	store, _ := memorystore.New()
 	defer store.Close()
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
-	m, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"))
+	m, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), nil)
+	if err != nil {
+		panic(err)
+	}
 
 	e := echo.New()
 	e.HTTPErrorHandler = func(err error, c echo.Context) { fmt.Println("never called for refusals") }
-	e.Use(echolimit.Middleware(m, echolimit.WriteResponse()))
+	e.Use(echolimit.Middleware(m, &echolimit.Options{WriteResponse: true}))
 	e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
 
 	for range 2 {
