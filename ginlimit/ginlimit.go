@@ -82,11 +82,8 @@ func New(l *ratelimit.Limiter, key KeyFunc, opts *ratelimit.Options) (gin.Handle
 		return nil, errors.New("ginlimit: New: nil key function")
 	}
 	m, err := ratelimit.NewMiddleware(l, func(r *http.Request) (string, error) {
-		c, ok := r.Context().Value(ginContextKey{}).(*gin.Context)
-		if !ok {
-			return "", errNoContext
-		}
-		return key(c)
+		// The handler below always puts the context there.
+		return key(r.Context().Value(ginContextKey{}).(*gin.Context))
 	}, opts)
 	if err != nil {
 		return nil, err
@@ -99,5 +96,3 @@ func New(l *ratelimit.Limiter, key KeyFunc, opts *ratelimit.Options) (gin.Handle
 
 // ginContextKey is the request context key of the *gin.Context.
 type ginContextKey struct{}
-
-var errNoContext = errors.New("ginlimit: no *gin.Context in the request's context")
