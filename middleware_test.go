@@ -34,9 +34,9 @@ func costByHeader(r *http.Request) (int64, error) {
 // fakeClock is a clock that moves only when told; safe for concurrent use.
 type fakeClock struct{ ns atomic.Int64 }
 
-var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+var fakeEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func (c *fakeClock) Now() time.Time          { return epoch.Add(time.Duration(c.ns.Load())) }
+func (c *fakeClock) Now() time.Time          { return fakeEpoch.Add(time.Duration(c.ns.Load())) }
 func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // memoryStore returns a memory store on the real clock (or, in a synctest
