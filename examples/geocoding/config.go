@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/failover"
 )
 
 // config holds the server's settings, one field per flag of the demo server
@@ -16,17 +19,17 @@ import (
 type config struct {
 	addr           string
 	framework      string
-	algorithm      string
+	algorithm      ratelimit.Algorithm
 	rate           float64
 	burst          int64
 	key            string
 	trustedProxies string
 	globalRate     float64
 	globalBurst    int64
-	headers        string
+	headers        ratelimit.HeaderFormat
 	store          string
 	redisURL       string
-	onStoreError   string
+	onStoreError   failover.Mode
 	instances      int
 	dryRun         bool
 	count          string
@@ -39,22 +42,23 @@ type config struct {
 }
 
 // newFlagSet returns the flag set that fills cfg. Its defaults are those of
-// the contract.
+// the contract. The library's enumerations parse themselves (flag.TextVar):
+// a wrong value is reported with the flag, the value and the valid names.
 func newFlagSet(cfg *config) *flag.FlagSet {
 	fs := flag.NewFlagSet("geocoding", flag.ContinueOnError)
 	fs.StringVar(&cfg.addr, "addr", ":8080", "listen `address`")
 	fs.StringVar(&cfg.framework, "framework", "nethttp", "HTTP framework: nethttp, gin or echo")
-	fs.StringVar(&cfg.algorithm, "algorithm", "token-bucket", "algorithm: token-bucket, leaky-police or leaky-shape")
+	fs.TextVar(&cfg.algorithm, "algorithm", ratelimit.TokenBucket, "the `algorithm`: token-bucket, leaky-police or leaky-shape")
 	fs.Float64Var(&cfg.rate, "rate", 5, "tokens earned per second by each client")
 	fs.Int64Var(&cfg.burst, "burst", 10, "bucket capacity: the most requests a client may make at once")
 	fs.StringVar(&cfg.key, "key", "api-key", "what identifies a client: api-key (header X-API-Key) or ip")
 	fs.StringVar(&cfg.trustedProxies, "trusted-proxies", "", "comma-separated `CIDRs` of the reverse proxies whose X-Forwarded-For is believed (with -key ip)")
 	fs.Float64Var(&cfg.globalRate, "global-rate", 0, "tokens per second shared by all clients (0: no global limit)")
 	fs.Int64Var(&cfg.globalBurst, "global-burst", 0, "capacity of the global limit (0: no global limit)")
-	fs.StringVar(&cfg.headers, "headers", "ietf", "rate-limit header fields: ietf, legacy, x or none")
+	fs.TextVar(&cfg.headers, "headers", ratelimit.HeadersIETF, "the `format` of the rate-limit header fields: ietf, legacy, x or none")
 	fs.StringVar(&cfg.store, "store", "memory", "where limits are kept: memory or redis")
 	fs.StringVar(&cfg.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL` (with -store redis)")
-	fs.StringVar(&cfg.onStoreError, "on-store-error", "open", "when the store fails: open, closed or local")
+	fs.TextVar(&cfg.onStoreError, "on-store-error", failover.Open, "what to do when the store fails (`mode`): open, closed or local")
 	fs.IntVar(&cfg.instances, "instances", 1, "number of server instances, to share the quota of the local fallback")
 	fs.BoolVar(&cfg.dryRun, "dry-run", false, "decide and count, but never refuse")
 	fs.StringVar(&cfg.count, "count", "all", "which responses spend the budget: all, failed or successful")
@@ -63,9 +67,9 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	return fs
 }
 
-// choices lists, for each flag that takes one of a fixed set of values, the
-// values that this version implements (supported) and the other values that
-// the contract defines (later).
+// choices lists, for each flag of the demo's own that takes one of a fixed
+// set of values, the values that this version implements (supported) and the
+// other values that the contract defines (later).
 var choices = []struct {
 	flag      string
 	value     func(*config) string
@@ -73,11 +77,8 @@ var choices = []struct {
 	later     []string
 }{
 	{"framework", func(c *config) string { return c.framework }, []string{"nethttp", "gin", "echo"}, nil},
-	{"algorithm", func(c *config) string { return c.algorithm }, []string{"token-bucket", "leaky-police", "leaky-shape"}, nil},
 	{"key", func(c *config) string { return c.key }, []string{"api-key", "ip"}, nil},
-	{"headers", func(c *config) string { return c.headers }, []string{"ietf", "legacy", "x", "none"}, nil},
 	{"store", func(c *config) string { return c.store }, []string{"memory", "redis"}, nil},
-	{"on-store-error", func(c *config) string { return c.onStoreError }, []string{"open", "closed", "local"}, nil},
 	{"count", func(c *config) string { return c.count }, []string{"all", "failed", "successful"}, nil},
 }
 
@@ -101,6 +102,9 @@ func (c *config) check() error {
 		default:
 			invalid(ch.flag, v, "want "+orList(append(slices.Clip(ch.supported), ch.later...)))
 		}
+	}
+	if b := c.burst; b < 1 {
+		invalid("burst", strconv.FormatInt(b, 10), "want a capacity of at least 1")
 	}
 	if r := c.globalRate; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
 		invalid("global-rate", formatFloat(r), "want a finite number of tokens per second, or 0 for no global limit")
@@ -132,3 +136,38 @@ func orList(vs []string) string {
 }
 
 func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// limitOf returns the Limit of rate tokens per second, a float as the flags
+// give it, with a capacity of burst (at least 1). It is written as n tokens
+// per period with whole n and period, so that its interval is 1s/rate
+// rounded to the nanosecond and the w of RateLimit-Policy is exactly
+// ⌈burst/rate⌉ seconds: 5 is 5/s, 0.25 is 1/4s, 1.7 is 17/10s, and a rate that no
+// decimal of up to six places writes exactly takes the period that earns
+// the burst, burst × 1s/rate rounded to the nanosecond. ratelimit.New
+// reports a bucket that would take more than 50 years to fill.
+func limitOf(rate float64, burst int64) (ratelimit.Limit, error) {
+	switch {
+	case math.IsNaN(rate) || math.IsInf(rate, 0) || rate <= 0:
+		return ratelimit.Limit{}, errors.New("want a positive, finite number of tokens per second")
+	case rate > 2e9: // 1s/rate rounds to 0
+		return ratelimit.Limit{}, errors.New("more than one token per nanosecond")
+	}
+	for k := int64(1); k <= 1e6; k *= 10 {
+		if n := math.Round(rate * float64(k)); n >= 1 && n/float64(k) == rate {
+			g := gcd(int64(n), k)
+			return ratelimit.Per(int64(n)/g, time.Duration(k/g)*time.Second).WithBurst(burst), nil
+		}
+	}
+	period := math.Round(float64(burst) * float64(time.Second) / rate)
+	if period > math.MaxInt64/2 { // beyond ratelimit.New's 50 years anyway
+		return ratelimit.Limit{}, fmt.Errorf("an empty bucket would take %.3g years to fill, more than 50", period/float64(365*24*time.Hour))
+	}
+	return ratelimit.Per(burst, time.Duration(period)), nil
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/failover"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/metrics"
 	"github.com/tokenfair/ratelimit/redisstore"
@@ -22,23 +24,23 @@ import (
 const apiKeyHeader = "X-API-Key"
 
 // newHandler returns the server's handler and a function that releases what
-// it holds (the store's background sweep). /healthz and /metrics are
-// answered before the limiter; every other request goes through it. cfg must have passed check;
-// newHandler reports invalid rates, bursts and trusted proxies, naming the
-// flag.
+// it holds (the stores and the Redis client). /healthz and /metrics are
+// answered before the limiter; every other request goes through it. cfg
+// must have passed check; newHandler reports invalid rates, bursts and
+// trusted proxies, naming the flag.
 func newHandler(cfg config) (http.Handler, func(), error) {
-	format, err := ratelimit.ParseHeaderFormat(cfg.headers)
-	if err != nil {
-		return nil, nil, fmt.Errorf("-headers: %w", err)
-	}
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
 	if err != nil {
 		return nil, nil, err
 	}
+	// The library's warnings go to the server's log (slog.Default) and are
+	// counted in ratelimit_warnings_total.
+	logger := m.Logger(nil)
 	// The trusted proxies are validated even with -key api-key, which does
-	// not use them, so that a typo never goes unnoticed.
-	byIP, err := ratelimit.KeyByIP(ratelimit.TrustedProxies(strings.Split(cfg.trustedProxies, ",")...), ratelimit.WarnTo(m))
+	// not use them, so that a typo never goes unnoticed. (KeyByIP's own
+	// warnings are counted once its options take the Logger too.)
+	byIP, err := ratelimit.KeyByIP(ratelimit.TrustedProxies(strings.Split(cfg.trustedProxies, ",")...))
 	if err != nil {
 		return nil, nil, fmt.Errorf("-trusted-proxies: %w", err)
 	}
@@ -52,46 +54,30 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		return nil, nil, fmt.Errorf("-key %s: want api-key or ip", cfg.key)
 	}
 
+	policies, err := newPolicies(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
 	store, cleanup, err := newStore(cfg, m)
 	if err != nil {
 		return nil, nil, err
 	}
-	algorithm, err := ratelimit.ParseAlgorithm(cfg.algorithm)
-	if err != nil {
-		cleanup()
-		return nil, nil, fmt.Errorf("-algorithm: %w", err)
-	}
-	policies := []ratelimit.Policy{{Limit: ratelimit.Rate(cfg.rate).WithBurst(cfg.burst), Algorithm: algorithm, DryRun: cfg.dryRun}}
-	if cfg.globalRate > 0 {
-		global := ratelimit.Rate(cfg.globalRate)
-		if cfg.globalBurst > 0 {
-			global = global.WithBurst(cfg.globalBurst)
-		}
-		policies = append(policies, ratelimit.Policy{Name: "global", Limit: global, Global: true, DryRun: cfg.dryRun})
-	}
 	limiter, err := ratelimit.New(store, policies...)
 	if err != nil {
 		cleanup()
-		flags := fmt.Sprintf("-rate %s -burst %d", formatFloat(cfg.rate), cfg.burst)
-		if cfg.globalRate > 0 {
-			flags += fmt.Sprintf(" -global-rate %s -global-burst %d", formatFloat(cfg.globalRate), cfg.globalBurst)
-		}
-		return nil, nil, fmt.Errorf("%s: %w", flags, err)
+		return nil, nil, fmt.Errorf("%s: %w", limitFlags(cfg), err)
 	}
-	opts := []ratelimit.Option{ratelimit.WithHeaders(format), ratelimit.WithObserver(m)}
+	opts := &ratelimit.Options{Headers: cfg.headers, Observer: m, Logger: logger, MaxInFlight: cfg.maxInflight}
 	if prefix := cfg.skipPath; prefix != "" {
-		opts = append(opts, ratelimit.WithSkip(func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, prefix) }))
+		opts.Skip = func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, prefix) }
 	}
 	switch cfg.count {
 	case "failed":
-		opts = append(opts, ratelimit.WithCountIf(ratelimit.Failed))
+		opts.CountIf = func(status int) bool { return status >= 400 }
 	case "successful":
-		opts = append(opts, ratelimit.WithCountIf(ratelimit.Succeeded))
+		opts.CountIf = func(status int) bool { return status < 400 }
 	}
-	if cfg.maxInflight > 0 {
-		opts = append(opts, ratelimit.WithMaxInFlight(cfg.maxInflight, 0))
-	}
-	mw, err := ratelimit.NewMiddleware(limiter, key, opts...)
+	mw, err := ratelimit.NewMiddleware(limiter, key, opts)
 	if err != nil {
 		cleanup()
 		return nil, nil, err
@@ -105,10 +91,41 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 	return router, cleanup, nil
 }
 
+// newPolicies returns the per-client policy of -rate and -burst and, with
+// -global-rate, the global one.
+func newPolicies(cfg config) ([]ratelimit.Policy, error) {
+	limit, err := limitOf(cfg.rate, cfg.burst)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", limitFlags(cfg), err)
+	}
+	policies := []ratelimit.Policy{{Limit: limit, Algorithm: cfg.algorithm, DryRun: cfg.dryRun}}
+	if cfg.globalRate > 0 {
+		burst := cfg.globalBurst
+		if burst == 0 {
+			burst = max(1, int64(min(cfg.globalRate, math.MaxInt64/2))) // the whole tokens of one second
+		}
+		global, err := limitOf(cfg.globalRate, burst)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", limitFlags(cfg), err)
+		}
+		policies = append(policies, ratelimit.Policy{Name: "global", Limit: global, Global: true, DryRun: cfg.dryRun})
+	}
+	return policies, nil
+}
+
+// limitFlags returns the flags that set the limits, for error messages.
+func limitFlags(cfg config) string {
+	flags := fmt.Sprintf("-rate %s -burst %d", formatFloat(cfg.rate), cfg.burst)
+	if cfg.globalRate > 0 {
+		flags += fmt.Sprintf(" -global-rate %s -global-burst %d", formatFloat(cfg.globalRate), cfg.globalBurst)
+	}
+	return flags
+}
+
 // newStore returns the store that -store names and a function that
-// releases it. With -store redis, the shared store is wrapped in a Failover
-// that applies -on-store-error; the memory store cannot fail. The store's
-// health and keys are exported through m.
+// releases it. With -store redis, the shared store is wrapped in a
+// failover.Store that applies -on-store-error; the memory store cannot
+// fail. The store's health and keys are exported through m.
 func newStore(cfg config, m *metrics.Metrics) (ratelimit.Store, func(), error) {
 	var memOpts []memorystore.Option
 	if cfg.clock != nil {
@@ -131,7 +148,7 @@ func newStore(cfg config, m *metrics.Metrics) (ratelimit.Store, func(), error) {
 		return nil, nil, fmt.Errorf("-redis-url: %w", err)
 	}
 	// Deadlines must cut socket reads short, and a dead Redis must cost
-	// little: a paused server costs one call's deadline, then the Failover
+	// little: a paused server costs one call's deadline, then the failover
 	// stops asking it until a probe succeeds.
 	opts.ContextTimeoutEnabled = true
 	opts.DialTimeout = 250 * time.Millisecond
@@ -144,22 +161,13 @@ func newStore(cfg config, m *metrics.Metrics) (ratelimit.Store, func(), error) {
 		client.Close()
 		local.Close()
 	}
-	rsOpts := []redisstore.Option{redisstore.WithPrefix("geocoding:")}
-	if cfg.clock != nil {
-		rsOpts = append(rsOpts, redisstore.WithClock(cfg.clock))
-	}
-	shared, err := redisstore.New(client, rsOpts...)
+	shared, err := redisstore.New(client, &redisstore.Options{Prefix: "geocoding:", Clock: cfg.clock})
 	if err != nil {
 		cleanup()
 		return nil, nil, err
 	}
-	mode, err := ratelimit.ParseFailureMode(cfg.onStoreError)
-	if err != nil {
-		cleanup()
-		return nil, nil, fmt.Errorf("-on-store-error: %w", err)
-	}
-	store, err := ratelimit.NewFailover(shared, ratelimit.FailoverConfig{
-		Mode: mode, Local: local, Instances: int64(cfg.instances),
+	store, err := failover.New(shared, &failover.Options{
+		Mode: cfg.onStoreError, Local: local, Instances: int64(cfg.instances),
 		OnError: m.OnError, OnHealthChange: m.OnHealthChange,
 	})
 	if err != nil {

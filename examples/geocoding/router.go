@@ -107,7 +107,7 @@ func ginRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler {
 func echoRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	limit := echolimit.Middleware(mw)
+	limit := echolimit.Middleware(mw, nil)
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		limited := limit(next)
 		return func(c echo.Context) error {
