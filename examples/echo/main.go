@@ -1,9 +1,20 @@
-// Command echo is the smallest Echo service behind the rate limiter: each
-// client IP may make 10 requests at once and earns 5 more per second.
-// Refusals go through Echo's error handler, which writes the limiter's 429.
+// Command echo is the smallest Echo service behind the rate limiter.
 //
 //	go run ./examples/echo
-//	curl -i localhost:8080/hello
+//	curl -i -H 'X-API-Key: demo' localhost:8080/hello
+//	curl -i localhost:8080/search
+//
+// It shows the library's two forms:
+//
+//   - GET /hello, the common case in one line (echolimit.Limit): each API
+//     key (header X-API-Key) may make 10 requests at once and earns 5 more
+//     per second; a request without a key gets 401.
+//   - GET /search, the explicit form (a store, a limiter, a middleware) for
+//     anything the one line does not do: here each client IP, as Echo's
+//     c.RealIP() finds it, may make 100 requests a minute, told in the
+//     legacy header fields.
+//
+// Refusals go through Echo's error handler, which writes the limiter's 429.
 package main
 
 import (
@@ -18,27 +29,34 @@ import (
 )
 
 func main() {
-	store, err := memorystore.New()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer store.Close()
-	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(5).WithBurst(10)})
-	if err != nil {
-		log.Fatal(err)
-	}
+	e := echo.New()
+	e.IPExtractor = echo.ExtractIPDirect() // no proxy in front: the client is the peer
+
+	// One line.
+	e.GET("/hello", hello, echolimit.Limit(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
+
+	// The explicit form: a store, a limiter, a middleware.
 	byIP, err := echolimit.KeyByRealIP() // c.RealIP(), through e.IPExtractor
 	if err != nil {
 		log.Fatal(err)
 	}
-	limit, err := echolimit.New(limiter, byIP)
+	store, err := memorystore.New()
 	if err != nil {
 		log.Fatal(err)
 	}
+	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(100)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	limit, err := echolimit.New(limiter, byIP, &ratelimit.Options{Headers: ratelimit.HeadersLegacy}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	e.GET("/search", search, limit)
 
-	e := echo.New()
-	e.IPExtractor = echo.ExtractIPDirect() // no proxy in front: the client is the peer
-	e.Use(limit)
-	e.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hello\n") })
 	log.Fatal(e.Start(":8080"))
 }
+
+func hello(c echo.Context) error { return c.String(http.StatusOK, "hello\n") }
+
+func search(c echo.Context) error { return c.String(http.StatusOK, "no results\n") }

@@ -1,8 +1,18 @@
-// Command gin is the smallest Gin service behind the rate limiter: each
-// client IP may make 10 requests at once and earns 5 more per second.
+// Command gin is the smallest Gin service behind the rate limiter.
 //
 //	go run ./examples/gin
-//	curl -i localhost:8080/hello
+//	curl -i -H 'X-API-Key: demo' localhost:8080/hello
+//	curl -i localhost:8080/search
+//
+// It shows the library's two forms:
+//
+//   - GET /hello, the common case in one line (ginlimit.Limit): each API key
+//     (header X-API-Key) may make 10 requests at once and earns 5 more per
+//     second; a request without a key gets 401.
+//   - GET /search, the explicit form (a store, a limiter, a handler) for
+//     anything the one line does not do: here each client IP, as Gin's
+//     c.ClientIP() finds it, may make 100 requests a minute, told in the
+//     legacy header fields.
 package main
 
 import (
@@ -17,30 +27,37 @@ import (
 )
 
 func main() {
-	store, err := memorystore.New()
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer store.Close()
-	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(5).WithBurst(10)})
-	if err != nil {
-		log.Fatal(err)
-	}
-	byIP, err := ginlimit.KeyByClientIP() // c.ClientIP(), as Gin's trusted proxies allow
-	if err != nil {
-		log.Fatal(err)
-	}
-	limit, err := ginlimit.New(limiter, byIP)
-	if err != nil {
-		log.Fatal(err)
-	}
-
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	if err := r.SetTrustedProxies(nil); err != nil { // no proxy in front: the client is the peer
 		log.Fatal(err)
 	}
-	r.Use(limit)
-	r.GET("/hello", func(c *gin.Context) { c.String(http.StatusOK, "hello\n") })
+
+	// One line.
+	r.GET("/hello", ginlimit.Limit(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")), hello)
+
+	// The explicit form: a store, a limiter, a handler.
+	byIP, err := ginlimit.KeyByClientIP() // c.ClientIP(), as Gin's trusted proxies allow
+	if err != nil {
+		log.Fatal(err)
+	}
+	store, err := memorystore.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(100)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	limit, err := ginlimit.New(limiter, byIP, &ratelimit.Options{Headers: ratelimit.HeadersLegacy})
+	if err != nil {
+		log.Fatal(err)
+	}
+	r.GET("/search", limit, search)
+
 	log.Fatal(r.Run(":8080"))
 }
+
+func hello(c *gin.Context) { c.String(http.StatusOK, "hello\n") }
+
+func search(c *gin.Context) { c.String(http.StatusOK, "no results\n") }
