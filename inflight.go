@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// inflightName names the in-flight limit in header fields, problem bodies
+// and Result.Policy; no other policy may take it.
+const inflightName = "inflight"
+
 // newInflight returns the in-flight limits of Options.MaxInFlight and
 // MaxInFlightTotal, at least one of which is positive.
 func newInflight(perKey, total int) *inflight {
@@ -15,11 +19,11 @@ func newInflight(perKey, total int) *inflight {
 		q = total
 	}
 	f := &inflight{perKey: perKey, total: total, running: map[string]int{},
-		item:   `"inflight";q=` + strconv.Itoa(q) + `;qu="concurrent-requests"`,
-		policy: Policy{Name: "inflight", Limit: Per(int64(q), time.Second)},
+		item:   `"` + inflightName + `";q=` + strconv.Itoa(q) + `;qu="concurrent-requests"`,
+		policy: Policy{Name: inflightName, Limit: Per(int64(q), time.Second)},
 	}
 	f.refused = Result{Policy: &f.policy, RetryAfter: time.Second, ResetAfter: time.Second,
-		lists: &lists{violated: []string{"inflight"}}}
+		lists: &lists{violated: []string{inflightName}}}
 	return f
 }
 

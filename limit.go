@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"strconv"
 	"time"
@@ -67,11 +68,16 @@ func (l Limit) Burst() int64 { return l.burst }
 // by n, rounded to the nearest nanosecond.
 func (l Limit) Interval() time.Duration { return l.interval }
 
-// units are the periods that String writes as a unit.
+// units are the periods that have a name of their own.
 var units = [...]struct {
-	d    time.Duration
-	name string
-}{{time.Second, "s"}, {time.Minute, "min"}, {time.Hour, "h"}, {24 * time.Hour, "d"}}
+	d          time.Duration
+	unit, call string
+}{
+	{time.Second, "s", "PerSecond"},
+	{time.Minute, "min", "PerMinute"},
+	{time.Hour, "h", "PerHour"},
+	{24 * time.Hour, "d", "PerDay"},
+}
 
 // String returns l as it was written: "3/s", "5/s burst 10", "2/3s",
 // "100/min". An invalid Limit is written as the call that built it, such
@@ -80,12 +86,13 @@ func (l Limit) String() string {
 	if l.validate() != nil {
 		return l.call()
 	}
-	s := strconv.FormatInt(l.n, 10) + "/" + l.period.String()
+	unit := l.period.String()
 	for _, u := range units {
 		if l.period == u.d {
-			s = strconv.FormatInt(l.n, 10) + "/" + u.name
+			unit = u.unit
 		}
 	}
+	s := strconv.FormatInt(l.n, 10) + "/" + unit
 	if l.burst != l.n {
 		s += " burst " + strconv.FormatInt(l.burst, 10)
 	}
@@ -98,12 +105,9 @@ func (l Limit) call() string {
 		return "Limit{}"
 	}
 	s := fmt.Sprintf("Per(%d, %v)", l.n, l.period)
-	for _, u := range [...]struct {
-		d    time.Duration
-		name string
-	}{{time.Second, "PerSecond"}, {time.Minute, "PerMinute"}, {time.Hour, "PerHour"}, {24 * time.Hour, "PerDay"}} {
+	for _, u := range units {
 		if l.period == u.d {
-			s = fmt.Sprintf("%s(%d)", u.name, l.n)
+			s = fmt.Sprintf("%s(%d)", u.call, l.n)
 		}
 	}
 	if l.burst != l.n {
@@ -124,6 +128,8 @@ func (l Limit) validate() error {
 		why = "the period must be positive"
 	case l.interval <= 0:
 		why = "faster than one token a nanosecond"
+	case l.roundingOff():
+		why = fmt.Sprintf("a token every %v is more than 0.1%% off the rate as written; at most about 10⁶ tokens a second can be exact", l.interval)
 	case l.burst < 1:
 		why = "the burst must be at least 1"
 	case l.burst > int64(maxSpan/l.interval):
@@ -131,7 +137,21 @@ func (l Limit) validate() error {
 	default:
 		return nil
 	}
-	return fmt.Errorf("ratelimit: %s: %s", l.call(), why)
+	return fmt.Errorf("%s: %s", l.call(), why)
+}
+
+// roundingOff reports whether rounding period/n to whole nanoseconds moved
+// the rate by more than 0.1%: |interval × n − period| > period / 1000.
+func (l Limit) roundingOff() bool {
+	hi, lo := bits.Mul64(uint64(l.interval), uint64(l.n))
+	if hi != 0 {
+		return true
+	}
+	diff := int64(lo) - int64(l.period)
+	if lo > math.MaxInt64 {
+		return true
+	}
+	return max(diff, -diff) > int64(l.period)/1000
 }
 
 // span returns the time an empty bucket takes to fill: burst × interval.

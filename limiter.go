@@ -17,11 +17,11 @@ import (
 type Limiter struct {
 	store    Store
 	policies []Policy
-	all      []int    // indexes of every policy
-	enforce  []int    // indexes of the enforcing policies
-	dryRun   []int    // indexes of the dry-run policies
-	refused  *lists   // the lists of a refusal by the only policy
-	names    []string // every policy's name
+	all      []int     // indexes of every policy
+	enforce  []int     // indexes of the enforcing policies
+	dryRun   []int     // indexes of the dry-run policies
+	refused  *lists    // the lists of a refusal by the only policy
+	names    []string  // every policy's name
 	fields   [2]string // RateLimit-Policy values: enforcing policies, all policies
 }
 

@@ -245,6 +245,11 @@ func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 // process, with the number left unlogged since the last line
 // ("suppressed"): during an outage every request fails the same way.
 func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	answerError(slog.Default(), w, r, err)
+}
+
+// answerError is DefaultErrorHandler logging to log.
+func answerError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
 	status, typ, title := http.StatusInternalServerError, "about:blank", "Internal Server Error"
 	switch {
 	case errors.Is(err, ErrMissingKey):
@@ -261,18 +266,18 @@ func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", "1")
 	}
 	if status < 500 {
-		slog.Default().DebugContext(r.Context(), "ratelimit: cannot decide request", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		log.DebugContext(r.Context(), "ratelimit: cannot decide request", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
 	} else if !errors.Is(err, ErrWaitAbandoned) {
 		args := []any{"method", r.Method, "path", r.URL.Path, "status", status, "err", err}
-		suppressed, log := int64(0), true
+		suppressed, ok := int64(0), true
 		if errors.Is(err, ErrStore) {
-			suppressed, log = storeErrorLines.take(time.Now())
+			suppressed, ok = storeErrorLines.take(time.Now())
 		}
-		if log {
+		if ok {
 			if suppressed > 0 {
 				args = append(args, "suppressed", suppressed)
 			}
-			slog.Default().ErrorContext(r.Context(), "ratelimit: cannot decide request", args...)
+			log.ErrorContext(r.Context(), "ratelimit: cannot decide request", args...)
 		}
 	}
 	writeProblem(w, status, typ, title, "", nil)

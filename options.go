@@ -26,7 +26,7 @@ type Options struct {
 	// IETF quota-exceeded type that names the violated policies.
 	OnDeny func(w http.ResponseWriter, r *http.Request, res Result)
 	// OnError answers a request that could not be decided. Default:
-	// DefaultErrorHandler.
+	// DefaultErrorHandler, logging to Logger.
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
 	// RetryJitter adds a random wait in [0, RetryJitter) to what refused
 	// clients are told (Retry-After and the reset), so that clients refused
@@ -64,7 +64,8 @@ type Options struct {
 	// Observer is told about every decision, for metrics and logs.
 	// Default: none.
 	Observer Observer
-	// Logger receives the misconfiguration warnings, each once, with the
+	// Logger receives the default error handler's lines and the
+	// misconfiguration warnings, each once, with the
 	// attribute "warning" naming its kind: "one-key" (nearly all requests
 	// have the same key, usually a proxy's address) and
 	// "shared-policy-name" (the Middleware's limiters use one store and one
@@ -89,11 +90,12 @@ func newConfig(o *Options) (config, error) {
 	if c.OnDeny == nil {
 		c.OnDeny = denyProblem
 	}
-	if c.OnError == nil {
-		c.OnError = DefaultErrorHandler
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.OnError == nil {
+		log := c.Logger
+		c.OnError = func(w http.ResponseWriter, r *http.Request, err error) { answerError(log, w, r, err) }
 	}
 	switch {
 	case c.Headers > HeadersNone:

@@ -106,11 +106,14 @@ func (p Policy) validate() (Policy, error) {
 	if !validName(p.Name) {
 		return p, fmt.Errorf("ratelimit: policy name %q: want 1 to 64 characters from [A-Za-z0-9._-]", p.Name)
 	}
+	if p.Name == inflightName {
+		return p, fmt.Errorf("ratelimit: policy name %q is reserved for Options.MaxInFlight", p.Name)
+	}
 	if int(p.Algorithm) >= len(algorithmNames) {
 		return p, fmt.Errorf("ratelimit: policy %q: unknown algorithm %d", p.Name, p.Algorithm)
 	}
 	if err := p.Limit.validate(); err != nil {
-		return p, fmt.Errorf("policy %q: %w", p.Name, err)
+		return p, fmt.Errorf("ratelimit: policy %q: %w", p.Name, err)
 	}
 	switch {
 	case p.Algorithm != LeakyShape && (p.Immediate != 0 || p.MaxDelay != 0):

@@ -44,9 +44,14 @@ func warn(l *slog.Logger, kind, msg string, args ...any) {
 // limits: their buckets would mix.
 type limitsSeen struct {
 	checked sync.Map // *Limiter → struct{}: limiters already compared
+	n       atomic.Int32
 	mu      sync.Mutex
 	limits  map[storeName]Limit
 }
+
+// maxLimitersSeen bounds the limiters a Middleware compares, in case
+// LimiterFor makes new ones as it goes.
+const maxLimitersSeen = 64
 
 type storeName struct {
 	store Store
@@ -59,7 +64,10 @@ func (s *limitsSeen) check(l *Limiter, log *slog.Logger) {
 	if _, ok := s.checked.Load(l); ok {
 		return
 	}
-	if _, loaded := s.checked.LoadOrStore(l, struct{}{}); loaded {
+	if s.n.Load() >= maxLimitersSeen {
+		return
+	}
+	if _, loaded := s.checked.LoadOrStore(l, struct{}{}); loaded || s.n.Add(1) > maxLimitersSeen {
 		return
 	}
 	if !hashable(l.store) {
@@ -75,7 +83,7 @@ func (s *limitsSeen) check(l *Limiter, log *slog.Logger) {
 		prev, ok := s.limits[k]
 		if !ok {
 			s.limits[k] = p.Limit
-		} else if prev != p.Limit {
+		} else if prev.interval != p.Limit.interval || prev.burst != p.Limit.burst {
 			warn(log, warnSharedPolicyName, "ratelimit: two limiters use one store and one policy name with different limits, so their buckets mix; give the policies different names",
 				"policy", p.Name, "limit", p.Limit.String(), "other", prev.String())
 		}

@@ -105,7 +105,8 @@ type Store struct {
 	cfg       Options
 	degraded  atomic.Bool
 	nextProbe atomic.Int64
-	shares    sync.Map // *ratelimit.Policy → *ratelimit.Policy: one instance's share
+	shares    sync.Map     // ratelimit.Policy → *ratelimit.Policy: one instance's share
+	nShares   atomic.Int32 // entries in shares, at most maxShares
 }
 
 var _ ratelimit.BatchStore = (*Store)(nil)
@@ -265,6 +266,10 @@ func (f *Store) fallback(ctx context.Context, p *ratelimit.Policy, key string, c
 	return ratelimit.Result{Allowed: true, Policy: p, Degraded: true}, nil
 }
 
+// maxShares bounds the shares kept, in case policies are made as requests
+// come; a policy past it gets a new share every time.
+const maxShares = 1024
+
 // share returns the policy that one of the instances may use in Local
 // mode: p with 1/Instances of the rate, of the burst and of Immediate,
 // within 50 years a span, and a burst of at least cost so that a request
@@ -276,7 +281,7 @@ func (f *Store) share(p *ratelimit.Policy, cost int64) *ratelimit.Policy {
 	if n <= 1 {
 		return p
 	}
-	if s, ok := f.shares.Load(p); ok && cost <= s.(*ratelimit.Policy).Limit.Burst() {
+	if s, ok := f.shares.Load(*p); ok && cost <= s.(*ratelimit.Policy).Limit.Burst() {
 		return s.(*ratelimit.Policy)
 	}
 	const maxSpan = 50 * 365 * 24 * time.Hour
@@ -291,8 +296,8 @@ func (f *Store) share(p *ratelimit.Policy, cost int64) *ratelimit.Policy {
 	s.Limit = ratelimit.Per(1, iv).WithBurst(burst)
 	s.Immediate = p.Immediate / n
 	s.MaxDelay = min(p.MaxDelay, time.Duration(burst)*iv)
-	if burst == max(p.Limit.Burst()/n, 1) {
-		f.shares.Store(p, &s)
+	if burst == max(p.Limit.Burst()/n, 1) && f.nShares.Add(1) <= maxShares {
+		f.shares.Store(*p, &s)
 	}
 	return &s
 }
