@@ -34,9 +34,11 @@
 // ([KeyByIP]) is the fallback for anonymous traffic, with a caveat: behind
 // NAT, carrier-grade NAT or a corporate proxy, one address is many users,
 // who then share one bucket; and one user with an IPv6 /64 has billions of
-// addresses unless they are grouped with [IPv6Prefix]. Combine keys with
-// [JoinKeyFuncs] (route and client, say); its parts are length-prefixed so
-// that no two combinations collide. A key function that finds no identity
+// addresses unless they are grouped ([IPOptions.IPv6Prefix]). So when
+// requests carry an identity, prefer it, and keep IP limits, generous
+// ones, for anonymous traffic. Combine keys with [JoinKeyFuncs] (route and
+// client, say); its parts are length-prefixed so that no two combinations
+// collide. A key function that finds no identity
 // returns [ErrMissingKey]; an empty key is refused, never turned into one
 // bucket shared by everyone.
 //
@@ -44,9 +46,29 @@
 //
 // By default the client is the TCP peer of the request (RemoteAddr), and
 // X-Forwarded-For, Forwarded and X-Real-IP are ignored, because any client
-// can send them. Behind load balancers or reverse proxies, list them with
-// [TrustedProxies]. When the peer is trusted, the forwarding header (one,
-// chosen with [ProxyHeader]) is read from the right, skipping trusted
-// proxies; the first other address is the client. Addresses a client
-// prepends itself are never reached, so they cannot buy a fresh bucket.
+// can send them: believing them would let everybody pick its own key.
+// Behind load balancers or reverse proxies the peer is the proxy, so every
+// client would share its bucket (KeyByIP logs a warning the first time it
+// sees forwarding headers while no proxy is trusted). List the proxies in
+// [IPOptions.TrustedProxies], and name the header they set in
+// [IPOptions.Header]. The header is read only when the peer is one of them.
+//
+// Each proxy appends the address it received the request from to the right
+// of X-Forwarded-For or Forwarded, while everything to the left of the
+// first entry written by one of your proxies came from the client and may
+// be forged. So [KeyByIP] walks the list from the right, skips the
+// addresses of trusted proxies, and takes the first one that is not
+// trusted: the address that your outermost proxy saw. The leftmost entry,
+// which some libraries use, is whatever the client wants it to be, so
+// addresses a client prepends itself are never reached and cannot buy a
+// fresh bucket. When every entry is trusted the client is the leftmost
+// one, and when the header is absent, the peer. At most 32 entries are
+// examined, and an entry reached by the walk that is not an address (such
+// as "unknown") is an error, never a key. Never trust a range as wide as
+// 0.0.0.0/0: a client inside it can forge its address (KeyByIP logs a
+// warning).
+//
+// Behind Gin or Echo, the framework finds the client address with its own
+// proxy settings; ginlimit.KeyByClientIP and echolimit.KeyByRealIP key it
+// as KeyByIP would.
 package ratelimit

@@ -1,6 +1,10 @@
 package ratelimit
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/tokenfair/ratelimit/internal/clientkey"
+)
 
 // The errors a caller can act on. Each error that this module returns
 // wraps at most one of them, with a message that names the cause and the
@@ -9,12 +13,12 @@ var (
 	// ErrMissingKey: the request carries no identity for its key (no API
 	// key, no user ID), or the key function returned an empty key.
 	// DefaultErrorHandler answers 401.
-	ErrMissingKey = errors.New("ratelimit: missing key")
+	ErrMissingKey = clientkey.ErrMissingKey
 	// ErrBadRequest: the request cannot be limited as it is: no usable
 	// client address, a cost that the cost function could not compute, or
 	// a cost that is negative or above a policy's burst. DefaultErrorHandler
 	// answers 400.
-	ErrBadRequest = errors.New("ratelimit: bad request")
+	ErrBadRequest = clientkey.ErrBadRequest
 	// ErrStore: the store could not decide, or a failover that fails closed
 	// refuses while it cannot. DefaultErrorHandler answers 503.
 	ErrStore = errors.New("ratelimit: store failed")

@@ -69,8 +69,8 @@ func ExampleNew_invalidLimit() {
 	_, err = ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(0)})
 	fmt.Println(err)
 	// Output:
-	// policy "api": ratelimit: PerSecond(-5): the number of tokens must be positive
-	// policy "api": ratelimit: PerSecond(5).WithBurst(0): the burst must be at least 1
+	// ratelimit: policy "api": PerSecond(-5): the number of tokens must be positive
+	// ratelimit: policy "api": PerSecond(5).WithBurst(0): the burst must be at least 1
 }
 
 // Algorithm and HeaderFormat are text values: flag.TextVar and

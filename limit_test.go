@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,9 +39,9 @@ func TestLimitConstructors(t *testing.T) {
 		{Per(2, 3*time.Second), 1500 * time.Millisecond, 2, "2/3s"},
 		{Per(1, 7*time.Second).WithBurst(3), 7 * time.Second, 3, "1/7s burst 3"},
 		{Per(1, 1500*time.Millisecond), 1500 * time.Millisecond, 1, "1/1.5s"},
-		{Per(3, 2), 1, 3, "3/2ns"}, // 2 ns / 3 rounds to 1 ns
-		{Per(3, 4), 1, 3, "3/4ns"}, // 4 ns / 3 rounds down
-		{Per(2, 3), 2, 2, "2/3ns"}, // 3 ns / 2: a half rounds up
+		{Per(3, 2999), 1000, 3, "3/2.999µs"}, // 2999 ns / 3 rounds up, 0.03% off
+		{Per(3, 3001), 1000, 3, "3/3.001µs"}, // 3001 ns / 3 rounds down
+		{Per(2, 3001), 1501, 2, "2/3.001µs"}, // a half rounds up
 		{Per(1, time.Nanosecond).WithBurst(1e15), 1, 1e15, "1/1ns burst 1000000000000000"},
 		{Per(1e9, time.Second), 1, 1e9, "1000000000/s"},
 		{PerSecond(5).WithBurst(5), 200 * time.Millisecond, 5, "5/s"},
@@ -71,6 +72,9 @@ func TestLimitInvalid(t *testing.T) {
 		{Per(5, 0), "Per(5, 0s)", "the period must be positive"},
 		{Per(1e12, time.Second), "PerSecond(1000000000000)", "faster than one token a nanosecond"},
 		{Per(3, 1), "Per(3, 1ns)", "faster than one token a nanosecond"},
+		{Per(3, 2), "Per(3, 2ns)", "more than 0.1% off the rate as written"},
+		{Per(2e9, time.Second), "PerSecond(2000000000)", "more than 0.1% off the rate as written"},
+		{Per(3, 500), "Per(3, 500ns)", "more than 0.1% off the rate as written"},
 		{PerSecond(5).WithBurst(0), "PerSecond(5).WithBurst(0)", "the burst must be at least 1"},
 		{PerSecond(5).WithBurst(-1), "PerSecond(5).WithBurst(-1)", "the burst must be at least 1"},
 		{PerHour(1).WithBurst(1 << 40), "PerHour(1).WithBurst(1099511627776)", "more than 50 years"},
@@ -82,7 +86,7 @@ func TestLimitInvalid(t *testing.T) {
 		assert.Equal(t, tc.str, tc.l.String(), "String of an invalid limit")
 		err := tc.l.validate()
 		if assert.Error(t, err, "%s.validate()", tc.str) {
-			assert.Contains(t, err.Error(), "ratelimit: "+tc.str+": ", "%s.validate()", tc.str)
+			assert.True(t, strings.HasPrefix(err.Error(), tc.str+": "), "%s.validate() = %v", tc.str, err)
 			assert.Contains(t, err.Error(), tc.want, "%s.validate()", tc.str)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -98,34 +99,66 @@ func serveKeys(t *testing.T, key ratelimit.KeyFunc, n int, opts *ratelimit.Optio
 
 func TestWarnForwardedWithoutTrustedProxy(t *testing.T) {
 	logs := captureLogs(t)
-	byIP, err := ratelimit.KeyByIP()
+	byIP, err := ratelimit.KeyByIP(nil)
 	require.NoError(t, err)
 	serveKeys(t, byIP, 100, nil)
 	assert.Equal(t, 1, warnings(logs, "forwarded-without-trusted-proxy"), logs.String())
 
 	logs.Reset()
-	trusted, err := ratelimit.KeyByIP(ratelimit.TrustedProxies("192.0.2.0/24"))
+	trusted, err := ratelimit.KeyByIP(&ratelimit.IPOptions{TrustedProxies: []string{"192.0.2.0/24"}})
 	require.NoError(t, err)
 	serveKeys(t, trusted, 100, nil)
-	quiet, err := ratelimit.KeyByIP(ratelimit.QuietIP("forwarded-without-trusted-proxy"))
+	quiet, err := ratelimit.KeyByIP(&ratelimit.IPOptions{Quiet: []string{"forwarded-without-trusted-proxy"}})
 	require.NoError(t, err)
 	serveKeys(t, quiet, 100, nil)
 	assert.Empty(t, logs.String())
 }
 
+// The warning is logged once however many goroutines see forwarding
+// headers at once.
+func TestWarnForwardedWithoutTrustedProxyConcurrent(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	byIP, err := ratelimit.KeyByIP(&ratelimit.IPOptions{Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				r := httptest.NewRequest("GET", "/", nil)
+				r.Header.Set("Forwarded", "for=198.51.100.7")
+				_, _ = byIP(r)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, 1, warnings(&logs, "forwarded-without-trusted-proxy"), logs.String())
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
 func TestWarnWideTrustedRange(t *testing.T) {
 	logs := captureLogs(t)
 	for _, cidr := range []string{"0.0.0.0/0", "::/0", "128.0.0.0/1", "2000::/3"} {
-		_, err := ratelimit.KeyByIP(ratelimit.TrustedProxies(cidr))
+		_, err := ratelimit.KeyByIP(&ratelimit.IPOptions{TrustedProxies: []string{cidr}})
 		require.NoError(t, err)
 	}
 	assert.Equal(t, 4, warnings(logs, "wide-trusted-range"), logs.String())
 	logs.Reset()
 	for _, cidr := range []string{"10.0.0.0/8", "2001:db8::/32", "192.0.2.1"} {
-		_, err := ratelimit.KeyByIP(ratelimit.TrustedProxies(cidr))
+		_, err := ratelimit.KeyByIP(&ratelimit.IPOptions{TrustedProxies: []string{cidr}})
 		require.NoError(t, err)
 	}
-	_, err := ratelimit.KeyByIP(ratelimit.TrustedProxies("0.0.0.0/0"), ratelimit.QuietIP("wide-trusted-range"))
+	_, err := ratelimit.KeyByIP(&ratelimit.IPOptions{TrustedProxies: []string{"0.0.0.0/0"}, Quiet: []string{"wide-trusted-range"}})
 	require.NoError(t, err)
 	assert.Empty(t, logs.String())
 }
@@ -285,12 +318,12 @@ func TestWarnSharedPolicyNameUncomparableStore(t *testing.T) {
 // error that names it.
 func TestWarningsOneByOne(t *testing.T) {
 	logs := captureLogs(t)
-	_, err := ratelimit.KeyByIP(ratelimit.TrustedProxies("0.0.0.0/0"), ratelimit.QuietIP("forwarded-without-trusted-proxy"))
+	_, err := ratelimit.KeyByIP(&ratelimit.IPOptions{TrustedProxies: []string{"0.0.0.0/0"}, Quiet: []string{"forwarded-without-trusted-proxy"}})
 	require.NoError(t, err)
 	assert.Equal(t, 1, warnings(logs, "wide-trusted-range"))
 
 	logs.Reset()
-	byIP, err := ratelimit.KeyByIP(ratelimit.QuietIP("wide-trusted-range"))
+	byIP, err := ratelimit.KeyByIP(&ratelimit.IPOptions{Quiet: []string{"wide-trusted-range"}})
 	require.NoError(t, err)
 	serveKeys(t, byIP, 100, nil)
 	assert.Equal(t, 1, warnings(logs, "forwarded-without-trusted-proxy"), "only the other IP warning is off")
@@ -303,7 +336,7 @@ func TestWarningsOneByOne(t *testing.T) {
 	serveKeys(t, one, 2*64*256, &ratelimit.Options{Quiet: []string{"one-key"}})
 	assert.Empty(t, logs.String())
 
-	_, err = ratelimit.KeyByIP(ratelimit.QuietIP("one-key"))
+	_, err = ratelimit.KeyByIP(&ratelimit.IPOptions{Quiet: []string{"one-key"}})
 	assert.ErrorContains(t, err, `unknown warning "one-key"`)
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	require.NoError(t, err)

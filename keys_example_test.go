@@ -11,11 +11,11 @@ import (
 
 func ExampleKeyByIP() {
 	// The load balancers live in 10.0.0.0/8 and append the address they
-	// saw to X-Forwarded-For (the default ProxyHeader).
-	key, err := ratelimit.KeyByIP(
-		ratelimit.TrustedProxies("10.0.0.0/8"),
-		ratelimit.IPv6Prefix(64),
-	)
+	// saw to X-Forwarded-For (the default Header).
+	key, err := ratelimit.KeyByIP(&ratelimit.IPOptions{
+		TrustedProxies: []string{"10.0.0.0/8"},
+		IPv6Prefix:     64,
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -41,16 +41,16 @@ func ExampleKeyByIP() {
 	// [2001:db8:1:2::99]:443 ""                               -> ip:2001:db8:1:2::/64 <nil>
 }
 
-func ExampleTrustedProxies() {
+func ExampleIPOptions() {
 	// A comma-separated flag such as -trusted-proxies="" gives no proxies.
 	flag := ""
-	_, err := ratelimit.KeyByIP(ratelimit.TrustedProxies(strings.Split(flag, ",")...))
+	_, err := ratelimit.KeyByIP(&ratelimit.IPOptions{TrustedProxies: strings.Split(flag, ",")})
 	fmt.Println(err)
-	_, err = ratelimit.KeyByIP(ratelimit.TrustedProxies("10.0.0.0/8", "proxy.internal"))
+	_, err = ratelimit.KeyByIP(&ratelimit.IPOptions{TrustedProxies: []string{"10.0.0.0/8", "proxy.internal"}})
 	fmt.Println(err)
 	// Output:
 	// <nil>
-	// ratelimit: TrustedProxies: invalid entry "proxy.internal": want a CIDR prefix or an IP address
+	// ratelimit: KeyByIP: TrustedProxies entry "proxy.internal": want a CIDR prefix or an IP address
 }
 
 func ExampleKeyByAPIKey() {
@@ -67,7 +67,7 @@ func ExampleKeyByAPIKey() {
 	// Output:
 	// ak:NC4g3sUZVW_P1I9UN-BTHw <nil>
 	// holds the secret: false
-	// ratelimit: request carries no key
+	// ratelimit: missing key
 }
 
 func ExampleJoinKeys() {
@@ -82,7 +82,7 @@ func ExampleJoinKeys() {
 }
 
 func ExampleJoinKeyFuncs() {
-	ip, err := ratelimit.KeyByIP()
+	ip, err := ratelimit.KeyByIP(nil)
 	if err != nil {
 		panic(err)
 	}

@@ -1,0 +1,228 @@
+package ratelimit
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/tokenfair/ratelimit/internal/clientkey"
+)
+
+// errNoClientIP: the request has no usable client address. It wraps
+// ErrBadRequest.
+var errNoClientIP = clientkey.ErrNoClientIP
+
+// IPOptions configures [KeyByIP]. A nil *IPOptions, like the zero value,
+// keys every request by its TCP peer's address.
+type IPOptions struct {
+	// TrustedProxies lists the reverse proxies and load balancers in front
+	// of the server, whose forwarding header (see Header) is believed when
+	// one of them is the TCP peer. Each entry is a CIDR prefix, such as
+	// "10.0.0.0/8" or "2001:db8::/32", or a single IP address, which stands
+	// for a /32 or a /128. IPv4-mapped IPv6 entries such as
+	// "::ffff:10.0.0.0/104" are turned into their IPv4 form; other IPv6
+	// prefixes never match an IPv4 address. Entries that are empty after
+	// trimming spaces are skipped, so that strings.Split("", ",") gives no
+	// proxies. The default, nil, trusts no proxy: the client is always the
+	// TCP peer.
+	TrustedProxies []string
+
+	// Header names the request header field from which the client address
+	// is taken when the peer is a trusted proxy: "X-Forwarded-For",
+	// "Forwarded" (RFC 7239, its for= parameters) or "X-Real-IP", in any
+	// case. The default, "", is "X-Forwarded-For". Without TrustedProxies
+	// no header is read.
+	Header string
+
+	// IPv6Prefix groups IPv6 clients by their first IPv6Prefix bits, from 1
+	// to 128, so that all the addresses of a network share one bucket: the
+	// key becomes the prefix, such as "ip:2001:db8:1:2::/64". A /64 is
+	// usually one subscriber; ISPs often assign /56 or /48. The default, 0,
+	// like 128, keys every IPv6 address on its own. IPv4 addresses are never
+	// grouped.
+	IPv6Prefix int
+
+	// Logger receives the warnings of KeyByIP, with the attribute "warning"
+	// naming their kind: "wide-trusted-range", logged by KeyByIP for each
+	// trusted range that covers much of the internet, such as 0.0.0.0/0;
+	// and "forwarded-without-trusted-proxy", logged by the KeyFunc the first
+	// time a request carries X-Forwarded-For or Forwarded while no proxy is
+	// trusted, which usually means that every client is keyed by the
+	// proxy's address. The default, nil, is slog.Default() at the time of
+	// the warning.
+	Logger *slog.Logger
+
+	// Quiet lists the kinds of warning (see Logger) not to log. The
+	// default, nil, logs them all. An unknown kind makes KeyByIP fail.
+	Quiet []string
+}
+
+type proxyHeader uint8
+
+const (
+	headerXFF proxyHeader = iota
+	headerForwarded
+	headerRealIP
+)
+
+// ipConfig is the validated form of IPOptions.
+type ipConfig struct {
+	trusted []netip.Prefix // unmapped, without zone
+	header  proxyHeader
+	v6bits  int          // 0: no grouping
+	logger  *slog.Logger // nil: slog.Default()
+	quiet   quiet
+
+	checkForwarded bool        // warn about forwarding headers without trusted proxies
+	warned         atomic.Bool // the forwarding headers warning was logged
+}
+
+// newIPConfig checks opts for KeyByIP.
+func newIPConfig(opts *IPOptions) (*ipConfig, error) {
+	var o IPOptions
+	if opts != nil {
+		o = *opts
+	}
+	c := &ipConfig{logger: o.Logger}
+	for _, s := range o.TrustedProxies {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		p, err := parseTrusted(s)
+		if err != nil {
+			return nil, fmt.Errorf("ratelimit: KeyByIP: TrustedProxies entry %q: want a CIDR prefix or an IP address", s)
+		}
+		c.trusted = append(c.trusted, p)
+	}
+	switch http.CanonicalHeaderKey(strings.TrimSpace(o.Header)) {
+	case "", "X-Forwarded-For":
+		c.header = headerXFF
+	case "Forwarded":
+		c.header = headerForwarded
+	case "X-Real-Ip":
+		c.header = headerRealIP
+	default:
+		return nil, fmt.Errorf("ratelimit: KeyByIP: Header %q: want X-Forwarded-For, Forwarded or X-Real-IP", o.Header)
+	}
+	var err error
+	if c.v6bits, err = clientkey.IPv6Bits(o.IPv6Prefix); err != nil {
+		return nil, fmt.Errorf("ratelimit: KeyByIP: %w", err)
+	}
+	if c.quiet, err = newQuiet("KeyByIP: Quiet", slices.Clone(o.Quiet), []string{warnWideTrustedRange, warnForwardedWithoutTrustedProxy}); err != nil {
+		return nil, err
+	}
+	c.checkForwarded = len(c.trusted) == 0 && !slices.Contains(c.quiet, warnForwardedWithoutTrustedProxy)
+	return c, nil
+}
+
+// parseTrusted parses an entry of IPOptions.TrustedProxies.
+func parseTrusted(s string) (netip.Prefix, error) {
+	if strings.IndexByte(s, '/') < 0 {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		a = a.Unmap().WithZone("")
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	p = p.Masked()
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p, nil
+}
+
+// log returns the logger of the warnings.
+func (c *ipConfig) log() *slog.Logger {
+	if c.logger != nil {
+		return c.logger
+	}
+	return slog.Default()
+}
+
+// isTrusted reports whether a, which is unmapped and has no zone, belongs to
+// a trusted proxy.
+func (c *ipConfig) isTrusted(a netip.Addr) bool {
+	for _, p := range c.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// KeyByIP returns a KeyFunc that keys requests by the client's IP address:
+// "ip:203.0.113.7", "ip:2001:db8::1", or "ip:2001:db8:1:2::/64" with
+// IPOptions.IPv6Prefix. Addresses are normalised first: IPv4-mapped IPv6
+// addresses become IPv4 (::ffff:192.0.2.1 is 192.0.2.1) and zones are
+// dropped (fe80::1%eth0 is fe80::1), so no client has two keys. opts may be
+// nil.
+//
+// The client is the TCP peer, r.RemoteAddr, unless the peer is one of
+// opts.TrustedProxies. Then the forwarding header opts.Header is read from
+// the right, skipping the addresses of trusted proxies, and the first other
+// address is the client; when every entry is trusted the client is the
+// leftmost one, and when the header is absent, the peer. At most 32
+// entries are examined. The package documentation, under "Running behind
+// a proxy", says why.
+//
+// An address that cannot be parsed (r.RemoteAddr, or a header entry reached
+// by the walk, such as "unknown" or an obfuscated RFC 7239 identifier) gives
+// an error wrapping errNoClientIP, never a key built from the raw text.
+//
+// KeyByIP returns an error naming the field and the value at fault if opts
+// is invalid. The KeyFunc is safe for concurrent use.
+func KeyByIP(opts *IPOptions) (KeyFunc, error) {
+	c, err := newIPConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(c.quiet, warnWideTrustedRange) {
+		for _, p := range c.trusted {
+			if p.Bits() < 8 || p.Addr().Is6() && p.Bits() < 16 {
+				c.log().Warn("ratelimit: a trusted proxy range covers much of the internet; clients there can forge their address",
+					"warning", warnWideTrustedRange, "range", p.String())
+			}
+		}
+	}
+	return func(r *http.Request) (string, error) {
+		if c.checkForwarded && !c.warned.Load() &&
+			(r.Header["X-Forwarded-For"] != nil || r.Header["Forwarded"] != nil) && c.warned.CompareAndSwap(false, true) {
+			c.log().WarnContext(r.Context(), "ratelimit: requests carry X-Forwarded-For or Forwarded but no proxy is trusted, so every client behind the proxy shares its address; see IPOptions.TrustedProxies",
+				"warning", warnForwardedWithoutTrustedProxy)
+		}
+		a, err := c.clientIP(r)
+		if err != nil {
+			return "", err
+		}
+		return clientkey.Addr(a, c.v6bits), nil
+	}, nil
+}
+
+// clientIP returns the client address of r.
+func (c *ipConfig) clientIP(r *http.Request) (netip.Addr, error) {
+	peer, ok := clientkey.ParseAddr(r.RemoteAddr)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("%w: RemoteAddr %q", errNoClientIP, clientkey.Clip(r.RemoteAddr))
+	}
+	if len(c.trusted) == 0 || !c.isTrusted(peer) {
+		return peer, nil
+	}
+	switch c.header {
+	case headerForwarded:
+		return c.fromForwarded(r.Header["Forwarded"], peer)
+	case headerRealIP:
+		return fromRealIP(r.Header["X-Real-Ip"], peer)
+	default:
+		return c.fromXFF(r.Header["X-Forwarded-For"], peer)
+	}
+}

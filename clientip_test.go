@@ -1,0 +1,310 @@
+package ratelimit
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// ipCase is one request given to a KeyFunc built by KeyByIP.
+type ipCase struct {
+	name    string
+	opts    *IPOptions
+	remote  string
+	header  string   // the forwarding header's name
+	lines   []string // its lines, in order
+	want    string
+	wantErr error
+}
+
+func runIPCases(t *testing.T, cases []ipCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Helper()
+			kf, err := KeyByIP(tc.opts)
+			require.NoError(t, err, "KeyByIP()")
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = tc.remote
+			for _, l := range tc.lines {
+				r.Header.Add(tc.header, l)
+			}
+			got, err := kf(r)
+			if tc.wantErr != nil {
+				assert.ErrorIs(t, err, tc.wantErr, "key(RemoteAddr %q, %s %q) = %q, %v, want error %v",
+					tc.remote, tc.header, tc.lines, got, err, tc.wantErr)
+				assert.Empty(t, got, "key with an error")
+				return
+			}
+			if assert.NoError(t, err, "key(RemoteAddr %q, %s %q)", tc.remote, tc.header, tc.lines) {
+				assert.Equal(t, tc.want, got, "key(RemoteAddr %q, %s %q) = %q, want %q",
+					tc.remote, tc.header, tc.lines, got, tc.want)
+			}
+		})
+	}
+}
+
+// trust returns the options that trust cidrs.
+func trust(cidrs ...string) *IPOptions { return &IPOptions{TrustedProxies: cidrs} }
+
+// V14 and RemoteAddr parsing.
+func TestKeyByIPNormalization(t *testing.T) {
+	p64 := &IPOptions{IPv6Prefix: 64}
+	runIPCases(t, []ipCase{
+		{name: "IPv4 with port", remote: "192.0.2.1:1234", want: "ip:192.0.2.1"},
+		{name: "bare IPv4", remote: "192.0.2.1", want: "ip:192.0.2.1"},
+		{name: "IPv6 with port", remote: "[2001:DB8::1]:1234", want: "ip:2001:db8::1"},
+		{name: "bare IPv6", remote: "2001:db8::1", want: "ip:2001:db8::1"},
+		{name: "IPv6 full form", remote: "[2001:0db8:0000:0000:0000:0000:0000:0001]:1", want: "ip:2001:db8::1"},
+		{name: "IPv6 /64", opts: p64, remote: "[2001:DB8::1]:1234", want: "ip:2001:db8::/64"},
+		{name: "IPv6 /64 same subscriber", opts: p64, remote: "[2001:db8::ffff:1]:1", want: "ip:2001:db8::/64"},
+		{name: "IPv6 /64 with subnet", opts: p64, remote: "[2001:db8:1:2:3:4:5:6]:1", want: "ip:2001:db8:1:2::/64"},
+		{name: "IPv6 /0 is no grouping", opts: &IPOptions{IPv6Prefix: 0}, remote: "[2001:db8::1]:1", want: "ip:2001:db8::1"},
+		{name: "IPv6 /128 is no grouping", opts: &IPOptions{IPv6Prefix: 128}, remote: "[2001:db8::1]:1", want: "ip:2001:db8::1"},
+		{name: "IPv6 /48", opts: &IPOptions{IPv6Prefix: 48}, remote: "[2001:db8:1:2::1]:1", want: "ip:2001:db8:1::/48"},
+		{name: "IPv6 /1", opts: &IPOptions{IPv6Prefix: 1}, remote: "[2001:db8::1]:1", want: "ip:::/1"},
+		{name: "Envoy /64", opts: p64, remote: "2001:abcd:ef01:2345:6789:abcd:ef01:234", want: "ip:2001:abcd:ef01:2345::/64"},
+		{name: "Traefik /64", opts: p64, remote: "::abcd:1111:2222:3333", want: "ip:::/64"},
+		{name: "Traefik /80", opts: &IPOptions{IPv6Prefix: 80}, remote: "::abcd:1111:2222:3333", want: "ip:::abcd:0:0:0/80"},
+		{name: "Traefik /96", opts: &IPOptions{IPv6Prefix: 96}, remote: "::abcd:1111:2222:3333", want: "ip:::abcd:1111:0:0/96"},
+		{name: "IPv4 never grouped", opts: p64, remote: "192.168.1.1:1", want: "ip:192.168.1.1"},
+		{name: "mapped IPv4", remote: "[::ffff:192.0.2.1]:1", want: "ip:192.0.2.1"},
+		{name: "mapped IPv4 with /64", opts: p64, remote: "[::ffff:192.0.2.1]:1", want: "ip:192.0.2.1"},
+		{name: "bare mapped IPv4", opts: p64, remote: "::ffff:192.0.2.1", want: "ip:192.0.2.1"},
+		{name: "zone dropped", remote: "[fe80::1%eth0]:9999", want: "ip:fe80::1"},
+		{name: "zone dropped, bare", remote: "fe80::1%eth0", want: "ip:fe80::1"},
+		{name: "zone with /64", opts: p64, remote: "[fe80::1%eth0]:9999", want: "ip:fe80::/64"},
+		{name: "zone untrusted peer", opts: trust("10.0.0.0/8"), remote: "[fe80::1%eth0]:9999",
+			header: "X-Forwarded-For", lines: []string{"1.2.3.4"}, want: "ip:fe80::1"},
+		{name: "empty RemoteAddr", remote: "", wantErr: errNoClientIP},
+		{name: "garbage RemoteAddr", remote: "garbage", wantErr: errNoClientIP},
+		{name: "unix socket", remote: "@", wantErr: errNoClientIP},
+		{name: "host name", remote: "localhost:80", wantErr: errNoClientIP},
+		{name: "unbracketed IPv6 with port", remote: "2001:db8::1:80:x", wantErr: errNoClientIP},
+		{name: "missing port", remote: "192.0.2.1:", wantErr: errNoClientIP},
+		{name: "port only", remote: ":80", wantErr: errNoClientIP},
+		{name: "unclosed bracket", remote: "[2001:db8::1:80", wantErr: errNoClientIP},
+		{name: "junk after bracket", remote: "[2001:db8::1]x", wantErr: errNoClientIP},
+		{name: "unspecified IPv4", remote: "0.0.0.0:1", wantErr: errNoClientIP},
+		{name: "unspecified IPv6", remote: "[::]:1", wantErr: errNoClientIP},
+		{name: "IPv4 zone", remote: "1.2.3.4%eth0:1", wantErr: errNoClientIP},
+	})
+}
+
+func TestKeyByIPOptionErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		opts IPOptions
+		want string // the error message
+	}{
+		{"bad CIDR", IPOptions{TrustedProxies: []string{"10.0.0.0/8", "10.0.0.0/33"}},
+			`ratelimit: KeyByIP: TrustedProxies entry "10.0.0.0/33": want a CIDR prefix or an IP address`},
+		{"bad IP", IPOptions{TrustedProxies: []string{"10.0.0.256"}},
+			`ratelimit: KeyByIP: TrustedProxies entry "10.0.0.256": want a CIDR prefix or an IP address`},
+		{"host name", IPOptions{TrustedProxies: []string{"proxy.internal"}},
+			`ratelimit: KeyByIP: TrustedProxies entry "proxy.internal": want a CIDR prefix or an IP address`},
+		{"IPv6 bits", IPOptions{TrustedProxies: []string{"2001:db8::/129"}},
+			`ratelimit: KeyByIP: TrustedProxies entry "2001:db8::/129": want a CIDR prefix or an IP address`},
+		{"zone in CIDR", IPOptions{TrustedProxies: []string{"fe80::%eth0/64"}},
+			`ratelimit: KeyByIP: TrustedProxies entry "fe80::%eth0/64": want a CIDR prefix or an IP address`},
+		{"bad header", IPOptions{Header: "X-Client-IP"},
+			`ratelimit: KeyByIP: Header "X-Client-IP": want X-Forwarded-For, Forwarded or X-Real-IP`},
+		{"bits 129", IPOptions{IPv6Prefix: 129}, "ratelimit: KeyByIP: IPv6Prefix 129: want 0 (no grouping) or 1 to 128"},
+		{"bits -1", IPOptions{IPv6Prefix: -1}, "ratelimit: KeyByIP: IPv6Prefix -1: want 0 (no grouping) or 1 to 128"},
+		{"unknown quiet", IPOptions{Quiet: []string{"wide-trusted-range", "one-key"}},
+			`ratelimit: KeyByIP: Quiet: unknown warning "one-key"; want one of ["wide-trusted-range" "forwarded-without-trusted-proxy"]`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			kf, err := KeyByIP(&tc.opts)
+			if assert.Error(t, err, "KeyByIP(%+v) = nil error", tc.opts) {
+				assert.Equal(t, tc.want, err.Error(), "KeyByIP(%+v) error", tc.opts)
+			}
+			assert.Nil(t, kf, "KeyByIP(%+v) KeyFunc with an error", tc.opts)
+		})
+	}
+}
+
+func TestKeyByIPOptionsAccepted(t *testing.T) {
+	tests := []struct {
+		name string
+		opts *IPOptions
+	}{
+		{"nil", nil},
+		{"zero", &IPOptions{}},
+		{"empty entries", trust(append(strings.Split("", ","), " ", "")...)},
+		{"spaces trimmed", trust(" 10.0.0.0/8 ", "\t::1")},
+		{"unmasked CIDR", trust("10.0.0.5/8")},
+		{"IPv6 zone in bare IP", trust("fe80::1%eth0")},
+		{"header Forwarded", &IPOptions{Header: "FORWARDED"}},
+		{"header X-Real-IP", &IPOptions{Header: " x-real-ip "}},
+		{"header X-Forwarded-For", &IPOptions{Header: "X-Forwarded-For"}},
+		{"bits 0", &IPOptions{IPv6Prefix: 0}},
+		{"bits 1", &IPOptions{IPv6Prefix: 1}},
+		{"bits 56", &IPOptions{IPv6Prefix: 56}},
+		{"bits 128", &IPOptions{IPv6Prefix: 128}},
+		{"quiet", &IPOptions{Quiet: []string{"wide-trusted-range", "forwarded-without-trusted-proxy"}}},
+	}
+	for _, tc := range tests {
+		kf, err := KeyByIP(tc.opts)
+		assert.NoError(t, err, "KeyByIP(%s)", tc.name)
+		assert.NotNil(t, kf, "KeyByIP(%s)", tc.name)
+	}
+}
+
+func TestTrustedProxiesParsing(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string
+	}{
+		{"10.0.0.5/8", "10.0.0.0/8"},
+		{"10.0.0.5", "10.0.0.5/32"},
+		{"2001:DB8::1", "2001:db8::1/128"},
+		{"fe80::1%eth0", "fe80::1/128"},
+		{"::ffff:10.0.0.1", "10.0.0.1/32"},
+		{"::ffff:4.4.4.4/124", "4.4.4.0/28"},
+		{"::ffff:0:0/96", "0.0.0.0/0"},
+		{"::ffff:0:0/95", "::fffe:0:0/95"},
+		{"::/0", "::/0"},
+	}
+	for _, tc := range tests {
+		c, err := newIPConfig(trust(tc.in))
+		require.NoError(t, err, "TrustedProxies %q", tc.in)
+		require.Len(t, c.trusted, 1, "TrustedProxies %q", tc.in)
+		assert.Equal(t, tc.want, c.trusted[0].String(), "TrustedProxies %q = %v, want %v", tc.in, c.trusted[0], tc.want)
+	}
+}
+
+// fuzzKeyFuncs are KeyByIP configurations that read every header.
+func fuzzKeyFuncs(t testing.TB) []KeyFunc {
+	all := []string{"0.0.0.0/0", "::/0"}
+	some := []string{"10.0.0.0/8", "2001:db8::/32", "::ffff:192.0.2.0/120"}
+	quiet := []string{"wide-trusted-range"}
+	var kfs []KeyFunc
+	for _, o := range []*IPOptions{
+		nil,
+		{IPv6Prefix: 64},
+		{TrustedProxies: all, Quiet: quiet},
+		{TrustedProxies: all, IPv6Prefix: 56, Quiet: quiet},
+		{TrustedProxies: some},
+		{TrustedProxies: all, Header: "Forwarded", Quiet: quiet},
+		{TrustedProxies: some, Header: "Forwarded", IPv6Prefix: 64},
+		{TrustedProxies: all, Header: "X-Real-IP", Quiet: quiet},
+		{TrustedProxies: some, Header: "X-Real-IP", IPv6Prefix: 48},
+	} {
+		kf, err := KeyByIP(o)
+		require.NoError(t, err)
+		kfs = append(kfs, kf)
+	}
+	return kfs
+}
+
+func FuzzClientIP(f *testing.F) {
+	seeds := [][3]string{
+		{"10.0.0.5:555", "3.3.3.3, 10.0.0.1", ""},
+		{"9.9.9.9:1234", "1.2.3.4, 10.0.0.1", ""},
+		{"[fe80::1%eth0]:9999", "fe80::382b:141b:fa4a:2a16%28", ""},
+		{"[2001:db8::5]:1", "[2001:db8::1]:443,unknown", `for="[2001:db8:cafe::17]:4711"`},
+		{"10.0.0.1:1", "", `For=99.99.99.99, For=4.4.4.8, For="[2607:f8b0:4004:83f::200e]:4747"`},
+		{"10.0.0.1:1", "::ffff:192.0.2.1", `for=_hidden, for=_SEVKISEK`},
+		{"10.0.0.1:1", "01.2.3.4, 0.0.0.0", `for="a\"b;c,d", for=unknown`},
+		{"::ffff:10.0.0.1", "1.2.3.4:80\n5.6.7.8", "proto=https;for=192.0.2.60\nfor=\"192.0.2.1:_x\""},
+		{"garbage", "x", "for="},
+		{"10.0.0.1:1", "[1.2.3.4]:80, 1.2.3.4%eth0", `for="unterminated`},
+	}
+	for _, s := range seeds {
+		f.Add(s[0], s[1], s[2])
+	}
+	kfs := fuzzKeyFuncs(f)
+	f.Fuzz(func(t *testing.T, remote, xff, fwd string) {
+		r := &http.Request{RemoteAddr: remote, Header: http.Header{}}
+		for _, l := range strings.Split(xff, "\n") {
+			r.Header.Add("X-Forwarded-For", l)
+			r.Header.Add("X-Real-Ip", l)
+		}
+		for _, l := range strings.Split(fwd, "\n") {
+			r.Header.Add("Forwarded", l)
+		}
+		for i, kf := range kfs {
+			key, err := kf(r)
+			if err != nil {
+				if !errors.Is(err, errNoClientIP) {
+					t.Fatalf("config %d: key(%q, %q, %q) error %v does not wrap errNoClientIP", i, remote, xff, fwd, err)
+				}
+				if key != "" {
+					t.Fatalf("config %d: key(%q, %q, %q) = %q with error %v", i, remote, xff, fwd, key, err)
+				}
+				continue
+			}
+			checkIPKey(t, key)
+		}
+	})
+}
+
+// checkIPKey fails unless key is "ip:" followed by the canonical text of a
+// valid, specified, unmapped address without zone, or of an IPv6 prefix.
+func checkIPKey(t *testing.T, key string) {
+	t.Helper()
+	s, ok := strings.CutPrefix(key, "ip:")
+	if !ok {
+		t.Fatalf("key %q lacks prefix ip:", key)
+	}
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil || !p.Addr().Is6() || p.Addr().Is4In6() || p != p.Masked() || p.String() != s {
+			t.Fatalf("key %q: not a canonical IPv6 prefix (%v)", key, err)
+		}
+		return
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Is4In6() || a.Zone() != "" || a.IsUnspecified() || a.String() != s {
+		t.Fatalf("key %q: not a canonical address (%v)", key, err)
+	}
+}
+
+func BenchmarkKeyByIP(b *testing.B) {
+	trusted := []string{"10.0.0.0/8", "172.16.0.0/12", "2001:db8::/32"}
+	benches := []struct {
+		name   string
+		opts   *IPOptions
+		remote string
+		header string
+		value  string
+	}{
+		{"RemoteAddr", nil, "203.0.113.7:51234", "", ""},
+		{"RemoteAddrIPv6Prefix", &IPOptions{IPv6Prefix: 64}, "[2001:db9:1:2:3:4:5:6]:51234", "", ""},
+		{"XFF", &IPOptions{TrustedProxies: trusted}, "10.0.0.5:51234", "X-Forwarded-For", "198.51.100.7, 172.16.0.9, 10.0.0.1"},
+		{"Forwarded", &IPOptions{TrustedProxies: trusted, Header: "Forwarded"}, "10.0.0.5:51234", "Forwarded",
+			`for=198.51.100.7;proto=https, for="[2001:db8::9]:443", for=10.0.0.1`},
+		{"XRealIP", &IPOptions{TrustedProxies: trusted, Header: "X-Real-IP"}, "10.0.0.5:51234", "X-Real-Ip", "198.51.100.7"},
+	}
+	for _, bc := range benches {
+		b.Run(bc.name, func(b *testing.B) {
+			kf, err := KeyByIP(bc.opts)
+			require.NoError(b, err)
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = bc.remote
+			if bc.header != "" {
+				r.Header.Set(bc.header, bc.value)
+			}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				n := 0
+				for pb.Next() {
+					k, err := kf(r)
+					if err != nil {
+						panic(err)
+					}
+					n += len(k)
+				}
+				keyBytes.Add(int64(n))
+			})
+		})
+	}
+}

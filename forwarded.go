@@ -1,0 +1,245 @@
+package ratelimit
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/tokenfair/ratelimit/internal/clientkey"
+)
+
+// maxHops is the number of forwarding entries examined from the right before
+// KeyByIP gives up with errNoClientIP because all of them are trusted.
+const maxHops = 32
+
+// fromXFF walks the X-Forwarded-For lines from the right, without copying.
+func (c *ipConfig) fromXFF(lines []string, peer netip.Addr) (netip.Addr, error) {
+	var last netip.Addr
+	n := 0
+	for li := len(lines) - 1; li >= 0; li-- {
+		s := lines[li]
+		for end := len(s); end >= 0; {
+			start := strings.LastIndexByte(s[:end], ',') + 1
+			e := trimOWS(s[start:end])
+			end = start - 1
+			if e == "" {
+				continue // empty list elements are allowed and ignored
+			}
+			if n == maxHops {
+				return netip.Addr{}, fmt.Errorf("%w: more than %d trusted entries in X-Forwarded-For", errNoClientIP, maxHops)
+			}
+			n++
+			a, ok := clientkey.ParseAddr(e)
+			if !ok {
+				return netip.Addr{}, fmt.Errorf("%w: X-Forwarded-For entry %q", errNoClientIP, clientkey.Clip(e))
+			}
+			if !c.isTrusted(a) {
+				return a, nil
+			}
+			last = a
+		}
+	}
+	if n == 0 {
+		return peer, nil
+	}
+	return last, nil
+}
+
+// hop is the for= parameter of one Forwarded element.
+type hop struct {
+	v   string // the value, without its quotes
+	esc bool   // v holds quoted-pairs (backslash escapes)
+	bad bool   // the element is malformed
+}
+
+// hopRing keeps the last maxHops elements with a for= parameter.
+type hopRing struct {
+	h [maxHops]hop
+	n int // elements pushed in all
+}
+
+func (r *hopRing) push(h hop) {
+	r.h[r.n%maxHops] = h
+	r.n++
+}
+
+func (c *ipConfig) fromForwarded(lines []string, peer netip.Addr) (netip.Addr, error) {
+	var ring hopRing
+	for _, s := range lines {
+		scanForwarded(s, &ring)
+	}
+	var last netip.Addr
+	for k := 0; k < ring.n; k++ {
+		if k == maxHops {
+			return netip.Addr{}, fmt.Errorf("%w: more than %d trusted elements in Forwarded", errNoClientIP, maxHops)
+		}
+		h := ring.h[(ring.n-1-k)%maxHops]
+		if h.bad {
+			return netip.Addr{}, fmt.Errorf("%w: malformed Forwarded element", errNoClientIP)
+		}
+		v := h.v
+		if h.esc {
+			v = unescape(v)
+		}
+		a, ok := clientkey.ParseAddr(v)
+		if !ok {
+			return netip.Addr{}, fmt.Errorf("%w: Forwarded for=%q", errNoClientIP, clientkey.Clip(v))
+		}
+		if !c.isTrusted(a) {
+			return a, nil
+		}
+		last = a
+	}
+	if ring.n == 0 {
+		return peer, nil
+	}
+	return last, nil
+}
+
+// scanForwarded parses one line of the Forwarded field (RFC 7239 §4) and
+// pushes the for= parameter of each element that has one. Quoted strings may
+// hold commas and semicolons. A malformed element is pushed as bad, and
+// parsing resumes after the next comma. Unquoted values are read leniently up
+// to the next delimiter, because proxies often leave IPv6 addresses and ports
+// unquoted.
+func scanForwarded(s string, ring *hopRing) {
+	i := 0
+	for {
+		var h hop
+		has, bad := false, false
+		for !bad {
+			i = skipOWS(s, i)
+			if i == len(s) || s[i] == ',' {
+				break
+			}
+			if s[i] == ';' {
+				i++
+				continue
+			}
+			start := i
+			for i < len(s) && isTchar(s[i]) {
+				i++
+			}
+			name := s[start:i]
+			if name == "" || i == len(s) || s[i] != '=' {
+				bad = true
+				break
+			}
+			i++
+			var v string
+			esc := false
+			if i < len(s) && s[i] == '"' {
+				i++
+				start = i
+				for i < len(s) && s[i] != '"' {
+					if s[i] == '\\' {
+						esc = true
+						i++
+					}
+					i++
+				}
+				if i >= len(s) {
+					bad = true
+					break
+				}
+				v = s[start:i]
+				i++
+			} else {
+				start = i
+				for i < len(s) && !isDelim(s[i]) {
+					i++
+				}
+				v = s[start:i]
+				if v == "" {
+					bad = true
+					break
+				}
+			}
+			if len(name) == 3 && strings.EqualFold(name, "for") {
+				bad = has // a parameter may occur once per element
+				has = true
+				h = hop{v: v, esc: esc}
+			}
+			i = skipOWS(s, i)
+			if i < len(s) && s[i] != ';' && s[i] != ',' {
+				bad = true
+			}
+		}
+		if bad {
+			ring.push(hop{bad: true})
+			for i < len(s) && s[i] != ',' {
+				i++
+			}
+		} else if has {
+			ring.push(h)
+		}
+		if i >= len(s) {
+			return
+		}
+		i++ // the comma
+	}
+}
+
+// unescape undoes the quoted-pairs of a quoted-string's content.
+func unescape(v string) string {
+	b := make([]byte, 0, len(v))
+	for i := 0; i < len(v); i++ {
+		if v[i] == '\\' && i+1 < len(v) {
+			i++
+		}
+		b = append(b, v[i])
+	}
+	return string(b)
+}
+
+func fromRealIP(lines []string, peer netip.Addr) (netip.Addr, error) {
+	switch len(lines) {
+	case 0:
+		return peer, nil
+	case 1:
+	default:
+		return netip.Addr{}, fmt.Errorf("%w: %d X-Real-IP lines", errNoClientIP, len(lines))
+	}
+	v := trimOWS(lines[0])
+	if v == "" {
+		return peer, nil
+	}
+	a, ok := clientkey.ParseAddr(v)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("%w: X-Real-IP %q", errNoClientIP, clientkey.Clip(v))
+	}
+	return a, nil
+}
+
+func isOWS(c byte) bool { return c == ' ' || c == '\t' }
+
+func skipOWS(s string, i int) int {
+	for i < len(s) && isOWS(s[i]) {
+		i++
+	}
+	return i
+}
+
+func trimOWS(s string) string {
+	for len(s) > 0 && isOWS(s[0]) {
+		s = s[1:]
+	}
+	for len(s) > 0 && isOWS(s[len(s)-1]) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// isDelim reports whether c ends an unquoted Forwarded value.
+func isDelim(c byte) bool {
+	return c == ';' || c == ',' || c == '"' || isOWS(c)
+}
+
+// isTchar reports whether c may appear in an RFC 9110 token.
+func isTchar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}

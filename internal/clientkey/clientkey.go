@@ -1,0 +1,184 @@
+// Package clientkey builds the keys of clients shared by the ratelimit
+// package and its framework adapters, so that one client has the same key
+// whichever of them serves it: "ip:" keys for client addresses and "user:"
+// keys for user IDs.
+package clientkey
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// The errors that ratelimit exports as ErrMissingKey and ErrBadRequest,
+// defined here so that the adapters' key functions return them too, and
+// ErrNoClientIP, a bad request.
+var (
+	ErrMissingKey = errors.New("ratelimit: missing key")
+	ErrBadRequest = errors.New("ratelimit: bad request")
+	ErrNoClientIP = fmt.Errorf("%w: no valid client IP", ErrBadRequest)
+)
+
+// hashedLen is the length of Hash's digest: 16 bytes of SHA-256 in
+// unpadded base64url.
+var hashedLen = base64.RawURLEncoding.EncodedLen(16)
+
+// Hash returns prefix followed by the unpadded base64url encoding of the
+// first 16 bytes of the SHA-256 of v, built with a single allocation.
+func Hash(prefix, v string) string {
+	var sum [sha256.Size]byte
+	if len(v) <= 128 {
+		var tmp [128]byte // spares the copy of a usual key on the heap
+		sum = sha256.Sum256(tmp[:copy(tmp[:], v)])
+	} else {
+		sum = sha256.Sum256([]byte(v))
+	}
+	var buf [32]byte
+	b := append(buf[:0], prefix...)
+	n := len(b)
+	b = b[:n+hashedLen]
+	base64.RawURLEncoding.Encode(b[n:], sum[:16])
+	return string(b)
+}
+
+// MaxUserIDLen is the longest user ID that User keeps as is.
+const MaxUserIDLen = 128
+
+// User returns the key of the user ID v: "user:ID" for a non-empty string
+// or [fmt.Stringer], "user#:" and the Hash of the ID when it is longer than
+// MaxUserIDLen, and ErrMissingKey for anything else.
+func User(v any) (string, error) {
+	var id string
+	switch v := v.(type) {
+	case string:
+		id = v
+	case fmt.Stringer:
+		id = v.String()
+	}
+	switch {
+	case id == "":
+		return "", ErrMissingKey
+	case len(id) > MaxUserIDLen:
+		return Hash("user#:", id), nil
+	}
+	return "user:" + id, nil
+}
+
+// IPv6Bits checks the IPv6Prefix field of ratelimit.IPOptions and returns
+// the number of bits by which IPv6 addresses are grouped, 0 for none.
+func IPv6Bits(prefix int) (int, error) {
+	if prefix < 0 || prefix > 128 {
+		return 0, fmt.Errorf("IPv6Prefix %d: want 0 (no grouping) or 1 to 128", prefix)
+	}
+	if prefix == 128 {
+		return 0, nil
+	}
+	return prefix, nil
+}
+
+// Addr returns the key of a, a valid address without zone that is not
+// IPv4-mapped: "ip:" and the address, or, for an IPv6 address with bits
+// (from IPv6Bits) not 0, "ip:" and its prefix of that length.
+func Addr(a netip.Addr, bits int) string {
+	var buf [64]byte
+	b := append(buf[:0], "ip:"...)
+	if bits > 0 && a.Is6() {
+		p, _ := a.Prefix(bits) // cannot fail: a is valid, without zone, 1 ≤ bits ≤ 127
+		b = p.AppendTo(b)
+	} else {
+		b = a.AppendTo(b)
+	}
+	return string(b)
+}
+
+// IP returns the key of the address s, with or without a port (see
+// ParseAddr), grouped by bits as by Addr. An address that cannot be parsed
+// gives an error wrapping ErrNoClientIP.
+func IP(s string, bits int) (string, error) {
+	a, ok := ParseAddr(s)
+	if !ok {
+		return "", fmt.Errorf("%w: %q", ErrNoClientIP, Clip(s))
+	}
+	return Addr(a, bits), nil
+}
+
+// maxAddrLen bounds the text of an address with brackets, zone and port.
+const maxAddrLen = 128
+
+// ParseAddr parses an IP address, optionally with a port: "192.0.2.1",
+// "192.0.2.1:80", "2001:db8::1", "[2001:db8::1]" or "[2001:db8::1]:443".
+// IPv4-mapped addresses are unmapped and zones dropped. The unspecified
+// addresses 0.0.0.0 and :: are not valid clients.
+func ParseAddr(s string) (netip.Addr, bool) {
+	if len(s) == 0 || len(s) > maxAddrLen {
+		return netip.Addr{}, false
+	}
+	var a netip.Addr
+	var err error
+	if s[0] == '[' {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return netip.Addr{}, false
+		}
+		if rest := s[end+1:]; rest != "" && (rest[0] != ':' || !validPort(rest[1:])) {
+			return netip.Addr{}, false
+		}
+		a, err = netip.ParseAddr(s[1:end])
+		if err != nil || !a.Is6() {
+			return netip.Addr{}, false
+		}
+	} else if i := strings.IndexByte(s, ':'); i >= 0 && strings.IndexByte(s[i+1:], ':') < 0 {
+		// One colon: IPv4 and a port. An IPv6 address has at least two.
+		if !validPort(s[i+1:]) {
+			return netip.Addr{}, false
+		}
+		a, err = netip.ParseAddr(s[:i])
+		if err != nil || !a.Is4() {
+			return netip.Addr{}, false
+		}
+	} else if a, err = netip.ParseAddr(s); err != nil {
+		return netip.Addr{}, false
+	}
+	a = a.Unmap().WithZone("")
+	if a.IsUnspecified() {
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
+// validPort reports whether p is a port number or an RFC 7239 obfuscated
+// port ("_" followed by ALPHA, DIGIT, ".", "_" or "-").
+func validPort(p string) bool {
+	if p == "" {
+		return false
+	}
+	if p[0] == '_' {
+		if len(p) == 1 {
+			return false
+		}
+		for _, c := range []byte(p[1:]) {
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+				return false
+			}
+		}
+		return true
+	}
+	if len(p) > 5 {
+		return false
+	}
+	_, err := strconv.ParseUint(p, 10, 16)
+	return err == nil
+}
+
+// Clip shortens attacker-supplied text quoted in error messages.
+func Clip(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

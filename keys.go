@@ -1,0 +1,127 @@
+package ratelimit
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/tokenfair/ratelimit/internal/clientkey"
+)
+
+// KeyFunc returns the key that identifies the client of a request: requests
+// with the same key share a bucket. It returns ErrMissingKey when the request
+// carries no identity. An empty key with a nil error is refused by the
+// middleware (ErrMissingKey), never turned into one bucket shared by everybody.
+// A KeyFunc is called by many goroutines at once; the ones this package
+// returns are safe for concurrent use.
+type KeyFunc func(r *http.Request) (string, error)
+
+// KeyByAPIKey returns a KeyFunc that keys requests by the API key in the
+// request header field named header, such as "X-API-Key". Only the first
+// line of the field is used, with surrounding spaces removed; a missing or
+// empty field gives ErrMissingKey (so does an empty header name, which
+// matches no field).
+//
+// Keys are hashed so stores never hold secrets: the key is "ak:" followed by
+// the first 16 bytes of the SHA-256 of the API key in unpadded base64url, 25
+// bytes whatever the length of the API key. The same API key always gives the
+// same key. The hash is not salted, which is safe for API keys with the
+// entropy of random tokens but not for guessable secrets such as passwords.
+//
+// KeyByAPIKey does not check that the API key is valid: run it after the
+// authentication middleware, or limit by IP in front of authentication,
+// otherwise a client can escape its limit by sending a fresh made-up key with
+// every request.
+func KeyByAPIKey(header string) KeyFunc {
+	name := http.CanonicalHeaderKey(strings.TrimSpace(header))
+	return func(r *http.Request) (string, error) {
+		vs := r.Header[name]
+		if len(vs) == 0 {
+			return "", ErrMissingKey
+		}
+		if v := strings.TrimSpace(vs[0]); v != "" {
+			return clientkey.Hash("ak:", v), nil
+		}
+		return "", ErrMissingKey
+	}
+}
+
+// KeyByContextValue returns a KeyFunc that keys requests by a user ID that an
+// earlier middleware, usually the authentication middleware, stored in the
+// request's context under ctxKey. The value must be a non-empty string, or a
+// [fmt.Stringer] whose String method returns a non-empty string; anything
+// else, including no value, gives ErrMissingKey.
+//
+// The key is "user:" followed by the ID. An ID longer than 128 bytes is
+// hashed as by [KeyByAPIKey] so that keys stay short: its key is "user#:"
+// followed by 22 characters of base64url SHA-256. The two forms never
+// collide.
+func KeyByContextValue(ctxKey any) KeyFunc {
+	return func(r *http.Request) (string, error) { return clientkey.User(r.Context().Value(ctxKey)) }
+}
+
+// JoinKeys joins key parts into one key without ambiguity, for composite
+// keys such as a route and a client: each part is written as its length in
+// bytes, a colon, and the part itself, so that different lists of parts
+// never give the same key.
+//
+//	JoinKeys("abc", "de")  // "3:abc2:de"
+//	JoinKeys("a:b", "c")   // "3:a:b1:c"
+//	JoinKeys("a", "b:c")   // "1:a3:b:c"
+//
+// JoinKeys() is the empty string, which a [Limiter] refuses.
+func JoinKeys(parts ...string) string {
+	if len(parts) == 0 {
+		return ""
+	}
+	n := 0
+	for _, p := range parts {
+		n += len(p) + 1 + decimalLen(len(p))
+	}
+	var sb strings.Builder
+	sb.Grow(n)
+	var num [20]byte
+	for _, p := range parts {
+		sb.Write(strconv.AppendInt(num[:0], int64(len(p)), 10))
+		sb.WriteByte(':')
+		sb.WriteString(p)
+	}
+	return sb.String()
+}
+
+func decimalLen(n int) int {
+	d := 1
+	for n >= 10 {
+		n /= 10
+		d++
+	}
+	return d
+}
+
+// JoinKeyFuncs returns a KeyFunc that calls every function of fs and joins
+// their keys with [JoinKeys], for limits per route and client, or per tenant
+// and user. It fails with the first error, and with an error wrapping
+// ErrMissingKey when a function returns an empty key without an error. A nil
+// function makes every call fail.
+func JoinKeyFuncs(fs ...KeyFunc) KeyFunc {
+	fs = append([]KeyFunc(nil), fs...)
+	return func(r *http.Request) (string, error) {
+		var buf [4]string
+		parts := buf[:0]
+		for i, f := range fs {
+			if f == nil {
+				return "", fmt.Errorf("ratelimit: JoinKeyFuncs: key function %d is nil", i)
+			}
+			k, err := f(r)
+			if err != nil {
+				return "", err
+			}
+			if k == "" {
+				return "", fmt.Errorf("%w: from key function %d of JoinKeyFuncs", ErrMissingKey, i)
+			}
+			parts = append(parts, k)
+		}
+		return JoinKeys(parts...), nil
+	}
+}

@@ -1,0 +1,293 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit/internal/clientkey"
+)
+
+func TestKeyByAPIKey(t *testing.T) {
+	kf := KeyByAPIKey("x-api-key")
+	key := func(values ...string) (string, error) {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		for _, v := range values {
+			r.Header.Add("X-API-Key", v)
+		}
+		return kf(r)
+	}
+	const secret = "sk_live_0123456789abcdef"
+	k1, err := key(secret)
+	require.NoError(t, err, "KeyByAPIKey(%q)", secret)
+
+	t.Run("hashed", func(t *testing.T) {
+		assert.True(t, strings.HasPrefix(k1, "ak:"), "key %q lacks prefix ak:", k1)
+		assert.Len(t, k1, 25, "key %q", k1)
+		assert.NotContains(t, k1, secret, "key holds the secret")
+		assert.NotContains(t, k1, secret[:8], "key holds part of the secret")
+	})
+	t.Run("stable", func(t *testing.T) {
+		k2, err := key(secret)
+		require.NoError(t, err)
+		assert.Equal(t, k1, k2, "same secret, different keys")
+		k3, err := key("  " + secret + " ")
+		require.NoError(t, err)
+		assert.Equal(t, k1, k3, "spaces around the secret change the key")
+		k4, err := key(secret, "other")
+		require.NoError(t, err)
+		assert.Equal(t, k1, k4, "second header line changes the key")
+	})
+	t.Run("distinct", func(t *testing.T) {
+		seen := map[string]string{k1: secret}
+		for i := range 1000 {
+			s := secret + strconv.Itoa(i)
+			k, err := key(s)
+			require.NoError(t, err)
+			if prev, ok := seen[k]; ok {
+				t.Fatalf("KeyByAPIKey(%q) = KeyByAPIKey(%q) = %q", s, prev, k)
+			}
+			seen[k] = s
+		}
+	})
+	t.Run("huge", func(t *testing.T) {
+		big := strings.Repeat("k", 100_000)
+		k, err := key(big)
+		require.NoError(t, err)
+		assert.Len(t, k, 25, "key of a 100 kB API key")
+	})
+	t.Run("known value", func(t *testing.T) {
+		// sha256("abc") = ba7816bf8f01cfea414140de5dae2223...
+		k, err := key("abc")
+		require.NoError(t, err)
+		assert.Equal(t, "ak:ungWv48Bz-pBQUDeXa4iIw", k)
+	})
+	for _, tc := range []struct {
+		name   string
+		values []string
+	}{
+		{"missing", nil},
+		{"empty", []string{""}},
+		{"spaces", []string{"  \t "}},
+		{"empty first line", []string{"", secret}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, err := key(tc.values...)
+			assert.ErrorIs(t, err, ErrMissingKey, "KeyByAPIKey(%q) = %q, %v", tc.values, k, err)
+			assert.Empty(t, k)
+		})
+	}
+}
+
+type ctxKey struct{}
+
+type userID int
+
+func (u userID) String() string {
+	if u == 0 {
+		return ""
+	}
+	return "u" + strconv.Itoa(int(u))
+}
+
+func TestKeyByContextValue(t *testing.T) {
+	long := strings.Repeat("x", clientkey.MaxUserIDLen+1)
+	tests := []struct {
+		name    string
+		value   any
+		want    string
+		wantErr error
+	}{
+		{"string", "alice", "user:alice", nil},
+		{"stringer", userID(42), "user:u42", nil},
+		{"128 bytes kept", strings.Repeat("x", clientkey.MaxUserIDLen), "user:" + strings.Repeat("x", clientkey.MaxUserIDLen), nil},
+		{"long hashed", long, clientkey.Hash("user#:", long), nil},
+		{"missing", nil, "", ErrMissingKey},
+		{"empty string", "", "", ErrMissingKey},
+		{"empty stringer", userID(0), "", ErrMissingKey},
+		{"wrong type", 42, "", ErrMissingKey},
+	}
+	kf := KeyByContextValue(ctxKey{})
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			if tc.value != nil {
+				r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, tc.value))
+			}
+			got, err := kf(r)
+			if tc.wantErr != nil {
+				assert.ErrorIs(t, err, tc.wantErr, "KeyByContextValue(%v) = %q, %v", tc.value, got, err)
+				return
+			}
+			require.NoError(t, err, "KeyByContextValue(%v)", tc.value)
+			assert.Equal(t, tc.want, got, "KeyByContextValue(%v) = %q, want %q", tc.value, got, tc.want)
+		})
+	}
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, long))
+	got, err := kf(r)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(got, "user#:"), "long ID key %q", got)
+	assert.Len(t, got, len("user#:")+22, "long ID key %q", got)
+}
+
+func TestJoinKeys(t *testing.T) {
+	tests := []struct {
+		parts []string
+		want  string
+	}{
+		{nil, ""},
+		{[]string{""}, "0:"},
+		{[]string{"abc", "de"}, "3:abc2:de"},
+		{[]string{"a:b", "c"}, "3:a:b1:c"},
+		{[]string{"a", "b:c"}, "1:a3:b:c"},
+		{[]string{strings.Repeat("z", 12), ""}, "12:" + strings.Repeat("z", 12) + "0:"},
+	}
+	for _, tc := range tests {
+		got := JoinKeys(tc.parts...)
+		assert.Equal(t, tc.want, got, "JoinKeys(%q) = %q, want %q", tc.parts, got, tc.want)
+	}
+
+	// Lists that a naive separator would confuse.
+	ambiguous := [][2][]string{
+		{{"a:b", "c"}, {"a", "b:c"}},
+		{{"ab", ""}, {"a", "b"}},
+		{{"", "ab"}, {"ab"}},
+		{{"1:a"}, {"a"}},
+		{{"1:a", ""}, {"1:a1:"}},
+		{{"a", "b", "c"}, {"a", "1:b1:c"}},
+		{{"", ""}, {""}},
+		{{"2:ab"}, {"ab", ""}},
+	}
+	for _, p := range ambiguous {
+		assert.NotEqual(t, JoinKeys(p[0]...), JoinKeys(p[1]...), "JoinKeys(%q) = JoinKeys(%q)", p[0], p[1])
+	}
+}
+
+func TestJoinKeyFuncs(t *testing.T) {
+	route := func(r *http.Request) (string, error) { return r.Method + " " + r.URL.Path, nil }
+	ip, err := KeyByIP(nil)
+	require.NoError(t, err)
+	errBoom := errors.New("boom")
+	tests := []struct {
+		name    string
+		fs      []KeyFunc
+		want    string
+		wantErr error
+	}{
+		{"route and IP", []KeyFunc{route, ip}, JoinKeys("GET /geo", "ip:192.0.2.1"), nil},
+		{"one", []KeyFunc{ip}, JoinKeys("ip:192.0.2.1"), nil},
+		{"none", nil, "", nil},
+		{"first error", []KeyFunc{route, KeyByAPIKey("X-API-Key"), errFunc(errBoom)}, "", ErrMissingKey},
+		{"error", []KeyFunc{route, errFunc(errBoom)}, "", errBoom},
+		{"empty key", []KeyFunc{route, func(*http.Request) (string, error) { return "", nil }}, "", ErrMissingKey},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/geo", nil)
+			r.RemoteAddr = "192.0.2.1:1234"
+			got, err := JoinKeyFuncs(tc.fs...)(r)
+			if tc.wantErr != nil {
+				assert.ErrorIs(t, err, tc.wantErr, "JoinKeyFuncs(%s) = %q, %v", tc.name, got, err)
+				assert.Empty(t, got)
+				return
+			}
+			require.NoError(t, err, "JoinKeyFuncs(%s)", tc.name)
+			assert.Equal(t, tc.want, got, "JoinKeyFuncs(%s) = %q, want %q", tc.name, got, tc.want)
+		})
+	}
+	t.Run("nil function", func(t *testing.T) {
+		got, err := JoinKeyFuncs(route, nil)(httptest.NewRequest(http.MethodGet, "/", nil))
+		assert.Error(t, err, "JoinKeyFuncs(route, nil) = %q", got)
+	})
+	t.Run("caller slice copied", func(t *testing.T) {
+		fs := []KeyFunc{route}
+		kf := JoinKeyFuncs(fs...)
+		fs[0] = errFunc(errBoom)
+		_, err := kf(httptest.NewRequest(http.MethodGet, "/", nil))
+		assert.NoError(t, err, "JoinKeyFuncs uses the caller's slice")
+	})
+}
+
+func errFunc(err error) KeyFunc {
+	return func(*http.Request) (string, error) { return "", err }
+}
+
+// splitKeys undoes JoinKeys.
+func splitKeys(s string) ([]string, bool) {
+	var parts []string
+	for s != "" {
+		i := strings.IndexByte(s, ':')
+		if i <= 0 {
+			return nil, false
+		}
+		n, err := strconv.Atoi(s[:i])
+		if err != nil || n < 0 || n > len(s)-i-1 || strconv.Itoa(n) != s[:i] {
+			return nil, false
+		}
+		parts = append(parts, s[i+1:i+1+n])
+		s = s[i+1+n:]
+	}
+	return parts, true
+}
+
+func FuzzJoinKeys(f *testing.F) {
+	f.Add("a:b", "c", "a", "b:c")
+	f.Add("", "", "", "")
+	f.Add("1:a", "", "", "1:a")
+	f.Add("ab", "", "a", "b")
+	f.Add("0:", "x", "", "0:x")
+	f.Fuzz(func(t *testing.T, a, b, c, d string) {
+		ab, cd := JoinKeys(a, b), JoinKeys(c, d)
+		if ab == cd && (a != c || b != d) {
+			t.Fatalf("JoinKeys(%q, %q) = JoinKeys(%q, %q) = %q", a, b, c, d, ab)
+		}
+		if ab != cd && a == c && b == d {
+			t.Fatalf("JoinKeys(%q, %q) = %q and %q", a, b, ab, cd)
+		}
+		parts, ok := splitKeys(ab)
+		if !ok || len(parts) != 2 || parts[0] != a || parts[1] != b {
+			t.Fatalf("splitKeys(JoinKeys(%q, %q)) = %q, %v", a, b, parts, ok)
+		}
+	})
+}
+
+// keyBytes keeps the benchmarks' results in use.
+var keyBytes atomic.Int64
+
+func BenchmarkKeyByAPIKey(b *testing.B) {
+	kf := KeyByAPIKey("X-API-Key")
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("X-API-Key", "sk_live_51H8f3kLmN0pQrStUvWxYz0123456789")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		n := 0
+		for pb.Next() {
+			k, err := kf(r)
+			if err != nil {
+				panic(err)
+			}
+			n += len(k)
+		}
+		keyBytes.Add(int64(n))
+	})
+}
+
+func BenchmarkJoinKeys(b *testing.B) {
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		n += len(JoinKeys("GET /v1/geocode", "ip:203.0.113.7"))
+	}
+	if n == 0 {
+		b.Fatal("no keys")
+	}
+}
