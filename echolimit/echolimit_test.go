@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -413,7 +414,16 @@ func TestLimit(t *testing.T) {
 	}
 	assert.Equal(t, []int{204, 204, 204, 429}, codes)
 
-	assert.PanicsWithError(t, `echolimit.Limit: policy "default": ratelimit: PerSecond(-5): the number of tokens must be positive`,
-		func() { echolimit.Limit(ratelimit.PerSecond(-5), ratelimit.KeyByAPIKey("X-API-Key")) })
-	assert.PanicsWithError(t, "echolimit.Limit: nil key function", func() { echolimit.Limit(ratelimit.PerSecond(5), nil) })
+	err := panicError(func() { echolimit.Limit(ratelimit.PerSecond(-5), ratelimit.KeyByAPIKey("X-API-Key")) })
+	require.Error(t, err, "an invalid limit panics with an error")
+	assert.True(t, strings.HasPrefix(err.Error(), "echolimit.Limit: "), err)
+	assert.Contains(t, err.Error(), "PerSecond(-5): the number of tokens must be positive")
+	assert.EqualError(t, panicError(func() { echolimit.Limit(ratelimit.PerSecond(5), nil) }), "echolimit.Limit: nil key function")
+}
+
+// panicError returns the error that f panics with, nil if none.
+func panicError(f func()) (err error) {
+	defer func() { err, _ = recover().(error) }()
+	f()
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,7 +125,7 @@ func TestKeyByClientIP(t *testing.T) {
 func TestKeyByClientIPMatchesCore(t *testing.T) {
 	byIP, err := ginlimit.KeyByClientIP()
 	require.NoError(t, err)
-	core, err := ratelimit.KeyByIP()
+	core, err := ratelimit.KeyByIP(nil)
 	require.NoError(t, err)
 	for _, addr := range []string{"192.0.2.1:1", "[::ffff:10.0.0.1]:2", "[2001:DB8::1]:4", "[::1]:5", "[2001:db8::ffff:0:1]:6"} {
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
@@ -246,9 +247,18 @@ func TestLimit(t *testing.T) {
 	}
 	assert.Equal(t, []int{204, 204, 204, 429}, codes)
 
-	assert.PanicsWithError(t, `ginlimit.Limit: policy "default": ratelimit: PerSecond(-5): the number of tokens must be positive`,
-		func() { ginlimit.Limit(ratelimit.PerSecond(-5), ratelimit.KeyByAPIKey("X-API-Key")) })
-	assert.PanicsWithError(t, "ginlimit.Limit: nil key function", func() { ginlimit.Limit(ratelimit.PerSecond(5), nil) })
+	err := panicError(func() { ginlimit.Limit(ratelimit.PerSecond(-5), ratelimit.KeyByAPIKey("X-API-Key")) })
+	require.Error(t, err, "an invalid limit panics with an error")
+	assert.True(t, strings.HasPrefix(err.Error(), "ginlimit.Limit: "), err)
+	assert.Contains(t, err.Error(), "PerSecond(-5): the number of tokens must be positive")
+	assert.EqualError(t, panicError(func() { ginlimit.Limit(ratelimit.PerSecond(5), nil) }), "ginlimit.Limit: nil key function")
+}
+
+// panicError returns the error that f panics with, nil if none.
+func panicError(f func()) (err error) {
+	defer func() { err, _ = recover().(error) }()
+	f()
+	return nil
 }
 
 // BenchmarkAllowed measures the adapter on an allowed request through the

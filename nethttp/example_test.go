@@ -37,7 +37,7 @@ func ExampleMiddleware() {
 	store, _ := memorystore.New()
 	defer store.Close()
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
-	byIP, _ := ratelimit.KeyByIP() // RemoteAddr only: no proxy is trusted
+	byIP, _ := ratelimit.KeyByIP(nil) // RemoteAddr only: no proxy is trusted
 	mw, err := ratelimit.NewMiddleware(limiter, byIP, nil)
 	if err != nil {
 		panic(err)

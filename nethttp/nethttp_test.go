@@ -3,6 +3,7 @@ package nethttp
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,9 +63,18 @@ func TestLimit(t *testing.T) {
 	}
 	assert.Equal(t, []int{204, 204, 204, 429}, codes)
 
-	assert.PanicsWithError(t, `nethttp.Limit: policy "default": ratelimit: PerSecond(-5): the number of tokens must be positive`,
-		func() { Limit(ratelimit.PerSecond(-5), ratelimit.KeyByAPIKey("X-API-Key")) })
-	assert.PanicsWithError(t, "nethttp.Limit: nil key function", func() { Limit(ratelimit.PerSecond(5), nil) })
+	err := panicError(func() { Limit(ratelimit.PerSecond(-5), ratelimit.KeyByAPIKey("X-API-Key")) })
+	require.Error(t, err, "an invalid limit panics with an error")
+	assert.True(t, strings.HasPrefix(err.Error(), "nethttp.Limit: "), err)
+	assert.Contains(t, err.Error(), "PerSecond(-5): the number of tokens must be positive")
+	assert.EqualError(t, panicError(func() { Limit(ratelimit.PerSecond(5), nil) }), "nethttp.Limit: nil key function")
+}
+
+// panicError returns the error that f panics with, nil if none.
+func panicError(f func()) (err error) {
+	defer func() { err, _ = recover().(error) }()
+	f()
+	return nil
 }
 
 func TestConformance(t *testing.T) {
