@@ -94,8 +94,12 @@ func TestNewErrors(t *testing.T) {
 	assert.Error(t, err)
 	_, err = echolimit.New(lim, echolimit.KeyByValue("user"), &ratelimit.Options{Headers: 99}, nil)
 	assert.Error(t, err)
-	_, err = echolimit.KeyByRealIP(ratelimit.IPv6Prefix(200))
-	assert.Error(t, err)
+	_, err = echolimit.KeyByRealIP(&ratelimit.IPOptions{IPv6Prefix: 200})
+	assert.EqualError(t, err, "echolimit: KeyByRealIP: IPv6Prefix 200: want 0 (no grouping) or 1 to 128")
+	_, err = echolimit.KeyByRealIP(&ratelimit.IPOptions{TrustedProxies: []string{"10.0.0.0/8"}})
+	assert.ErrorContains(t, err, "IPExtractor", "TrustedProxies would be ignored")
+	_, err = echolimit.KeyByRealIP(&ratelimit.IPOptions{Header: "Forwarded"})
+	assert.Error(t, err, "Header would be ignored")
 }
 
 // TestHTTPError checks what the application's HTTPErrorHandler receives.
@@ -173,9 +177,9 @@ func TestDebugIndents(t *testing.T) {
 }
 
 func TestKeyByRealIP(t *testing.T) {
-	byIP, err := echolimit.KeyByRealIP()
+	byIP, err := echolimit.KeyByRealIP(nil)
 	require.NoError(t, err)
-	by64, err := echolimit.KeyByRealIP(ratelimit.IPv6Prefix(64))
+	by64, err := echolimit.KeyByRealIP(&ratelimit.IPOptions{IPv6Prefix: 64})
 	require.NoError(t, err)
 	viaXFF := echo.ExtractIPFromXFFHeader(echo.TrustIPRange(mustCIDR(t, "10.0.0.0/8")))
 	for _, tc := range []struct {
@@ -258,7 +262,7 @@ type ctxKey struct{}
 func TestNewWithEchoKeys(t *testing.T) {
 	byUser, err := echolimit.New(newLimiter(t, ratelimit.PerMinute(2)), echolimit.KeyByValue("user"), nil, nil)
 	require.NoError(t, err)
-	byIP, err := echolimit.KeyByRealIP()
+	byIP, err := echolimit.KeyByRealIP(nil)
 	require.NoError(t, err)
 	byIPLimit, err := echolimit.New(newLimiter(t, ratelimit.PerMinute(1)), byIP, nil, nil)
 	require.NoError(t, err)

@@ -99,7 +99,7 @@ func ExampleNew() {
 // Keys by the client address that the Echo instance's IPExtractor finds
 // behind trusted proxies.
 func ExampleKeyByRealIP() {
-	byIP, err := echolimit.KeyByRealIP()
+	byIP, err := echolimit.KeyByRealIP(nil)
 	if err != nil {
 		panic(err)
 	}

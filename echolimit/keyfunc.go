@@ -1,39 +1,50 @@
 package echolimit
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/clientkey"
 )
 
 // KeyByRealIP returns a KeyFunc that keys requests by c.RealIP(), the
 // client address as the Echo instance's IPExtractor finds it, such as
 // echo.ExtractIPFromXFFHeader with the trust options of your proxies. The
-// address is normalised exactly as [ratelimit.KeyByIP] does
-// ("ip:203.0.113.7", IPv4-mapped IPv6 addresses unmapped, zones dropped), so
-// the same client has the same key whichever adapter serves it; an address
-// that cannot be parsed gives an error wrapping ratelimit.ErrNoClientIP
-// (400).
+// address is keyed exactly as [ratelimit.KeyByIP] keys the address it finds
+// ("ip:203.0.113.7", IPv4-mapped IPv6 addresses unmapped, zones dropped),
+// so the same client has the same key whichever adapter serves it; an
+// address that cannot be parsed gives an error wrapping
+// ratelimit.ErrNoClientIP (400).
 //
 // Without an IPExtractor, Echo v4's RealIP believes the leftmost
 // X-Forwarded-For entry, or X-Real-IP, which any client can write to pick
 // its own key; KeyByRealIP then uses the TCP peer instead, as
 // echo.ExtractIPDirect does. Set e.IPExtractor to read a forwarding header.
 //
-// opts are the core's IP options. [ratelimit.IPv6Prefix] groups IPv6
-// clients by network; TrustedProxies and ProxyHeader have no effect here,
-// since the IPExtractor has chosen the address already. KeyByRealIP returns
-// the error of an invalid option.
-func KeyByRealIP(opts ...ratelimit.IPOption) (KeyFunc, error) {
-	key, err := ratelimit.KeyByAddr(opts...)
+// opts may be nil. Its IPv6Prefix groups IPv6 clients by network; since
+// the IPExtractor chooses the address, TrustedProxies and Header must be
+// left empty, and KeyByRealIP logs no warnings. KeyByRealIP returns an
+// error if opts is invalid. The KeyFunc is safe for concurrent use.
+func KeyByRealIP(opts *ratelimit.IPOptions) (KeyFunc, error) {
+	var o ratelimit.IPOptions
+	if opts != nil {
+		o = *opts
+	}
+	if len(o.TrustedProxies) > 0 || o.Header != "" {
+		return nil, errors.New("echolimit: KeyByRealIP: IPOptions.TrustedProxies and Header have no effect, since the IPExtractor chooses the address: set Echo.IPExtractor")
+	}
+	bits, err := clientkey.IPv6Bits(o.IPv6Prefix)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("echolimit: KeyByRealIP: %w", err)
 	}
 	return func(c echo.Context) (string, error) {
 		if e := c.Echo(); e != nil && e.IPExtractor != nil {
-			return key(c.RealIP())
+			return clientkey.IP(c.RealIP(), bits)
 		}
-		return key(c.Request().RemoteAddr)
+		return clientkey.IP(c.Request().RemoteAddr, bits)
 	}, nil
 }
 
@@ -44,5 +55,5 @@ func KeyByRealIP(opts ...ratelimit.IPOption) (KeyFunc, error) {
 // or [fmt.Stringer], keyed "user:ID" (long IDs hashed); anything else, or no
 // value, gives ratelimit.ErrMissingKey (401).
 func KeyByValue(name string) KeyFunc {
-	return func(c echo.Context) (string, error) { return ratelimit.ValueKey(c.Get(name)) }
+	return func(c echo.Context) (string, error) { return clientkey.User(c.Get(name)) }
 }

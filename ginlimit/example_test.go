@@ -96,7 +96,7 @@ func ExampleNew() {
 
 // Keys by the client address that Gin finds behind the proxies it trusts.
 func ExampleKeyByClientIP() {
-	byIP, err := ginlimit.KeyByClientIP(ratelimit.IPv6Prefix(64))
+	byIP, err := ginlimit.KeyByClientIP(&ratelimit.IPOptions{IPv6Prefix: 64})
 	if err != nil {
 		panic(err)
 	}

@@ -69,8 +69,12 @@ func TestNewErrors(t *testing.T) {
 	assert.Error(t, err)
 	_, err = ginlimit.New(lim, ginlimit.KeyByValue("user"), &ratelimit.Options{Headers: 99})
 	assert.Error(t, err)
-	_, err = ginlimit.KeyByClientIP(ratelimit.IPv6Prefix(0))
-	assert.Error(t, err)
+	_, err = ginlimit.KeyByClientIP(&ratelimit.IPOptions{IPv6Prefix: 129})
+	assert.EqualError(t, err, "ginlimit: KeyByClientIP: IPv6Prefix 129: want 0 (no grouping) or 1 to 128")
+	_, err = ginlimit.KeyByClientIP(&ratelimit.IPOptions{TrustedProxies: []string{"10.0.0.0/8"}})
+	assert.ErrorContains(t, err, "Engine.SetTrustedProxies", "TrustedProxies would be ignored")
+	_, err = ginlimit.KeyByClientIP(&ratelimit.IPOptions{Header: "Forwarded"})
+	assert.Error(t, err, "Header would be ignored")
 }
 
 // keyOf returns the key that f gives a request from remoteAddr, with
@@ -88,9 +92,9 @@ func keyOf(t *testing.T, f ginlimit.KeyFunc, trusted []string, remoteAddr, xff s
 }
 
 func TestKeyByClientIP(t *testing.T) {
-	byIP, err := ginlimit.KeyByClientIP()
+	byIP, err := ginlimit.KeyByClientIP(nil)
 	require.NoError(t, err)
-	by64, err := ginlimit.KeyByClientIP(ratelimit.IPv6Prefix(64))
+	by64, err := ginlimit.KeyByClientIP(&ratelimit.IPOptions{IPv6Prefix: 64})
 	require.NoError(t, err)
 	proxies := []string{"10.0.0.0/8"}
 	for _, tc := range []struct {
@@ -123,7 +127,7 @@ func TestKeyByClientIP(t *testing.T) {
 // a zoned peer such as [fe80::1%eth0]:3, which net.ParseIP refuses; the
 // key function then answers ErrNoClientIP.)
 func TestKeyByClientIPMatchesCore(t *testing.T) {
-	byIP, err := ginlimit.KeyByClientIP()
+	byIP, err := ginlimit.KeyByClientIP(nil)
 	require.NoError(t, err)
 	core, err := ratelimit.KeyByIP(nil)
 	require.NoError(t, err)
@@ -172,7 +176,7 @@ func TestKeyByValue(t *testing.T) {
 func TestNewWithGinKeys(t *testing.T) {
 	byUser, err := ginlimit.New(newLimiter(t, ratelimit.PerMinute(2)), ginlimit.KeyByValue("user"), nil)
 	require.NoError(t, err)
-	byIP, err := ginlimit.KeyByClientIP()
+	byIP, err := ginlimit.KeyByClientIP(nil)
 	require.NoError(t, err)
 	byIPLimit, err := ginlimit.New(newLimiter(t, ratelimit.PerMinute(1)), byIP, nil)
 	require.NoError(t, err)

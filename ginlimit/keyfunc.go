@@ -1,35 +1,46 @@
 package ginlimit
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/gin-gonic/gin"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/clientkey"
 )
 
 // KeyByClientIP returns a KeyFunc that keys requests by c.ClientIP(), the
 // client address as Gin finds it with its own settings:
 // Engine.SetTrustedProxies, Engine.RemoteIPHeaders and
-// Engine.TrustedPlatform. The address is normalised exactly as
-// [ratelimit.KeyByIP] does ("ip:203.0.113.7", IPv4-mapped IPv6 addresses
-// unmapped, zones dropped), so the same client has the same key whichever
-// adapter serves it; an address that cannot be parsed gives an error
-// wrapping ratelimit.ErrNoClientIP (400).
+// Engine.TrustedPlatform. The address is keyed exactly as
+// [ratelimit.KeyByIP] keys the address it finds ("ip:203.0.113.7",
+// IPv4-mapped IPv6 addresses unmapped, zones dropped), so the same client
+// has the same key whichever adapter serves it; an address that cannot be
+// parsed gives an error wrapping ratelimit.ErrNoClientIP (400).
 //
 // Gin trusts every proxy until told otherwise, so that any client can pick
 // its own key with an X-Forwarded-For field: call
 // engine.SetTrustedProxies with your proxies' addresses, or nil when there
 // are none.
 //
-// opts are the core's IP options. [ratelimit.IPv6Prefix] groups IPv6
-// clients by network; TrustedProxies and ProxyHeader have no effect here,
-// since Gin has chosen the address already. KeyByClientIP returns the
-// error of an invalid option.
-func KeyByClientIP(opts ...ratelimit.IPOption) (KeyFunc, error) {
-	key, err := ratelimit.KeyByAddr(opts...)
-	if err != nil {
-		return nil, err
+// opts may be nil. Its IPv6Prefix groups IPv6 clients by network; since
+// Gin chooses the address, TrustedProxies and Header must be left empty,
+// and KeyByClientIP logs no warnings. KeyByClientIP returns an error if
+// opts is invalid. The KeyFunc is safe for concurrent use.
+func KeyByClientIP(opts *ratelimit.IPOptions) (KeyFunc, error) {
+	var o ratelimit.IPOptions
+	if opts != nil {
+		o = *opts
 	}
-	return func(c *gin.Context) (string, error) { return key(c.ClientIP()) }, nil
+	if len(o.TrustedProxies) > 0 || o.Header != "" {
+		return nil, errors.New("ginlimit: KeyByClientIP: IPOptions.TrustedProxies and Header have no effect, since Gin chooses the address: use Engine.SetTrustedProxies and Engine.RemoteIPHeaders")
+	}
+	bits, err := clientkey.IPv6Bits(o.IPv6Prefix)
+	if err != nil {
+		return nil, fmt.Errorf("ginlimit: KeyByClientIP: %w", err)
+	}
+	return func(c *gin.Context) (string, error) { return clientkey.IP(c.ClientIP(), bits) }, nil
 }
 
 // KeyByValue returns a KeyFunc that keys requests by the value stored in
@@ -41,6 +52,6 @@ func KeyByClientIP(opts ...ratelimit.IPOption) (KeyFunc, error) {
 func KeyByValue(name string) KeyFunc {
 	return func(c *gin.Context) (string, error) {
 		v, _ := c.Get(name)
-		return ratelimit.ValueKey(v)
+		return clientkey.User(v)
 	}
 }
