@@ -139,12 +139,13 @@ Flags:
 }
 
 // rateLimit returns the Limit of r tokens per second with the given burst.
-// Its interval is 1s/r rounded to the nearest nanosecond: for a whole r,
-// Per(r, time.Second), which also reads as "5/s"; otherwise one token per
-// interval. A rate above one token per nanosecond has an interval of 0.
+// Its interval is 1s/r rounded to the nearest nanosecond: for a whole r up
+// to 10⁶, PerSecond(r), which also reads as "5/s"; otherwise one token per
+// interval, which the library takes however far the rounding is from r. A
+// rate above one token per nanosecond has an interval of 0.
 func rateLimit(r float64, burst int64) ratelimit.Limit {
-	if r == math.Trunc(r) && r <= 1e9 {
-		return ratelimit.Per(int64(r), time.Second).WithBurst(burst)
+	if r == math.Trunc(r) && r <= 1e6 {
+		return ratelimit.PerSecond(int64(r)).WithBurst(burst)
 	}
 	iv := math.Round(float64(time.Second) / r)
 	if iv >= math.MaxInt64 {
