@@ -38,9 +38,8 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 	// counted in ratelimit_warnings_total.
 	logger := m.Logger(nil)
 	// The trusted proxies are validated even with -key api-key, which does
-	// not use them, so that a typo never goes unnoticed. (KeyByIP's own
-	// warnings are counted once its options take the Logger too.)
-	byIP, err := ratelimit.KeyByIP(ratelimit.TrustedProxies(strings.Split(cfg.trustedProxies, ",")...))
+	// not use them, so that a typo never goes unnoticed.
+	byIP, err := ratelimit.KeyByIP(&ratelimit.IPOptions{TrustedProxies: strings.Split(cfg.trustedProxies, ","), Logger: logger})
 	if err != nil {
 		return nil, nil, fmt.Errorf("-trusted-proxies: %w", err)
 	}

@@ -110,3 +110,16 @@ func TestCountFailed(t *testing.T) {
 	assert.Equal(t, repeat(404, 10), statuses(h, unknown, 10))
 	assert.Equal(t, []int{200, 200, 429}, statuses(h, found, 3))
 }
+
+// TestWarningsCounted: the library's misconfiguration warnings are counted
+// in ratelimit_warnings_total, KeyByIP's as well as the middleware's.
+func TestWarningsCounted(t *testing.T) {
+	h, _ := newTestHandler(t, "-key", "ip")
+	for range 3 {
+		w := serve(h, request{target: "/geocode?q=paris", remoteAddr: "10.0.0.1:1234", forwardedFor: "203.0.113.7"})
+		require.Equal(t, 200, w.Code)
+	}
+	w := serve(h, request{target: "/metrics"})
+	require.Equal(t, 200, w.Code)
+	assert.Contains(t, w.Body.String(), `ratelimit_warnings_total{kind="forwarded-without-trusted-proxy"} 1`+"\n", "once, however many requests")
+}
