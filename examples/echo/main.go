@@ -36,7 +36,7 @@ func main() {
 	e.GET("/hello", hello, echolimit.Limit(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
 
 	// The explicit form: a store, a limiter, a middleware.
-	byIP, err := echolimit.KeyByRealIP() // c.RealIP(), through e.IPExtractor
+	byIP, err := echolimit.KeyByRealIP(nil) // c.RealIP(), through e.IPExtractor
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func main() {
 	r.GET("/hello", ginlimit.Limit(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")), hello)
 
 	// The explicit form: a store, a limiter, a handler.
-	byIP, err := ginlimit.KeyByClientIP() // c.ClientIP(), as Gin's trusted proxies allow
+	byIP, err := ginlimit.KeyByClientIP(nil) // c.ClientIP(), as Gin's trusted proxies allow
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func main() {
 	mux.Handle("GET /hello", limit(http.HandlerFunc(hello)))
 
 	// The explicit form: a store, a limiter, a middleware.
-	byIP, err := ratelimit.KeyByIP() // no proxy in front: the client is the peer
+	byIP, err := ratelimit.KeyByIP(nil) // no proxy in front: the client is the peer
 	if err != nil {
 		log.Fatal(err)
 	}
