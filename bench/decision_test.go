@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // key returns the i-th key, shaped like the output of ratelimit.KeyByAPIKey
@@ -20,15 +21,41 @@ func keys(n int) []string {
 	return ks
 }
 
+// clock names the Decision row that is no limiter but the floor the others
+// are measured against: one bare time.Since per decision, the clock read
+// that every limiter makes at least once.
+const clock = "clock"
+
+// newClock returns the clock baseline's decision: it reads the monotonic
+// clock and allows every request, or, under denyAll, the first only.
+func newClock(_ testing.TB, l limit) func(string) bool {
+	start := time.Now()
+	if l != denyAll {
+		return func(string) bool { return time.Since(start) >= 0 }
+	}
+	first := true // all-denied runs serially
+	return func(string) bool {
+		ok := time.Since(start) >= 0 && first
+		first = false
+		return ok
+	}
+}
+
+// decisionPeers are the rows of BenchmarkDecision: the clock baseline, then
+// the peers.
+var decisionPeers = append([]peer{{clock, newClock}}, peers...)
+
 // BenchmarkDecision measures one decision of each peer in one process:
 //
 //   - one-key: every request under one key, all allowed;
 //   - 100k-keys: 100 000 keys (all seen once before timing) cycled, all allowed;
 //   - parallel-1k-keys: GOMAXPROCS goroutines over 1 000 keys, all allowed;
 //   - all-denied: one key whose quota is spent before timing, all refused.
+//
+// Each scenario has a clock row too, the baseline: one bare time.Since.
 func BenchmarkDecision(b *testing.B) {
 	b.Run("one-key", func(b *testing.B) {
-		for _, p := range peers {
+		for _, p := range decisionPeers {
 			b.Run(p.name, func(b *testing.B) {
 				allow := p.new(b, allowAll)
 				b.ReportAllocs()
@@ -46,7 +73,7 @@ func BenchmarkDecision(b *testing.B) {
 	})
 	b.Run("100k-keys", func(b *testing.B) {
 		ks := keys(100_000)
-		for _, p := range peers {
+		for _, p := range decisionPeers {
 			b.Run(p.name, func(b *testing.B) {
 				allow := p.new(b, allowAll)
 				for _, k := range ks {
@@ -70,7 +97,7 @@ func BenchmarkDecision(b *testing.B) {
 	})
 	b.Run("parallel-1k-keys", func(b *testing.B) {
 		ks := keys(1000)
-		for _, p := range peers {
+		for _, p := range decisionPeers {
 			b.Run(p.name, func(b *testing.B) {
 				allow := p.new(b, allowAll)
 				var refused, seed atomic.Int64
@@ -93,7 +120,7 @@ func BenchmarkDecision(b *testing.B) {
 		}
 	})
 	b.Run("all-denied", func(b *testing.B) {
-		for _, p := range peers {
+		for _, p := range decisionPeers {
 			b.Run(p.name, func(b *testing.B) {
 				allow := p.new(b, denyAll)
 				if !allow("ak:one") {

@@ -96,7 +96,7 @@ var httpPeers = []httpPeer{
 		}))
 	}},
 	{"tokenfair-echo", func(tb testing.TB, l limit, next http.Handler) http.Handler {
-		return echoServer(next, echolimit.Middleware(tokenfairMiddleware(tb, l)))
+		return echoServer(next, echolimit.Middleware(tokenfairMiddleware(tb, l), nil))
 	}},
 	{"gin-none", func(_ testing.TB, _ limit, next http.Handler) http.Handler {
 		return ginServer(next)
@@ -113,7 +113,7 @@ var httpPeers = []httpPeer{
 }
 
 func tokenfairHTTP(tb testing.TB, l limit, key ratelimit.KeyFunc, next http.Handler) http.Handler {
-	mw, err := ratelimit.NewMiddleware(tokenfairLimiter(tb, l), key)
+	mw, err := ratelimit.NewMiddleware(tokenfairLimiter(tb, l), key, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -123,11 +123,11 @@ func tokenfairHTTP(tb testing.TB, l limit, key ratelimit.KeyFunc, next http.Hand
 // tokenfairMiddleware returns our core middleware keyed by client IP, for
 // the framework adapters.
 func tokenfairMiddleware(tb testing.TB, l limit) *ratelimit.Middleware {
-	byIP, err := ratelimit.KeyByIP()
+	byIP, err := ratelimit.KeyByIP(nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	mw, err := ratelimit.NewMiddleware(tokenfairLimiter(tb, l), byIP)
+	mw, err := ratelimit.NewMiddleware(tokenfairLimiter(tb, l), byIP, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

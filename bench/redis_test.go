@@ -47,10 +47,11 @@ var redisPeers = []redisPeer{
 			return true
 		}
 	}},
-	{"tokenfair", tokenfairRedis()},
-	// tokenfair-batching is ours with WithBatching: decisions that arrive
-	// while a round trip is in flight share the next one, in a pipeline.
-	{"tokenfair-batching", tokenfairRedis(redisstore.WithBatching(true))},
+	{"tokenfair", tokenfairRedis(redisstore.Options{})},
+	// tokenfair-batching is ours with Options.Batching: decisions that
+	// arrive while a round trip is in flight share the next one, in a
+	// pipeline.
+	{"tokenfair-batching", tokenfairRedis(redisstore.Options{Batching: true})},
 	{"redis_rate", func(tb testing.TB, c *redis.Client, l limit) func(context.Context, string) bool {
 		lim := redis_rate.NewLimiter(c)
 		limit := redis_rate.Limit{Rate: l.n, Burst: l.n, Period: l.per}
@@ -96,10 +97,12 @@ var redisPeers = []redisPeer{
 }
 
 // tokenfairRedis returns our decision through the public API, a Limiter
-// over a redisstore.Store made with opts.
-func tokenfairRedis(opts ...redisstore.Option) func(testing.TB, *redis.Client, limit) func(context.Context, string) bool {
+// over a redisstore.Store made with opts and a timeout of a second.
+func tokenfairRedis(opts redisstore.Options) func(testing.TB, *redis.Client, limit) func(context.Context, string) bool {
+	opts.Timeout = time.Second
 	return func(tb testing.TB, c *redis.Client, l limit) func(context.Context, string) bool {
-		s, err := redisstore.New(c, append([]redisstore.Option{redisstore.WithTimeout(time.Second)}, opts...)...)
+		o := opts
+		s, err := redisstore.New(c, &o)
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -21,9 +21,10 @@ import (
 // ours is the peer every ratio is taken against.
 const ours = "tokenfair"
 
-// baseline is a row that is no limiter but the floor of its group (a bare
-// Redis INCR): a group that has it gets a second ratio column, to it.
-const baseline = "incr"
+// baselines are the rows that are no limiter but the floor of their group
+// (a bare Redis INCR, a bare read of the clock): a group that has one gets
+// a second ratio column, to it.
+var baselines = []string{"incr", "clock"}
 
 // A stat is benchstat's summary of one metric: the median and the 95%
 // confidence interval around it, as benchstat prints it.
@@ -204,7 +205,13 @@ func detail(w io.Writer, g string, t *table) {
 		fmt.Fprintf(w, " %s |", label(unit))
 	}
 	fmt.Fprintf(w, " ratio to ours (%s) |", label(u))
-	_, hasBase := t.results[baseline]
+	baseline := ""
+	for _, b := range baselines {
+		if _, ok := t.results[b]; ok {
+			baseline = b
+		}
+	}
+	hasBase := baseline != ""
 	if hasBase {
 		fmt.Fprintf(w, " ratio to %s (%s) |", baseline, label(u))
 	}

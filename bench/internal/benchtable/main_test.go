@@ -12,6 +12,7 @@ pkg: github.com/tokenfair/ratelimit/bench
 cpu: AMD EPYC
 ,results.txt,
 ,sec/op,CI
+Decision/one-key/clock-2,5e-08,1%
 Decision/one-key/tokenfair-2,2e-07,3%
 Decision/one-key/x-time-rate-2,1e-07,1%
 HTTP/tokenfair-2,2e-06,∞
@@ -44,7 +45,9 @@ func TestTables(t *testing.T) {
 	for _, want := range []string{
 		"| x-time-rate | 100 (0.50×) | — | — |",
 		"| httprate | — | — | 37.8 (0.29×) |",
-		"| tokenfair | 200 ± 3% | 0 | 1.00× |",
+		"| tokenfair | 200 ± 3% | 0 | 1.00× | 4.00× |",
+		"| clock | 50.0 ± 1% | — | 0.25× | 1.00× |",
+		"| peer | ns/op | allocs/op | ratio to ours (ns/op) | ratio to clock (ns/op) |",
 		"| x-time-rate | 2 | — |",
 	} {
 		if !strings.Contains(out, want) {
