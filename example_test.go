@@ -18,8 +18,7 @@ import (
 // later five more pass.
 func ExampleLimiter_Take() {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // a fake clock; production stores read the real one
-	store, _ := memorystore.New(memorystore.WithClock(func() time.Time { return now }))
-	defer store.Close()
+	store, _ := memorystore.New(&memorystore.Options{Clock: func() time.Time { return now }})
 	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(5).WithBurst(10)})
 	if err != nil {
 		panic(err)
@@ -62,8 +61,7 @@ func ExampleLimit_String() {
 
 // New validates the limits and names the one at fault.
 func ExampleNew_invalidLimit() {
-	store, _ := memorystore.New()
-	defer store.Close()
+	store, _ := memorystore.New(nil)
 	_, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(-5)})
 	fmt.Println(err)
 	_, err = ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(0)})
@@ -96,8 +94,7 @@ func ExampleAlgorithm_flag() {
 // A complete net/http setup: per-API-key limits of 5 requests per second
 // with bursts of 10, the health check outside the limiter.
 func ExampleNewMiddleware() {
-	store, _ := memorystore.New()
-	defer store.Close()
+	store, _ := memorystore.New(nil)
 	limiter, err := ratelimit.New(store, ratelimit.Policy{Name: "per-key", Limit: ratelimit.PerSecond(5).WithBurst(10)})
 	if err != nil {
 		panic(err)

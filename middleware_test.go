@@ -43,7 +43,7 @@ func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 // bubble, the bubble's).
 func memoryStore(t *testing.T) *memorystore.Store {
 	t.Helper()
-	s, err := memorystore.New(memorystore.WithSweepInterval(0))
+	s, err := memorystore.New(nil)
 	require.NoError(t, err)
 	return s
 }
@@ -51,7 +51,7 @@ func memoryStore(t *testing.T) *memorystore.Store {
 // clockStore returns a memory store that reads clock.
 func clockStore(t *testing.T, clock *fakeClock) *memorystore.Store {
 	t.Helper()
-	s, err := memorystore.New(memorystore.WithClock(clock.Now), memorystore.WithSweepInterval(0))
+	s, err := memorystore.New(&memorystore.Options{Clock: clock.Now})
 	require.NoError(t, err)
 	return s
 }

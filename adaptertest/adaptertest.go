@@ -142,7 +142,7 @@ func newSide(t *testing.T, s setup, build func(*ratelimit.Limiter, http.Handler)
 	store := s.store
 	if store == nil {
 		epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-		ms, err := memorystore.New(memorystore.WithClock(func() time.Time { return epoch }), memorystore.WithSweepInterval(0))
+		ms, err := memorystore.New(&memorystore.Options{Clock: func() time.Time { return epoch }})
 		require.NoError(t, err)
 		store = ms
 	}

@@ -72,11 +72,10 @@ var peers = []peer{
 // tokenfairLimiter returns our Limiter over a memory store, through the
 // public API.
 func tokenfairLimiter(tb testing.TB, l limit) *ratelimit.Limiter {
-	s, err := memorystore.New(memorystore.WithMaxKeys(maxKeys))
+	s, err := memorystore.New(&memorystore.Options{MaxKeys: maxKeys})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { s.Close() })
 	lim, err := ratelimit.New(s, ratelimit.Policy{
 		Name:  "bench",
 		Limit: ratelimit.Per(int64(l.n), l.per).WithBurst(int64(l.n)),

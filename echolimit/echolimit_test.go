@@ -26,7 +26,7 @@ import (
 func TestMain(m *testing.M) {
 	// Limit's memorystore sweeps in a goroutine of its own until it learns
 	// to sweep on the write path.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/tokenfair/ratelimit/memorystore.(*Store).sweepEvery"))
+	goleak.VerifyTestMain(m)
 }
 
 // newEcho returns an Echo instance that runs mw in front of next for every
@@ -79,7 +79,7 @@ func TestConformance(t *testing.T) {
 
 func newLimiter(t testing.TB, l ratelimit.Limit) *ratelimit.Limiter {
 	t.Helper()
-	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	store, err := memorystore.New(nil)
 	require.NoError(t, err)
 	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: l})
 	require.NoError(t, err)
@@ -311,7 +311,7 @@ func TestNewWithEchoKeys(t *testing.T) {
 // real engine, against the bare engine.
 func BenchmarkAllowed(b *testing.B) {
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	store, err := memorystore.New(memorystore.WithClock(func() time.Time { return clock }), memorystore.WithSweepInterval(0))
+	store, err := memorystore.New(&memorystore.Options{Clock: func() time.Time { return clock }})
 	require.NoError(b, err)
 	// Time stands still and the bucket holds 10^15 tokens: every request is
 	// allowed.

@@ -37,8 +37,7 @@ func ExampleLimit() {
 // through Echo's error path, and the default error handler writes the
 // core's answer.
 func ExampleMiddleware() {
-	store, _ := memorystore.New()
-	defer store.Close()
+	store, _ := memorystore.New(nil)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
 	m, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), nil)
 	if err != nil {
@@ -64,8 +63,7 @@ func ExampleMiddleware() {
 // An Echo service limited per user, with the user ID that an authentication
 // middleware stored in the Echo context.
 func ExampleNew() {
-	store, _ := memorystore.New()
-	defer store.Close()
+	store, _ := memorystore.New(nil)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "per-user", Limit: ratelimit.PerMinute(1)})
 	perUser, err := echolimit.New(limiter, echolimit.KeyByValue("user"), &ratelimit.Options{Headers: ratelimit.HeadersLegacy}, nil)
 	if err != nil {
@@ -116,8 +114,7 @@ func ExampleKeyByRealIP() {
 // Writes refusals directly, as net/http does, instead of returning an
 // *echo.HTTPError.
 func ExampleOptions_writeResponse() {
-	store, _ := memorystore.New()
-	defer store.Close()
+	store, _ := memorystore.New(nil)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
 	m, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), nil)
 	if err != nil {

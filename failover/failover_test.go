@@ -43,11 +43,7 @@ var discard = slog.New(slog.DiscardHandler)
 
 func memoryStore(t *testing.T, clock func() time.Time) *memorystore.Store {
 	t.Helper()
-	opts := []memorystore.Option{memorystore.WithSweepInterval(0)}
-	if clock != nil {
-		opts = append(opts, memorystore.WithClock(clock))
-	}
-	s, err := memorystore.New(opts...)
+	s, err := memorystore.New(&memorystore.Options{Clock: clock})
 	require.NoError(t, err)
 	return s
 }

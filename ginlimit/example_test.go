@@ -36,8 +36,7 @@ func ExampleLimit() {
 // A Gin service limited per API key, with a key function of the core, in
 // the explicit form: a store, a limiter, a core middleware.
 func ExampleMiddleware() {
-	store, _ := memorystore.New()
-	defer store.Close()
+	store, _ := memorystore.New(nil)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
 	m, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), nil)
 	if err != nil {
@@ -64,8 +63,7 @@ func ExampleMiddleware() {
 // A Gin service limited per user, with the user ID that an authentication
 // handler stored in the Gin context.
 func ExampleNew() {
-	store, _ := memorystore.New()
-	defer store.Close()
+	store, _ := memorystore.New(nil)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "per-user", Limit: ratelimit.PerMinute(1)})
 	perUser, err := ginlimit.New(limiter, ginlimit.KeyByValue("user"), &ratelimit.Options{Headers: ratelimit.HeadersLegacy})
 	if err != nil {

@@ -9,11 +9,10 @@ import (
 )
 
 func ExampleNew() {
-	store, err := memorystore.New(memorystore.WithMaxKeys(100_000))
+	store, err := memorystore.New(&memorystore.Options{MaxKeys: 100_000})
 	if err != nil {
 		panic(err)
 	}
-	defer store.Close() // stops the background sweep
 
 	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(3)})
 	if err != nil {

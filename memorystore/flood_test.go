@@ -21,7 +21,7 @@ func TestKeyFlood(t *testing.T) {
 		t.Skip("10 000 000 requests")
 	}
 	const keys, limit = 10_000_000, 100_000
-	s := newStore(t, WithMaxKeys(limit), WithSweepInterval(0))
+	s := newStore(t, &Options{MaxKeys: limit})
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -30,7 +30,7 @@ func TestKeyFlood(t *testing.T) {
 	peak := uint64(0)
 	for i := range keys {
 		key := string(strconv.AppendInt(buf[:3], int64(i), 10))
-		res, err := s.Take(ctx, p, key, 1)
+		res, err := s.Take(ctx, &p, key, 1)
 		require.NoError(t, err)
 		require.True(t, res.Allowed, "a new key is always admitted")
 		if i%1_000_000 == 0 {

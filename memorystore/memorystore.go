@@ -11,25 +11,32 @@
 // the fingerprint and the bucket's state (one int64), in open-addressing
 // tables of plain integers that the garbage collector never scans.
 //
-// Memory is bounded in two ways. A key whose bucket is full again carries no
-// information, so it is dropped: when a decision leaves it full, and by a
-// background sweep (every minute by default) for keys nobody asks about.
-// And the number of keys is capped (WithMaxKeys, default 1 048 576): to
-// admit a new key into a full shard the store first drops any expired keys
-// among a sample of that shard, else evicts the sampled key whose bucket is
-// closest to full. An evicted key starts again with a full bucket, so at the
-// cap a flood of unique keys can at worst hand a few clients back the few
-// tokens their buckets were missing; it can never grow memory or refuse
-// service. Size the cap above the number of clients active within one Span
-// of your limit.
+// Memory is bounded in two ways, and the store starts no goroutine for
+// either. A key whose bucket is full again carries no information, so it is
+// dropped: when a decision leaves it full, and, for keys nobody asks about
+// any more, as other keys are written. Each shard keeps a cursor, and after
+// inserting a key (and on every 64th decision otherwise) it looks at the
+// next 8 slots of its table, drops the keys whose buckets are full, and
+// shrinks the table when it is less than 1/8 full: a bounded amount of work
+// per call that goes round the whole table as the shard is written. (A
+// shard nobody writes to keeps what it holds; a store nobody uses is freed
+// like any other value.)
+// And the number of keys is capped ([Options].MaxKeys, default 1 048 576):
+// to admit a new key into a full shard the store first drops any expired
+// keys among a sample of that shard, else evicts the sampled key whose
+// bucket is closest to full. An evicted key starts again with a full bucket,
+// so at the cap a flood of unique keys can at worst hand a few clients back
+// the few tokens their buckets were missing; it can never grow memory or
+// refuse service. Size the cap above the number of clients active within
+// one Span of your limit.
 //
 // Time comes from a monotonic clock (wall-clock jumps do not affect
-// decisions) unless WithClock injects another.
+// decisions) unless [Options].Clock injects another.
 package memorystore
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"hash/maphash"
 	"math/bits"
 	"slices"
@@ -40,16 +47,14 @@ import (
 )
 
 // Store is an in-process [ratelimit.Store]. It is safe for concurrent use.
-// Close stops its background sweep.
+// It starts no goroutine and holds nothing that needs closing: dropping the
+// last reference to it frees it.
 type Store struct {
 	seed     maphash.Seed
 	shards   []shard
 	shift    uint // a fingerprint's top bits choose its shard
 	perShard int
 	now      func() int64
-	stop     chan struct{}
-	done     chan struct{}
-	close    sync.Once
 }
 
 var _ ratelimit.BatchStore = (*Store)(nil)
@@ -57,97 +62,62 @@ var _ ratelimit.BatchStore = (*Store)(nil)
 type shard struct {
 	mu sync.Mutex
 	table
-	_ [128 - 40]byte // 128 bytes: no two shards share a cache line, or an adjacent pair of them
+	writes uint64         // calls to store, to tidy on every tidyEvery-th
+	_      [128 - 56]byte // 128 bytes: no two shards share a cache line, or an adjacent pair of them
 }
 
-// Option configures a Store.
-type Option func(*options) error
+// Options configures a Store. A nil *Options, like the zero Options, gives
+// every field its default.
+type Options struct {
+	// Clock is the store's time source. Nil means the system's monotonic
+	// clock, so that wall-clock jumps do not affect decisions.
+	Clock func() time.Time
 
-type options struct {
-	clock   func() time.Time
-	maxKeys int
-	shards  int
-	sweep   time.Duration
+	// MaxKeys caps the number of keys held. Zero means 1 048 576 (1<<20).
+	// The cap is kept per shard (MaxKeys divided by the number of shards),
+	// so eviction may begin slightly before MaxKeys keys when keys hash
+	// unevenly, and never after. The package documentation says what
+	// happens at the cap.
+	MaxKeys int
+
+	// Shards is the number of independently locked shards, rounded down to
+	// a power of two and to at most MaxKeys. Zero means 256.
+	Shards int
 }
 
-// WithClock makes the store read time from now instead of the system's
-// monotonic clock. Tests use it with a fake clock.
-func WithClock(now func() time.Time) Option {
-	return func(o *options) error {
-		if now == nil {
-			return errors.New("memorystore: WithClock: nil clock")
-		}
-		o.clock = now
-		return nil
+// New returns a Store configured by opts; nil opts means the defaults. It
+// fails if a field is out of range.
+func New(opts *Options) (*Store, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
 	}
-}
-
-// WithMaxKeys caps the number of keys held (default 1 048 576). The cap is
-// kept per shard (n divided by the number of shards), so eviction may begin
-// slightly before n keys when keys hash unevenly, and never after. The
-// package documentation says what happens at the cap.
-func WithMaxKeys(n int) Option {
-	return func(o *options) error {
-		if n < 1 {
-			return errors.New("memorystore: WithMaxKeys: need at least 1 key")
-		}
-		o.maxKeys = n
-		return nil
+	if o.MaxKeys < 0 {
+		return nil, fmt.Errorf("memorystore: MaxKeys %d: want at least 1", o.MaxKeys)
 	}
-}
-
-// WithShards sets the number of independently locked shards (default 256,
-// rounded down to a power of two and to at most the key cap).
-func WithShards(n int) Option {
-	return func(o *options) error {
-		if n < 1 {
-			return errors.New("memorystore: WithShards: need at least 1 shard")
-		}
-		o.shards = n
-		return nil
+	if o.Shards < 0 {
+		return nil, fmt.Errorf("memorystore: Shards %d: want at least 1", o.Shards)
 	}
-}
-
-// WithSweepInterval sets how often a background goroutine drops keys whose
-// buckets are full again (default one minute). Zero disables the sweep and
-// the goroutine; full buckets are then dropped only when touched or evicted.
-func WithSweepInterval(d time.Duration) Option {
-	return func(o *options) error {
-		if d < 0 {
-			return errors.New("memorystore: WithSweepInterval: negative interval")
-		}
-		o.sweep = d
-		return nil
+	if o.MaxKeys == 0 {
+		o.MaxKeys = 1 << 20
 	}
-}
-
-// New returns a Store. Call Close when done with it to stop the sweep.
-func New(opts ...Option) (*Store, error) {
-	o := options{maxKeys: 1 << 20, shards: 256, sweep: time.Minute}
-	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
+	if o.Shards == 0 {
+		o.Shards = 256
 	}
-	bitsN := bits.Len(uint(min(o.shards, o.maxKeys))) - 1
+	bitsN := bits.Len(uint(min(o.Shards, o.MaxKeys))) - 1
 	n := 1 << bitsN
 	s := &Store{
 		seed:     maphash.MakeSeed(),
 		shards:   make([]shard, n),
 		shift:    uint(64 - bitsN),
-		perShard: o.maxKeys / n,
+		perShard: o.MaxKeys / n,
 	}
-	if o.clock != nil {
-		clock := o.clock
+	if clock := o.Clock; clock != nil {
 		s.now = func() int64 { return clock().UnixNano() }
 	} else {
 		epoch := time.Now()
 		base := epoch.UnixNano()
 		s.now = func() int64 { return base + int64(time.Since(epoch)) }
-	}
-	if o.sweep > 0 {
-		s.stop, s.done = make(chan struct{}), make(chan struct{})
-		go s.sweepEvery(o.sweep)
 	}
 	return s, nil
 }
@@ -233,8 +203,11 @@ func (s *Store) lockAll(fps, locked []uint64) []uint64 {
 
 // store records state for fp, held at slot i (-1 if none), forgetting it
 // when it carries no information (state at or before now) and making room
-// at the cap. The shard is locked.
+// at the cap. Then it tidies a few slots of the shard, after inserting a
+// key and on every tidyEvery-th call, so that keys nobody asks about any
+// more are dropped as others are written. The shard is locked.
 func (sh *shard) store(fp uint64, i int, state, now int64, perShard int) {
+	sh.writes++
 	switch {
 	case state <= now:
 		if i >= 0 {
@@ -247,8 +220,17 @@ func (sh *shard) store(fp uint64, i int, state, now int64, perShard int) {
 			sh.evict(fp, now)
 		}
 		sh.insert(fp, state)
+		sh.tidy(now)
+		return
+	}
+	if sh.writes%tidyEvery == 0 {
+		sh.tidy(now)
 	}
 }
+
+// tidyEvery is how often (in calls to store) a shard tidies when no key is
+// inserted. A power of two.
+const tidyEvery = 64
 
 // Len returns the number of keys held.
 func (s *Store) Len() int {
@@ -260,41 +242,4 @@ func (s *Store) Len() int {
 		sh.mu.Unlock()
 	}
 	return n
-}
-
-// Close stops the background sweep and waits for it to return. The store
-// still answers Take afterwards. Close is idempotent and always returns nil.
-func (s *Store) Close() error {
-	s.close.Do(func() {
-		if s.stop != nil {
-			close(s.stop)
-			<-s.done
-		}
-	})
-	return nil
-}
-
-func (s *Store) sweepEvery(d time.Duration) {
-	defer close(s.done)
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			s.sweep()
-		}
-	}
-}
-
-// sweep drops every key whose bucket is full, one shard at a time, and
-// shrinks shards that lost most of their keys.
-func (s *Store) sweep() {
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		sh.table.sweep(s.now())
-		sh.mu.Unlock()
-	}
 }

@@ -3,9 +3,11 @@ package memorystore
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,76 +19,156 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newStore(t *testing.T, opts ...Option) *Store {
+func newStore(t *testing.T, opts *Options) *Store {
 	t.Helper()
-	s, err := New(opts...)
+	s, err := New(opts)
 	require.NoError(t, err)
-	t.Cleanup(func() { s.Close() })
 	return s
 }
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
-		return newStore(t, WithClock(now))
+		return newStore(t, &Options{Clock: now})
 	})
 }
 
 func TestConformanceOneShard(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
-		return newStore(t, WithClock(now), WithShards(1), WithSweepInterval(0))
+		return newStore(t, &Options{Clock: now, Shards: 1})
 	})
 }
 
 var p = ratelimit.Policy{Name: "p", Limit: ratelimit.PerSecond(5).WithBurst(10)}
 
-func TestOptionErrors(t *testing.T) {
-	for _, opt := range []Option{WithClock(nil), WithMaxKeys(0), WithShards(0), WithSweepInterval(-1)} {
-		_, err := New(opt)
-		assert.Error(t, err)
+func TestOptions(t *testing.T) {
+	for _, opts := range []*Options{nil, {}} {
+		s, err := New(opts)
+		require.NoError(t, err)
+		assert.Len(t, s.shards, 256, "default shards")
+		assert.Equal(t, 1<<20/256, s.perShard, "default MaxKeys per shard")
+	}
+	s := newStore(t, &Options{MaxKeys: 100, Shards: 6})
+	assert.Len(t, s.shards, 4, "rounded down to a power of two")
+	assert.Equal(t, 25, s.perShard)
+	s = newStore(t, &Options{MaxKeys: 3, Shards: 64})
+	assert.Len(t, s.shards, 2, "at most MaxKeys, rounded down")
+
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{MaxKeys: -1}, "memorystore: MaxKeys -1: want at least 1"},
+		{Options{Shards: -5}, "memorystore: Shards -5: want at least 1"},
+	} {
+		s, err := New(&tc.opts)
+		assert.Nil(t, s)
+		assert.EqualError(t, err, tc.want, "New(%+v)", tc.opts)
 	}
 }
 
 func TestFullBucketsAreDropped(t *testing.T) {
 	c := new(storetest.Clock)
-	s := newStore(t, WithClock(c.Now), WithSweepInterval(0))
+	s := newStore(t, &Options{Clock: c.Now})
 	ctx := context.Background()
-	_, _ = s.Take(ctx, p, "peek", 0)
+	_, _ = s.Take(ctx, &p, "peek", 0)
 	assert.Equal(t, 0, s.Len(), "a peek at a new key stores nothing")
-	_, _ = s.Take(ctx, p, "a", 1)
-	_, _ = s.Take(ctx, p, "b", 10)
+	_, _ = s.Take(ctx, &p, "a", 1)
+	_, _ = s.Take(ctx, &p, "b", 10)
 	assert.Equal(t, 2, s.Len())
 	c.Advance(200 * time.Millisecond)
-	_, _ = s.Take(ctx, p, "a", 0)
+	_, _ = s.Take(ctx, &p, "a", 0)
 	assert.Equal(t, 1, s.Len(), "a key touched when full again is dropped")
-	c.Advance(2 * time.Second)
-	s.sweep()
-	assert.Equal(t, 0, s.Len(), "the sweep drops keys whose buckets are full")
 }
 
-func TestSweepShrinksMaps(t *testing.T) {
+// roomy never refuses in these tests, and a request leaves its bucket short
+// of full for a millisecond.
+var roomy = ratelimit.Policy{Name: "roomy", Limit: ratelimit.PerSecond(1000).WithBurst(1_000_000)}
+
+// TestIdleKeysAreDroppedByLaterWrites: keys nobody asks about any more are
+// dropped, and the tables that held them shrink, as other requests are
+// decided: whether they insert keys, touch held ones or store nothing. No
+// sweep is called and the store has no goroutine that could run one.
+func TestIdleKeysAreDroppedByLaterWrites(t *testing.T) {
+	ctx := context.Background()
+	busy := make([]string, 64)
+	for i := range busy {
+		busy[i] = fmt.Sprint("busy-", i)
+	}
+	for _, tc := range []struct {
+		name string
+		take func(s *Store, i int)
+		held func(writes int) int // keys the writes themselves leave held
+	}{
+		{"new keys", func(s *Store, i int) { _, _ = s.Take(ctx, &roomy, fmt.Sprint("new-", i), 1) }, func(n int) int { return n }},
+		{"a few busy keys", func(s *Store, i int) { _, _ = s.Take(ctx, &roomy, busy[i%len(busy)], 1) }, func(n int) int { return min(n, len(busy)) }},
+		{"peeks at new keys", func(s *Store, i int) { _, _ = s.Take(ctx, &roomy, fmt.Sprint("peek-", i), 0) }, func(int) int { return 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const idle, maxWrites = 5000, 1_000_000
+			c := new(storetest.Clock)
+			s := newStore(t, &Options{Clock: c.Now, Shards: 8})
+			for i := range idle {
+				_, _ = s.Take(ctx, &p, fmt.Sprint("idle-", i), 1)
+			}
+			require.Equal(t, idle, s.Len())
+			c.Advance(time.Second) // every idle bucket is full again
+			writes := 0
+			for ; writes < maxWrites && s.Len() > tc.held(writes); writes++ {
+				tc.take(s, writes)
+			}
+			require.Equal(t, tc.held(writes), s.Len(), "idle keys still held after %d writes", writes)
+			t.Logf("%d idle keys dropped after %d writes", idle, writes)
+			for i := range s.shards {
+				sh := &s.shards[i]
+				assert.LessOrEqual(t, len(sh.slots), max(minSlots, 8*sh.n), "shard %d shrank: %d slots for %d keys", i, len(sh.slots), sh.n)
+			}
+		})
+	}
+}
+
+// TestTidyKeepsLiveKeys: dropping idle keys and shrinking the table around
+// them keeps the key still in use, and its state.
+func TestTidyKeepsLiveKeys(t *testing.T) {
 	c := new(storetest.Clock)
-	s := newStore(t, WithClock(c.Now), WithSweepInterval(0), WithShards(1))
+	s := newStore(t, &Options{Clock: c.Now, Shards: 1})
+	ctx := context.Background()
 	for i := range 5000 {
-		_, _ = s.Take(context.Background(), p, strconv.Itoa(i), 1)
+		_, _ = s.Take(ctx, &p, strconv.Itoa(i), 1)
 	}
 	c.Advance(time.Second)
-	_, _ = s.Take(context.Background(), p, "fresh", 10)
+	_, _ = s.Take(ctx, &p, "live", 10) // full again in 2 s
 	c.Advance(100 * time.Millisecond)
-	s.sweep()
-	assert.Equal(t, 1, s.Len())
-	res, _ := s.Take(context.Background(), p, "fresh", 1)
+	for i := 0; i < 1_000_000 && s.Len() > 1; i++ {
+		_, _ = s.Take(ctx, &p, "live", 0)
+	}
+	require.Equal(t, 1, s.Len())
+	assert.Equal(t, minSlots, len(s.shards[0].slots), "the table shrank")
+	res, _ := s.Take(ctx, &p, "live", 1)
 	assert.False(t, res.Allowed, "the live key survived the copy")
+}
+
+// TestNoGoroutine: a store starts no goroutine, so stores made, used and
+// dropped without any Close leak none. (goleak in TestMain also checks the
+// whole run.)
+func TestNoGoroutine(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	for i := range 100 {
+		s, err := New(&Options{Shards: 1 + i%8})
+		require.NoError(t, err)
+		_, _ = s.Take(context.Background(), &p, "k", 1)
+	}
+	runtime.GC()
 }
 
 func TestMaxKeys(t *testing.T) {
 	c := new(storetest.Clock)
-	s := newStore(t, WithClock(c.Now), WithSweepInterval(0), WithMaxKeys(100), WithShards(4))
+	s := newStore(t, &Options{Clock: c.Now, MaxKeys: 100, Shards: 4})
 	ctx := context.Background()
 	// A drained bucket for a key we care about, then a flood of unique keys.
-	_, _ = s.Take(ctx, p, "victim", 10)
+	_, _ = s.Take(ctx, &p, "victim", 10)
 	for i := range 10_000 {
 		c.Advance(time.Microsecond)
-		res, err := s.Take(ctx, p, fmt.Sprint("flood-", i), 1)
+		res, err := s.Take(ctx, &p, fmt.Sprint("flood-", i), 1)
 		require.NoError(t, err)
 		require.True(t, res.Allowed, "new keys are always admitted at the cap")
 		require.LessOrEqual(t, s.Len(), 100)
@@ -96,56 +178,49 @@ func TestMaxKeys(t *testing.T) {
 
 func TestMaxKeysEvictsNearlyFullFirst(t *testing.T) {
 	c := new(storetest.Clock)
-	s := newStore(t, WithClock(c.Now), WithSweepInterval(0), WithMaxKeys(8), WithShards(1))
+	s := newStore(t, &Options{Clock: c.Now, MaxKeys: 8, Shards: 1})
 	ctx := context.Background()
-	_, _ = s.Take(ctx, p, "drained", 10) // full again in 2 s
+	_, _ = s.Take(ctx, &p, "drained", 10) // full again in 2 s
 	for i := range 7 {
-		_, _ = s.Take(ctx, p, fmt.Sprint("light-", i), 1) // full again in 200 ms
+		_, _ = s.Take(ctx, &p, fmt.Sprint("light-", i), 1) // full again in 200 ms
 	}
-	_, _ = s.Take(ctx, p, "new", 1)
+	_, _ = s.Take(ctx, &p, "new", 1)
 	assert.Equal(t, 8, s.Len())
-	res, _ := s.Take(ctx, p, "drained", 1)
+	res, _ := s.Take(ctx, &p, "drained", 1)
 	assert.False(t, res.Allowed, "the drained key (farthest from full) is kept")
 }
 
 func TestExpiredKeysMakeRoomBeforeEviction(t *testing.T) {
 	c := new(storetest.Clock)
-	s := newStore(t, WithClock(c.Now), WithSweepInterval(0), WithMaxKeys(3), WithShards(1))
+	s := newStore(t, &Options{Clock: c.Now, MaxKeys: 3, Shards: 1})
 	ctx := context.Background()
-	_, _ = s.Take(ctx, p, "short-1", 1)
-	_, _ = s.Take(ctx, p, "short-2", 1)
-	_, _ = s.Take(ctx, p, "long", 10)
+	_, _ = s.Take(ctx, &p, "short-1", 1)
+	_, _ = s.Take(ctx, &p, "short-2", 1)
+	_, _ = s.Take(ctx, &p, "long", 10)
 	c.Advance(300 * time.Millisecond) // the short ones are full again, "long" is not
-	_, _ = s.Take(ctx, p, "new", 1)
+	_, _ = s.Take(ctx, &p, "new", 1)
 	assert.Equal(t, 2, s.Len(), "every expired key in the sample was dropped")
-	res, _ := s.Take(ctx, p, "long", 2)
+	res, _ := s.Take(ctx, &p, "long", 2)
 	assert.False(t, res.Allowed, "the drained key (1.5 tokens) was kept")
 }
 
-func TestCloseStopsSweep(t *testing.T) {
-	s, err := New(WithSweepInterval(time.Millisecond))
-	require.NoError(t, err)
-	require.NoError(t, s.Close())
-	require.NoError(t, s.Close(), "Close is idempotent")
-	res, err := s.Take(context.Background(), p, "k", 1)
-	require.NoError(t, err)
-	assert.True(t, res.Allowed, "Take still works after Close")
-	// goleak in TestMain fails the run if the sweep goroutine survived.
-}
-
 func TestTakeDoesNotAllocate(t *testing.T) {
-	s := newStore(t, WithSweepInterval(0))
+	s := newStore(t, nil)
 	slow := ratelimit.Policy{Name: "slow", Limit: ratelimit.PerHour(1).WithBurst(1000)}
 	ctx := context.Background()
-	_, _ = s.Take(ctx, slow, "present", 1)
-	allocs := testing.AllocsPerRun(1000, func() { _, _ = s.Take(ctx, slow, "present", 0) })
+	_, _ = s.Take(ctx, &slow, "present", 1)
+	allocs := testing.AllocsPerRun(1000, func() { _, _ = s.Take(ctx, &slow, "present", 0) })
 	assert.Zero(t, allocs)
-	allocs = testing.AllocsPerRun(500, func() { _, _ = s.Take(ctx, slow, "present", 1) })
+	allocs = testing.AllocsPerRun(500, func() { _, _ = s.Take(ctx, &slow, "present", 1) })
 	assert.Zero(t, allocs)
 
-	reqs := []ratelimit.Request{{Policy: slow, Key: "present", Cost: 1}, {Policy: ratelimit.Policy{Name: "global", Limit: slow.Limit}, Key: "*", Cost: 1}}
+	reqs := []ratelimit.Request{{Policy: &slow, Key: "present", Cost: 1}, {Policy: &ratelimit.Policy{Name: "global", Limit: slow.Limit}, Key: "*", Cost: 1}}
 	results := make([]ratelimit.Result, len(reqs))
 	require.NoError(t, s.TakeAll(ctx, reqs, results))
 	allocs = testing.AllocsPerRun(300, func() { _ = s.TakeAll(ctx, reqs, results) })
 	assert.Zero(t, allocs, "a batch of keys held")
+}
+
+func TestShardIs128Bytes(t *testing.T) {
+	assert.Equal(t, uintptr(128), unsafe.Sizeof(shard{}), "shard padding")
 }

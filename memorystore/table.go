@@ -8,6 +8,7 @@ package memorystore
 type table struct {
 	slots []slot // a power of two long, or empty
 	n     int    // occupied slots
+	next  int    // where tidy looks next (taken modulo len(slots))
 }
 
 // slot holds one bucket. A fingerprint of 0 marks an empty slot
@@ -19,8 +20,8 @@ type slot struct {
 
 const (
 	minSlots = 8
-	// A table grows when it would be more than 3/4 full, and the sweep
-	// shrinks it when it is less than 1/8 full.
+	// A table grows when it would be more than 3/4 full, and tidy shrinks
+	// it when it is less than 1/8 full.
 	maxLoadNum, maxLoadDen = 3, 4
 )
 
@@ -122,16 +123,29 @@ func (t *table) evict(from uint64, now int64) {
 	}
 }
 
-// sweep drops every entry whose bucket is full at now, and shrinks a table
-// that is less than 1/8 full.
-func (t *table) sweep(now int64) {
-	for i := 0; i < len(t.slots); {
+// tidySlots is how many slots one call to tidy looks at.
+const tidySlots = 8
+
+// tidy looks at the next slots from where the last call stopped, dropping
+// the entries whose bucket is full at now, and shrinks the table if it is
+// less than 1/8 full. Each call takes tidySlots steps, a step being a move
+// to the next slot or a drop (after which the slot is looked at again), so
+// successive calls go round the whole table in (len(slots)+drops)/tidySlots
+// calls.
+func (t *table) tidy(now int64) {
+	mask := len(t.slots) - 1
+	if mask < 0 {
+		return
+	}
+	i := t.next & mask
+	for range tidySlots {
 		if s := t.slots[i]; s.fp != 0 && s.state <= now {
 			t.remove(i) // an entry from further on may now be at i: look again
 			continue
 		}
-		i++
+		i = (i + 1) & mask
 	}
+	t.next = i
 	if n := len(t.slots); n > minSlots && t.n*8 < n {
 		size := minSlots
 		for (t.n+1)*maxLoadDen*2 > size*maxLoadNum { // leave room to grow

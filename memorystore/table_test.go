@@ -36,7 +36,7 @@ func checkTable(t *testing.T, tb *table, model map[uint64]int64) {
 }
 
 // TestTableAgainstMap runs random inserts, updates, removals, evictions and
-// sweeps against a map. Fingerprints share a few home slots, so clusters
+// tidies against a map. Fingerprints share a few home slots, so clusters
 // are long and wrap around the end of the table: the cases where shifting
 // entries back after a removal can go wrong.
 func TestTableAgainstMap(t *testing.T) {
@@ -77,9 +77,12 @@ func TestTableAgainstMap(t *testing.T) {
 					}
 				}
 			case op == 9:
-				tb.sweep(now)
+				before := tb.n
+				tb.tidy(now)
+				require.LessOrEqual(t, before-tb.n, tidySlots, "tidy does bounded work")
 				for k, v := range model {
-					if v <= now {
+					if _, i := tb.get(k); i < 0 {
+						require.LessOrEqual(t, v, now, "only expired keys go")
 						delete(model, k)
 					}
 				}
@@ -108,16 +111,41 @@ func TestTableEvictsTheFullestSampled(t *testing.T) {
 	require.Equal(t, 2, tb.n)
 }
 
-// TestTableShrinks: a sweep that leaves a table nearly empty gives the
-// memory back.
+// TestTableTidyGoesRound: wherever its cursor starts, tidy finds an
+// expired entry within one round of the table, len(slots)/tidySlots calls.
+func TestTableTidyGoesRound(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 50 {
+		var tb table
+		for range 600 {
+			tb.insert(rng.Uint64()|1, 1000)
+		}
+		expired := rng.Uint64() | 1
+		tb.insert(expired, 5)
+		tb.next = rng.IntN(len(tb.slots))
+		for range len(tb.slots) / tidySlots {
+			tb.tidy(10)
+		}
+		_, i := tb.get(expired)
+		require.Equal(t, -1, i, "expired entry still held")
+		require.Equal(t, 600, tb.n)
+	}
+}
+
+// TestTableShrinks: tidying a table that is left nearly empty gives the
+// memory back, a bounded amount of work at a time.
 func TestTableShrinks(t *testing.T) {
 	var tb table
 	for fp := uint64(1); fp <= 10_000; fp++ {
 		tb.insert(fp*0x9e3779b97f4a7c15|1, int64(fp))
 	}
 	big := len(tb.slots)
-	tb.sweep(9_990)
-	require.Equal(t, 10, tb.n)
+	tb.tidy(9_990)
+	require.GreaterOrEqual(t, tb.n, 10_000-tidySlots, "one call drops at most tidySlots entries")
+	for calls := 1; tb.n > 10; calls++ {
+		require.LessOrEqual(t, calls, (big+10_000)/tidySlots, "more than one round of the table")
+		tb.tidy(9_990)
+	}
 	require.Less(t, len(tb.slots), big/100)
 	require.GreaterOrEqual(t, len(tb.slots), minSlots)
 }

@@ -33,11 +33,10 @@ func BenchmarkObserver(b *testing.B) {
 		{"prometheus", &ratelimit.Options{Observer: m, Quiet: []string{"one-key"}}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			store, err := memorystore.New(memorystore.WithSweepInterval(0))
+			store, err := memorystore.New(nil)
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer store.Close()
 			lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1_000_000).WithBurst(1_000_000_000)})
 			if err != nil {
 				b.Fatal(err)

@@ -23,8 +23,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	store, _ := memorystore.New()
-	defer store.Close()
+	store, _ := memorystore.New(nil)
 	_ = m.TrackKeys("memory", store.Len)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(2)})
 	mw, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.Options{

@@ -55,7 +55,7 @@ func newRigWith(t *testing.T, store ratelimit.Store, next http.Handler, policies
 	r.m, err = metrics.New(r.reg)
 	require.NoError(t, err)
 	if store == nil {
-		r.store, err = memorystore.New(memorystore.WithClock(new(storetest.Clock).Now), memorystore.WithSweepInterval(0))
+		r.store, err = memorystore.New(&memorystore.Options{Clock: new(storetest.Clock).Now})
 		require.NoError(t, err)
 		require.NoError(t, r.m.TrackKeys("memory", r.store.Len))
 		store = r.store
@@ -279,7 +279,7 @@ func TestMiddlewareWarningsCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
 	require.NoError(t, err)
-	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	store, err := memorystore.New(nil)
 	require.NoError(t, err)
 	a, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(10)})
 	require.NoError(t, err)

@@ -34,8 +34,7 @@ func ExampleLimit() {
 // The explicit form: a store, a limiter, a middleware, and errors instead
 // of panics.
 func ExampleMiddleware() {
-	store, _ := memorystore.New()
-	defer store.Close()
+	store, _ := memorystore.New(nil)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	byIP, _ := ratelimit.KeyByIP(nil) // RemoteAddr only: no proxy is trusted
 	mw, err := ratelimit.NewMiddleware(limiter, byIP, nil)

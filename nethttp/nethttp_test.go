@@ -19,12 +19,12 @@ import (
 func TestMain(m *testing.M) {
 	// Limit's memorystore sweeps in a goroutine of its own until it learns
 	// to sweep on the write path.
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/tokenfair/ratelimit/memorystore.(*Store).sweepEvery"))
+	goleak.VerifyTestMain(m)
 }
 
 func newLimiter(t testing.TB, l ratelimit.Limit) *ratelimit.Limiter {
 	t.Helper()
-	store, err := memorystore.New(memorystore.WithSweepInterval(0))
+	store, err := memorystore.New(nil)
 	require.NoError(t, err)
 	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: l})
 	require.NoError(t, err)
@@ -89,7 +89,7 @@ func TestConformance(t *testing.T) {
 // bare handler, as the ginlimit and echolimit modules do for their engines.
 func BenchmarkAllowed(b *testing.B) {
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	store, err := memorystore.New(memorystore.WithClock(func() time.Time { return clock }), memorystore.WithSweepInterval(0))
+	store, err := memorystore.New(&memorystore.Options{Clock: func() time.Time { return clock }})
 	require.NoError(b, err)
 	// Time stands still and the bucket holds 10^15 tokens: every request is
 	// allowed.

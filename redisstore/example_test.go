@@ -26,8 +26,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	local, _ := memorystore.New()
-	defer local.Close()
+	local, _ := memorystore.New(nil)
 	store, err := failover.New(shared, &failover.Options{
 		Mode:      failover.Local,
 		Local:     local,

@@ -38,9 +38,8 @@ func TestFaults(t *testing.T) {
 func testFaults(t *testing.T, mode failover.Mode) {
 	srv := redistest.Start(t)
 	primary := newStore(t, srv.Client(), &redisstore.Options{Timeout: callTimeout})
-	local, err := memorystore.New()
+	local, err := memorystore.New(nil)
 	require.NoError(t, err)
-	defer local.Close()
 	fo, err := failover.New(primary, &failover.Options{
 		Mode: mode, Local: local, Instances: 2, ProbeInterval: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -28,9 +28,8 @@ func TestSlotsShared(t *testing.T) {
 	gate := make(chan struct{})
 	instance := func() http.Handler {
 		slots := newStore(t, srv.Client(), &redisstore.Options{Timeout: time.Second})
-		mem, err := memorystore.New(memorystore.WithSweepInterval(0))
+		mem, err := memorystore.New(nil)
 		require.NoError(t, err)
-		t.Cleanup(func() { mem.Close() })
 		lim, err := ratelimit.New(mem, ratelimit.Policy{Limit: ratelimit.PerSecond(1000).WithBurst(1000)})
 		require.NoError(t, err)
 		m, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { return "k", nil },

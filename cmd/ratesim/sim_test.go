@@ -83,7 +83,7 @@ func TestDecisionsEqualLibrary(t *testing.T) {
 		require.Len(t, rows, len(lines))
 
 		clock := new(storetest.Clock)
-		store, err := memorystore.New(memorystore.WithClock(clock.Now), memorystore.WithSweepInterval(0))
+		store, err := memorystore.New(&memorystore.Options{Clock: clock.Now})
 		require.NoError(t, err)
 		lim, err := ratelimit.New(store, p)
 		require.NoError(t, err)

@@ -126,24 +126,18 @@ func limitFlags(cfg config) string {
 // failover.Store that applies -on-store-error; the memory store cannot
 // fail. The store's health and keys are exported through m.
 func newStore(cfg config, m *metrics.Metrics) (ratelimit.Store, func(), error) {
-	var memOpts []memorystore.Option
-	if cfg.clock != nil {
-		memOpts = append(memOpts, memorystore.WithClock(cfg.clock))
-	}
-	local, err := memorystore.New(memOpts...)
+	local, err := memorystore.New(&memorystore.Options{Clock: cfg.clock})
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := m.TrackKeys("memory", local.Len); err != nil {
-		local.Close()
 		return nil, nil, err
 	}
 	if cfg.store == "memory" {
-		return local, func() { local.Close() }, nil
+		return local, func() {}, nil
 	}
 	opts, err := redis.ParseURL(cfg.redisURL)
 	if err != nil {
-		local.Close()
 		return nil, nil, fmt.Errorf("-redis-url: %w", err)
 	}
 	// Deadlines must cut socket reads short, and a dead Redis must cost
@@ -158,7 +152,6 @@ func newStore(cfg config, m *metrics.Metrics) (ratelimit.Store, func(), error) {
 	client := redis.NewClient(opts)
 	cleanup := func() {
 		client.Close()
-		local.Close()
 	}
 	shared, err := redisstore.New(client, &redisstore.Options{Prefix: "geocoding:", Clock: cfg.clock})
 	if err != nil {

@@ -41,7 +41,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	store, err := memorystore.New()
+	store, err := memorystore.New(nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func Middleware(caller string, limit ratelimit.Limit, key ratelimit.KeyFunc) *ra
 	if key == nil {
 		panic(fmt.Errorf("%s: nil key function", caller))
 	}
-	store, err := memorystore.New()
+	store, err := memorystore.New(nil)
 	if err != nil {
 		panic(fmt.Errorf("%s: %w", caller, err))
 	}
