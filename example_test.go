@@ -115,7 +115,9 @@ func ExampleNewMiddleware() {
 		w := httptest.NewRecorder()
 		root.ServeHTTP(w, r)
 		if i == 1 || i == 11 {
-			fmt.Printf("%d RateLimit: %s Retry-After: %q\n", w.Code, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"))
+			// The rate-limit fields are spelled as the drafts spell them:
+			// read them with the map index (Get looks for "Ratelimit").
+			fmt.Printf("%d RateLimit: %s Retry-After: %q\n", w.Code, w.Header()["RateLimit"][0], w.Header().Get("Retry-After"))
 		}
 	}
 	// Output:

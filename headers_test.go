@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/textproto"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Field names as a client would spell them; http.Header.Get canonicalises.
+// Field names as the drafts spell them, the keys writeHeaders assigns in the
+// header map. http.Header.Get canonicalises ("Ratelimit-Policy") and so
+// does not find them: read them with headerField, the map index.
 var allRateLimitFields = []string{
 	"RateLimit-Policy", "RateLimit",
 	"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset",
@@ -159,7 +160,7 @@ func checkHeaders(t *testing.T, f HeaderFormat, res Result, want map[string]stri
 	writeHeaders(h, f, res, field(res))
 	writeHeaders(h, f, res, field(res))
 	for _, name := range allRateLimitFields {
-		got := h.Values(name)
+		got := h[name]
 		if v, ok := want[name]; ok {
 			assert.Equal(t, []string{v}, got, "writeHeaders(%v, %+v): %s", f, res, name)
 		} else {
@@ -167,10 +168,10 @@ func checkHeaders(t *testing.T, f HeaderFormat, res Result, want map[string]stri
 		}
 	}
 	assert.Len(t, h, len(want)+1, "writeHeaders(%v, %+v) fields = %v", f, res, h)
-	assert.Equal(t, []string{"text/plain"}, h.Values("Content-Type"), "writeHeaders(%v) touched Content-Type", f)
+	assert.Equal(t, []string{"text/plain"}, h["Content-Type"], "writeHeaders(%v) touched Content-Type", f)
 }
 
-// formatFields lists the fields each format writes, as a client spells them.
+// formatFields lists the fields each format writes, as the drafts spell them.
 var formatFields = map[HeaderFormat][]string{
 	HeadersIETF:   {"RateLimit-Policy", "RateLimit"},
 	HeadersLegacy: {"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"},
@@ -178,18 +179,20 @@ var formatFields = map[HeaderFormat][]string{
 	HeadersNone:   nil,
 }
 
+// Earlier values under the same spelling (an outer middleware of this
+// package, or the same one twice) are replaced, not added to.
 func TestWriteHeadersReplacesEarlierValues(t *testing.T) {
 	res := headerCases[1].res
 	for f, own := range formatFields {
 		h := http.Header{}
 		for _, name := range allRateLimitFields {
-			h.Add(name, "stale")
-			h.Add(name, "stale2")
+			h[name] = append(h[name], "stale")
+			h[name] = append(h[name], "stale2")
 		}
 		writeHeaders(h, f, res, field(res))
 		assert.Len(t, h, len(allRateLimitFields), "writeHeaders(%v) fields = %v", f, h)
 		for _, name := range allRateLimitFields {
-			got := h.Values(name)
+			got := h[name]
 			if slices.Contains(own, name) {
 				if assert.Len(t, got, 1, "writeHeaders(%v): %s = %q, want one value", f, name, got) {
 					assert.NotEqual(t, "stale", got[0], "writeHeaders(%v): %s", f, name)
@@ -201,17 +204,28 @@ func TestWriteHeadersReplacesEarlierValues(t *testing.T) {
 	}
 }
 
-// A later Add on one field must not overwrite another field's value, even
-// though the values share one backing array.
+// A later append to one field (what h.Add does, here under the draft
+// spelling) must not overwrite another field's value, nor the value that
+// the next response gets, even though the values are shared slices.
 func TestWriteHeadersAddAfterwards(t *testing.T) {
-	for f, own := range formatFields {
-		for _, added := range own {
-			h := http.Header{}
-			writeHeaders(h, f, headerCases[1].res, field(headerCases[1].res))
-			want := h.Clone()
-			h.Add(added, "extra")
-			want.Add(added, "extra")
-			assert.Equal(t, want, h, "writeHeaders(%v); Add(%q, \"extra\")", f, added)
+	for _, tc := range headerCases {
+		res := tc.res
+		if p, err := res.Policy.validate(); assert.NoError(t, err, "%s", tc.name) {
+			res.Policy = &p // with its RateLimit cache, as New makes it
+		}
+		for f, own := range formatFields {
+			for _, added := range own {
+				h := http.Header{}
+				writeHeaders(h, f, res, field(res))
+				fresh := h.Clone()
+				want := h.Clone()
+				h[added] = append(h[added], "extra")
+				want[added] = append(want[added], "extra")
+				assert.Equal(t, want, h, "%s: writeHeaders(%v); append to %s", tc.name, f, added)
+				next := http.Header{}
+				writeHeaders(next, f, res, field(res))
+				assert.Equal(t, fresh, next, "%s: writeHeaders(%v) after an append to %s", tc.name, f, added)
+			}
 		}
 	}
 }
@@ -232,21 +246,57 @@ func TestPolicyField(t *testing.T) {
 		{PerHour(7).WithBurst(1), `"p";q=1;w=515`}, // 3600/7 = 514.3 s, rounded up
 		{Per(1, time.Nanosecond).WithBurst(1_500_000_000_000_000_000), `"p";q=999999999999999;w=1500000000`},
 	} {
-		assert.Equal(t, tc.want, policyField([]Policy{{Name: "p", Limit: tc.l}}, false), "policyField(%v)", tc.l)
+		assert.Equal(t, []string{tc.want}, policyField([]Policy{{Name: "p", Limit: tc.l}}, false), "policyField(%v)", tc.l)
 	}
 	ps := []Policy{
 		{Name: "per-key", Limit: PerSecond(5).WithBurst(10)},
 		{Name: "shadow", Limit: PerMinute(1), DryRun: true},
 		{Name: "daily", Limit: PerDay(10000)},
 	}
-	assert.Equal(t, `"per-key";q=10;w=2,"daily";q=10000;w=86400`, policyField(ps, false))
-	assert.Equal(t, `"per-key";q=10;w=2,"shadow";q=1;w=60,"daily";q=10000;w=86400`, policyField(ps, true))
+	assert.Equal(t, []string{`"per-key";q=10;w=2,"daily";q=10000;w=86400`}, policyField(ps, false))
+	assert.Equal(t, []string{`"per-key";q=10;w=2,"shadow";q=1;w=60,"daily";q=10000;w=86400`}, policyField(ps, true))
 }
 
-func TestHeaderKeysAreCanonical(t *testing.T) {
-	for _, keys := range [][]string{ietfKeys[:], legacyKeys[:], xKeys[:]} {
-		for _, k := range keys {
-			assert.Equal(t, textproto.CanonicalMIMEHeaderKey(k), k, "header key %q is not canonical", k)
+// The field names go out as the drafts spell them, not canonicalised.
+func TestHeaderNamesAsTheDraftsSpellThem(t *testing.T) {
+	res := Result{Allowed: true, Policy: pol("default", PerSecond(5).WithBurst(10)), Remaining: 9, ResetAfter: 200 * time.Millisecond}
+	var names []string
+	for _, f := range []HeaderFormat{HeadersIETF, HeadersLegacy, HeadersX} {
+		h := http.Header{}
+		writeHeaders(h, f, res, field(res))
+		for k := range h {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	assert.Equal(t, []string{"RateLimit", "RateLimit-Limit", "RateLimit-Policy", "RateLimit-Remaining", "RateLimit-Reset",
+		"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}, names)
+}
+
+// The RateLimit values that a policy made by New caches (small r and t) are
+// the ones it would make afresh, with and without t, and stay per policy.
+func TestQuotaFieldCache(t *testing.T) {
+	cached := map[string]*Policy{}
+	for _, name := range []string{"a", "b"} {
+		p, err := Policy{Name: name, Limit: PerSecond(5).WithBurst(50)}.validate()
+		require.NoError(t, err)
+		require.NotNil(t, p.quotas, "precondition: validate makes the cache")
+		cached[name] = &p
+	}
+	for round := range 2 { // the second round reads what the first one stored
+		for name, p := range cached {
+			fresh := &Policy{Name: name, Limit: p.Limit} // no cache
+			for r := int64(0); r <= 40; r++ {
+				for tt := int64(0); tt <= 7; tt++ {
+					for _, hasT := range []bool{false, true} {
+						if hasT && tt == 0 {
+							continue // t ≥ 1 when present
+						}
+						want := fresh.quotaField(r, tt, hasT)
+						assert.Equal(t, want, p.quotaField(r, tt, hasT), "round %d: %q.quotaField(%d, %d, %v)", round, name, r, tt, hasT)
+					}
+				}
+			}
 		}
 	}
 }
@@ -266,8 +316,8 @@ func TestRetryAfterNotBeforeT(t *testing.T) {
 		}
 		h := http.Header{}
 		writeHeaders(h, HeadersIETF, tc.res, field(tc.res))
-		items, err := parseSFList(h.Get("RateLimit"))
-		require.NoError(t, err, "%s: RateLimit %q", tc.name, h.Get("RateLimit"))
+		items, err := parseSFList(h["RateLimit"][0])
+		require.NoError(t, err, "%s: RateLimit %q", tc.name, h["RateLimit"][0])
 		require.Len(t, items, 1)
 		tv, ok := items[0].params["t"]
 		require.True(t, ok, "%s: refusal without t", tc.name)
@@ -310,7 +360,7 @@ func TestIETFHeadersAreSFLists(t *testing.T) {
 			{"RateLimit-Policy", []string{"q", "w"}, nil},
 			{"RateLimit", []string{"r"}, []string{"t"}},
 		} {
-			v := h.Get(f.name)
+			v := headerField(h, f.name)
 			items, err := parseSFList(v)
 			require.NoError(t, err, "%s: parseSFList(%s: %s)", tc.name, f.name, v)
 			require.Len(t, items, 1, "%s: %s: %s", tc.name, f.name, v)
@@ -497,8 +547,17 @@ func parseSFList(s string) ([]sfItem, error) {
 	}
 }
 
+// headerField returns the first value of the field name as spelled, or "":
+// the map index, for the draft-spelled names that h.Get does not find.
+func headerField(h http.Header, name string) string {
+	if v := h[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 // field is the RateLimit-Policy value of a limiter with res's policy alone.
-func field(res Result) string {
+func field(res Result) []string {
 	return policyField([]Policy{*res.Policy}, false)
 }
 
@@ -519,20 +578,20 @@ func FuzzHeaders(f *testing.F) {
 			Remaining: remaining, ResetAfter: time.Duration(resetAfter), RetryAfter: time.Duration(retryAfter)}
 		h := http.Header{}
 		writeHeaders(h, HeadersIETF, res, field(res))
-		policies, err := parseSFList(h.Get("RateLimit-Policy"))
+		policies, err := parseSFList(h["RateLimit-Policy"][0])
 		if err != nil || len(policies) != 1 || policies[0].name != name || policies[0].params["q"] != min(burst, maxSFInteger) || policies[0].params["w"] < 1 {
-			t.Fatalf("RateLimit-Policy %q: %v %+v", h.Get("RateLimit-Policy"), err, policies)
+			t.Fatalf("RateLimit-Policy %q: %v %+v", h["RateLimit-Policy"][0], err, policies)
 		}
-		limit, err := parseSFList(h.Get("RateLimit"))
+		limit, err := parseSFList(h["RateLimit"][0])
 		if err != nil || len(limit) != 1 || limit[0].name != name || limit[0].params["r"] != min(remaining, maxSFInteger) {
-			t.Fatalf("RateLimit %q: %v %+v", h.Get("RateLimit"), err, limit)
+			t.Fatalf("RateLimit %q: %v %+v", h["RateLimit"][0], err, limit)
 		}
 		if !allowed && limit[0].params["t"] != retryAfterSeconds(res.RetryAfter) {
-			t.Fatalf("RateLimit %q: t is not Retry-After %d", h.Get("RateLimit"), retryAfterSeconds(res.RetryAfter))
+			t.Fatalf("RateLimit %q: t is not Retry-After %d", h["RateLimit"][0], retryAfterSeconds(res.RetryAfter))
 		}
 		for _, format := range []HeaderFormat{HeadersLegacy, HeadersX} {
 			h := http.Header{}
-			writeHeaders(h, format, res, "")
+			writeHeaders(h, format, res, nil)
 			for k, v := range h {
 				if n, err := strconv.ParseInt(v[0], 10, 64); err != nil || n < 0 {
 					t.Fatalf("%v: %s: %q", format, k, v)

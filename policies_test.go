@@ -37,15 +37,15 @@ func TestPoliciesOverHTTP(t *testing.T) {
 	s := policyServer(t, []ratelimit.Policy{perKey, daily, global}, nil)
 	w := s.get("a")
 	require.Equal(t, 200, w.Code)
-	assert.Equal(t, `"per-key";q=10;w=2,"daily";q=10000;w=86400,"global";q=4;w=1`, w.Header().Get("RateLimit-Policy"))
-	assert.Equal(t, `"global";r=3;t=1`, w.Header().Get("RateLimit"), "the policy closest to exhaustion")
+	assert.Equal(t, `"per-key";q=10;w=2,"daily";q=10000;w=86400,"global";q=4;w=1`, field(w.Header(), "RateLimit-Policy"))
+	assert.Equal(t, `"global";r=3;t=1`, field(w.Header(), "RateLimit"), "the policy closest to exhaustion")
 
 	for _, c := range []string{"b", "c", "d"} {
 		require.Equal(t, 200, s.get(c).Code)
 	}
 	w = s.get("e")
 	require.Equal(t, 429, w.Code, "the global burst of 4 is spent")
-	assert.Equal(t, `"global";r=0;t=1`, w.Header().Get("RateLimit"))
+	assert.Equal(t, `"global";r=0;t=1`, field(w.Header(), "RateLimit"))
 	var body map[string]any
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
 	assert.Equal(t, []any{"global"}, body["violated-policies"])
@@ -59,7 +59,7 @@ func TestPoliciesOverHTTP(t *testing.T) {
 	w = s.get("a")
 	require.Equal(t, 429, w.Code)
 	assert.Equal(t, "10", w.Header().Get("Retry-After"))
-	assert.Equal(t, `"slow";r=0;t=10`, w.Header().Get("RateLimit"))
+	assert.Equal(t, `"slow";r=0;t=10`, field(w.Header(), "RateLimit"))
 	body = nil
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
 	assert.Equal(t, []any{"fast", "slow"}, body["violated-policies"])
@@ -96,7 +96,7 @@ func TestTiers(t *testing.T) {
 	}
 	assert.Equal(t, []int{200, 200, 429, 429, 429, 429}, freeCodes)
 	assert.Equal(t, []int{200, 200, 200, 200, 200, 429}, proCodes)
-	assert.Equal(t, `"pro";q=5;w=60`, s.get("z", "X-Plan", "pro").Header().Get("RateLimit-Policy"))
+	assert.Equal(t, `"pro";q=5;w=60`, field(s.get("z", "X-Plan", "pro").Header(), "RateLimit-Policy"))
 }
 
 func TestDryRunOverHTTP(t *testing.T) {
@@ -105,16 +105,16 @@ func TestDryRunOverHTTP(t *testing.T) {
 	for range 3 {
 		w := s.get("a")
 		require.Equal(t, 200, w.Code, "a dry-run policy never refuses")
-		assert.Equal(t, `"per-key";q=10;w=2`, w.Header().Get("RateLimit-Policy"), "and is invisible by default")
+		assert.Equal(t, `"per-key";q=10;w=2`, field(w.Header(), "RateLimit-Policy"), "and is invisible by default")
 	}
 
 	s = policyServer(t, []ratelimit.Policy{perKey, shadow}, &ratelimit.Options{DryRunHeaders: true})
 	w := s.get("a")
-	assert.Equal(t, `"per-key";q=10;w=2,"shadow";q=1;w=60`, w.Header().Get("RateLimit-Policy"))
-	assert.Equal(t, `"shadow";r=0;t=60`, w.Header().Get("RateLimit"), "shown when asked")
+	assert.Equal(t, `"per-key";q=10;w=2,"shadow";q=1;w=60`, field(w.Header(), "RateLimit-Policy"))
+	assert.Equal(t, `"shadow";r=0;t=60`, field(w.Header(), "RateLimit"), "shown when asked")
 	w = s.get("a")
 	assert.Equal(t, 200, w.Code)
-	assert.Equal(t, `"shadow";r=0;t=60`, w.Header().Get("RateLimit"))
+	assert.Equal(t, `"shadow";r=0;t=60`, field(w.Header(), "RateLimit"))
 }
 
 func TestPolicyConstructorErrors(t *testing.T) {

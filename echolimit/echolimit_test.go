@@ -130,7 +130,7 @@ func TestHTTPError(t *testing.T) {
 	w := serve("k")
 	assert.Equal(t, http.StatusTooManyRequests, w.Code)
 	assert.Equal(t, "60", w.Header().Get("Retry-After"))
-	assert.Equal(t, `"default";r=0;t=60`, w.Header().Get("RateLimit"))
+	assert.Equal(t, []string{`"default";r=0;t=60`}, w.Header()["RateLimit"], "as the draft spells it")
 	assert.Empty(t, w.Header().Get("Content-Length"), "the core's length is not the custom body's")
 	assert.Contains(t, w.Body.String(), `custom 429: {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded"`)
 	assert.Equal(t, http.StatusUnauthorized, serve("").Code)

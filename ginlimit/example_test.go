@@ -53,7 +53,9 @@ func ExampleMiddleware() {
 		req := httptest.NewRequest("GET", "/hello", nil)
 		req.Header.Set("X-API-Key", "demo")
 		r.ServeHTTP(w, req)
-		fmt.Printf("%d %s Retry-After: %q\n", w.Code, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"))
+		// The rate-limit fields are spelled as the drafts spell them: read
+		// them with the map index (Get looks for "Ratelimit").
+		fmt.Printf("%d %s Retry-After: %q\n", w.Code, w.Header()["RateLimit"][0], w.Header().Get("Retry-After"))
 	}
 	// Output:
 	// 200 "default";r=0;t=60 Retry-After: ""
@@ -84,12 +86,12 @@ func ExampleNew() {
 		req := httptest.NewRequest("GET", "/me", nil)
 		req.Header.Set("Authorization", token)
 		r.ServeHTTP(w, req)
-		fmt.Printf("%d RateLimit-Remaining: %q\n", w.Code, w.Header().Get("RateLimit-Remaining"))
+		fmt.Printf("%d RateLimit-Remaining: %q\n", w.Code, w.Header()["RateLimit-Remaining"])
 	}
 	// Output:
-	// 200 RateLimit-Remaining: "0"
-	// 429 RateLimit-Remaining: "0"
-	// 401 RateLimit-Remaining: ""
+	// 200 RateLimit-Remaining: ["0"]
+	// 429 RateLimit-Remaining: ["0"]
+	// 401 RateLimit-Remaining: []
 }
 
 // Keys by the client address that Gin finds behind the proxies it trusts.

@@ -21,7 +21,7 @@ func TestRedisSharedQuota(t *testing.T) {
 	got := append(statuses(a, req, 6), statuses(b, req, 6)...)
 	assert.Equal(t, append(repeat(200, 10), 429, 429), got)
 	w := serve(b, req)
-	assert.Equal(t, `"default";r=0;t=1`, w.Header().Get("RateLimit"))
+	assert.Equal(t, `"default";r=0;t=1`, field(w.Header(), "RateLimit"))
 	// One second later (each server's test clock feeds the script), the
 	// shared bucket has earned five tokens.
 	clockA.Advance(time.Second)
