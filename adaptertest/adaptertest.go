@@ -27,17 +27,23 @@
 // refusal or an error (default or custom handlers, GET or HEAD) stops the
 // chain and is the core's answer; the status of the response reaches
 // Options.CountIf; an in-flight slot (Options.MaxInFlight) is held while
-// next runs and released after it, also when it panics; Options.Skip.
+// next runs and released after it, also when it panics; Options.Skip; the
+// rate-limit field names reach the wire as the core spells them
+// ("RateLimit-Policy", not "Ratelimit-Policy"), which a Go client, since
+// it canonicalises names, cannot see: that test reads the raw response.
 // What the core decides alone is tested in package ratelimit.
 package adaptertest
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -71,6 +77,7 @@ func Run(t *testing.T, newHandler NewHandler) {
 		{"CountIf", testCountIf},
 		{"InFlight", testInFlight},
 		{"Skip", testSkip},
+		{"FieldNames", testFieldNames},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newHandler) })
 	}
@@ -410,4 +417,57 @@ func testSkip(t *testing.T, nh NewHandler) {
 		assert.Empty(t, r.Header.Get("RateLimit"), "a skipped request is not decided")
 	}
 	assert.EqualValues(t, 4, f.adapter.calls.Load())
+}
+
+// testFieldNames: the adapter sends the rate-limit fields under the very
+// names, in the very order, that the reference sends, byte for byte (the
+// drafts' spelling, "RateLimit-Policy:" and "RateLimit:"), on an admitted
+// and on a refused request.
+func testFieldNames(t *testing.T, nh NewHandler) {
+	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1)})
+	for _, status := range []string{"200 OK", "429 Too Many Requests"} {
+		want := rawRateLimitLines(t, f.ref, "alice", status)
+		got := rawRateLimitLines(t, f.adapter, "alice", status)
+		assert.Equal(t, want, got, "%s: the rate-limit field lines as sent", status)
+		var names []string
+		for _, line := range got {
+			name, _, _ := strings.Cut(line, ":")
+			names = append(names, name)
+		}
+		assert.Equal(t, []string{"RateLimit-Policy", "RateLimit"}, names, "%s: the field names as the drafts spell them", status)
+	}
+}
+
+// rawRateLimitLines sends a GET for client to sd over a plain TCP
+// connection, requires the status line "HTTP/1.1 " + status, and returns
+// the header field lines whose name contains "ratelimit" in any case,
+// byte for byte as they came, sorted.
+func rawRateLimitLines(t *testing.T, sd *side, client, status string) []string {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", sd.srv.Listener.Addr().String(), 5*time.Second)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
+	_, err = io.WriteString(conn, "GET /geocode HTTP/1.1\r\nHost: adaptertest\r\n"+keyHeader+": "+client+"\r\nConnection: close\r\n\r\n")
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	var lines []string
+	for i := 0; ; i++ {
+		line, err := br.ReadString('\n')
+		require.NoError(t, err, "reading the response head")
+		line = strings.TrimSuffix(line, "\r\n")
+		if line == "" {
+			break
+		}
+		if i == 0 {
+			require.Equal(t, "HTTP/1.1 "+status, line, "status line")
+			continue
+		}
+		if name, _, _ := strings.Cut(line, ":"); strings.Contains(strings.ToLower(name), "ratelimit") {
+			lines = append(lines, line)
+		}
+	}
+	io.Copy(io.Discard, br)
+	slices.Sort(lines)
+	return lines
 }
