@@ -3,7 +3,9 @@ package ratelimit
 import (
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // HeaderFormat selects which rate-limit header fields a [Middleware] writes
@@ -86,80 +88,114 @@ func (f *HeaderFormat) UnmarshalText(text []byte) error {
 	return enumUnmarshal("header format", headerFormatNames[:], (*uint8)(f), text)
 }
 
-// Field names in the canonical form of textproto.CanonicalMIMEHeaderKey, so
-// that assigning h[key] directly is the same as h.Set(key, v).
+// Field names as the drafts spell them. They are assigned to the header map
+// directly, so they go out in this spelling (h.Set would canonicalise
+// "RateLimit-Policy" to "Ratelimit-Policy"); h.Get canonicalises too, so
+// read them back with the map index, h["RateLimit"]. A client reading the
+// response canonicalises as it always does; HTTP/2 lowercases every name.
+const (
+	policyKey = "RateLimit-Policy"
+	quotaKey  = "RateLimit"
+)
+
 var (
-	ietfKeys   = [...]string{"Ratelimit-Policy", "Ratelimit"}
-	legacyKeys = [...]string{"Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset"}
-	xKeys      = [...]string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"}
+	legacyKeys = [...]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
+	xKeys      = [...]string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
 )
 
 // maxSFInteger is the largest Integer a Structured Field may carry (RFC 9651
 // §3.3.1: at most 15 digits).
 const maxSFInteger = 999_999_999_999_999
 
+// Header values are shared between responses, so that the usual decision
+// allocates nothing: a field's []string is made once and assigned to every
+// response that sends that value. That is safe because net/http and the
+// frameworks only ever replace a field's slice (Set, Del) or append to it
+// (Add, which copies a slice whose capacity is its length), never write
+// into it; every shared slice here has a capacity of its length.
+
+// smallInts holds the field value of each integer below 100.
+var smallInts = func() (v [100][]string) {
+	for i := range v {
+		v[i] = []string{strconv.Itoa(i)}
+	}
+	return v
+}()
+
+// intField returns the field value of n ≥ 0.
+func intField(n int64) []string {
+	if n < int64(len(smallInts)) {
+		return smallInts[n]
+	}
+	return []string{strconv.FormatInt(n, 10)}
+}
+
+// quotaCache holds a policy's RateLimit values for the smallest remaining
+// counts r and waits t (0: no t), made the first time each is sent.
+type quotaCache [32][5]atomic.Pointer[[]string]
+
+// quotaField returns the RateLimit value `"name";r=R;t=T` of p, without t
+// when hasT is false.
+func (p *Policy) quotaField(r, t int64, hasT bool) []string {
+	if !hasT {
+		t = 0 // t ≥ 1 when present
+	}
+	var slot *atomic.Pointer[[]string]
+	if c := p.quotas; c != nil && r < int64(len(c)) && t < int64(len(c[0])) {
+		slot = &c[r][t]
+		if v := slot.Load(); v != nil {
+			return *v
+		}
+	}
+	f := new(fieldValue)
+	b := appendPolicyItem(f.buf[:0], p.Name)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, r, 10)
+	if hasT {
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, t, 10)
+	}
+	f.v[0] = unsafe.String(unsafe.SliceData(b), len(b))
+	if slot != nil {
+		v := f.v[:]
+		slot.Store(&v)
+	}
+	return f.v[:]
+}
+
+// fieldValue is a field's []string and the bytes of its one string in one
+// allocation. The bytes are never written again once the string is made.
+type fieldValue struct {
+	v   [1]string
+	buf [112]byte // a quoted name of at most 64 bytes and two 15-digit parameters
+}
+
 // writeHeaders sets the rate-limit header fields of format f that describe
 // res, replacing any earlier value of those fields. policies is the
-// RateLimit-Policy value of the limiter (see policyField), computed once. It
+// RateLimit-Policy value of the limiter (see policyField), made once. It
 // writes nothing for HeadersNone or an unknown format.
-//
-// The values are appended to one stack buffer and converted to a single
-// string, which they share as substrings; one []string backs every field,
-// each field getting a one-element slice of it with capacity 1, so a later
-// h.Add appends to a copy rather than over the next field. The map is
-// assigned directly with the canonical names above, which is what h.Set does
-// after canonicalising the name; h.Set would allocate a []string per field,
-// and one more per field to canonicalise a spelling like "RateLimit-Policy".
-func writeHeaders(h http.Header, f HeaderFormat, res Result, policies string) {
-	var keys []string
-	var ends [3]int
-	ietf := false
-	var buf [256]byte
-	b := buf[:0]
+func writeHeaders(h http.Header, f HeaderFormat, res Result, policies []string) {
+	p := res.Policy
 	switch f {
 	case HeadersIETF:
-		keys = ietfKeys[1:]
-		b = appendPolicyItem(b, res.Policy.Name)
-		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, sfInteger(res.Remaining), 10)
-		if t, ok := quotaSeconds(res); ok {
-			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, t, 10)
-		}
-		ends[0] = len(b)
-		ietf = true
+		t, hasT := quotaSeconds(res)
+		h[quotaKey] = p.quotaField(sfInteger(res.Remaining), t, hasT)
+		h[policyKey] = policies
 	case HeadersLegacy, HeadersX:
-		keys = legacyKeys[:]
+		keys := &legacyKeys
 		if f == HeadersX {
-			keys = xKeys[:]
+			keys = &xKeys
 		}
-		b = strconv.AppendInt(b, res.Policy.Limit.burst, 10)
-		ends[0] = len(b)
-		b = strconv.AppendInt(b, max(res.Remaining, 0), 10)
-		ends[1] = len(b)
-		b = strconv.AppendInt(b, ceilSeconds(res.ResetAfter), 10)
-		ends[2] = len(b)
-	default:
-		return
-	}
-	s := string(b)
-	vals := make([]string, len(keys), len(keys)+1) // one allocation for every field's []string
-	start := 0
-	for i, key := range keys {
-		vals[i] = s[start:ends[i]]
-		start = ends[i]
-		h[key] = vals[i : i+1 : i+1]
-	}
-	if ietf { // RateLimit-Policy too
-		vals = append(vals, policies)
-		h[ietfKeys[0]] = vals[len(keys):]
+		h[keys[0]] = intField(p.Limit.burst)
+		h[keys[1]] = intField(max(res.Remaining, 0))
+		h[keys[2]] = intField(ceilSeconds(res.ResetAfter))
 	}
 }
 
 // policyField returns the RateLimit-Policy value that lists ps (the
 // dry-run ones only if withDryRun): "name";q=BURST;w=W items joined by
 // commas.
-func policyField(ps []Policy, withDryRun bool) string {
+func policyField(ps []Policy, withDryRun bool) []string {
 	var b []byte
 	for _, p := range ps {
 		if p.DryRun && !withDryRun {
@@ -174,7 +210,7 @@ func policyField(ps []Policy, withDryRun bool) string {
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, p.Limit.window(), 10)
 	}
-	return string(b)
+	return []string{string(b)}
 }
 
 // appendPolicyItem appends name as a Structured Field String. Policy names

@@ -118,6 +118,6 @@ func (f *inflight) releaseShared(ctx context.Context, s SlotStore, held sharedSl
 // line of the same List (RFC 9651 §3.1), in the IETF format.
 func (f *inflight) list(h map[string][]string, format HeaderFormat) {
 	if format == HeadersIETF {
-		h[ietfKeys[0]] = append(h[ietfKeys[0]][:1:1], f.item)
+		h[policyKey] = append(h[policyKey][:1:1], f.item)
 	}
 }

@@ -17,12 +17,12 @@ import (
 type Limiter struct {
 	store    Store
 	policies []Policy
-	all      []int     // indexes of every policy
-	enforce  []int     // indexes of the enforcing policies
-	dryRun   []int     // indexes of the dry-run policies
-	refused  *lists    // the lists of a refusal by the only policy
-	names    []string  // every policy's name
-	fields   [2]string // RateLimit-Policy values: enforcing policies, all policies
+	all      []int       // indexes of every policy
+	enforce  []int       // indexes of the enforcing policies
+	dryRun   []int       // indexes of the dry-run policies
+	refused  *lists      // the lists of a refusal by the only policy
+	names    []string    // every policy's name
+	fields   [2][]string // RateLimit-Policy values: enforcing policies, all policies
 }
 
 // New returns a Limiter that enforces policies with state kept in store.
@@ -56,7 +56,7 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 		}
 	}
 	l.refused = &lists{violated: l.names[:1:1]}
-	l.fields = [2]string{policyField(l.policies, false), policyField(l.policies, true)}
+	l.fields = [2][]string{policyField(l.policies, false), policyField(l.policies, true)}
 	return l, nil
 }
 

@@ -177,7 +177,7 @@ func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
 
 // refuse answers a refused request: Retry-After, then the deny handler.
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, res Result) {
-	w.Header().Set("Retry-After", strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10))
+	w.Header()["Retry-After"] = intField(retryAfterSeconds(res.RetryAfter))
 	m.cfg.OnDeny(w, r, res)
 }
 
