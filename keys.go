@@ -2,9 +2,11 @@ package ratelimit
 
 import (
 	"fmt"
+	"hash/maphash"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/tokenfair/ratelimit/internal/clientkey"
 )
@@ -35,16 +37,54 @@ type KeyFunc func(r *http.Request) (string, error)
 // every request.
 func KeyByAPIKey(header string) KeyFunc {
 	name := http.CanonicalHeaderKey(strings.TrimSpace(header))
+	c := &apiKeyCache{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed()}
 	return func(r *http.Request) (string, error) {
 		vs := r.Header[name]
 		if len(vs) == 0 {
 			return "", ErrMissingKey
 		}
 		if v := strings.TrimSpace(vs[0]); v != "" {
-			return clientkey.Hash("ak:", v), nil
+			return c.key(v), nil
 		}
 		return "", ErrMissingKey
 	}
+}
+
+// apiKeyCache remembers the keys of the API keys seen lately, so that a
+// client that calls often costs one SHA-256 in all, not one a request. It
+// holds no secret: an entry is found by two 64-bit hashes of the API key
+// under seeds drawn in this process, which nobody outside can aim at. It is
+// safe for concurrent use; a miss writes one slot. An API key may sit in
+// either of two slots, so that a few thousand clients rarely evict each
+// other.
+type apiKeyCache struct {
+	seed1, seed2 maphash.Seed
+	slots        [2048]atomic.Pointer[apiKeyEntry]
+}
+
+type apiKeyEntry struct {
+	h1, h2 uint64
+	key    string
+}
+
+// key returns the key of the API key secret: "ak:" and its hash.
+func (c *apiKeyCache) key(secret string) string {
+	h1, h2 := maphash.String(c.seed1, secret), maphash.String(c.seed2, secret)
+	n := uint64(len(c.slots))
+	a, b := &c.slots[h1%n], &c.slots[h2%n]
+	ea, eb := a.Load(), b.Load()
+	switch {
+	case ea != nil && ea.h1 == h1 && ea.h2 == h2:
+		return ea.key
+	case eb != nil && eb.h1 == h1 && eb.h2 == h2:
+		return eb.key
+	}
+	key := clientkey.Hash("ak:", secret)
+	if ea != nil && (eb == nil || h1&1 == 0) {
+		a = b // keep what a holds
+	}
+	a.Store(&apiKeyEntry{h1, h2, key})
+	return key
 }
 
 // KeyByContextValue returns a KeyFunc that keys requests by a user ID that an

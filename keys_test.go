@@ -291,3 +291,26 @@ func BenchmarkJoinKeys(b *testing.B) {
 		b.Fatal("no keys")
 	}
 }
+
+// KeyByAPIKey caches the hashes of the API keys it sees: whatever the
+// cache holds, every key is the SHA-256 one, also when more API keys than
+// the cache's slots evict each other, and a repeated API key allocates
+// nothing.
+func TestKeyByAPIKeyCache(t *testing.T) {
+	key := KeyByAPIKey("X-API-Key")
+	r := httptest.NewRequest("GET", "/", nil)
+	for round := range 3 {
+		for i := range 3000 {
+			secret := "secret-" + strconv.Itoa(i*7919%3000)
+			r.Header.Set("X-API-Key", secret)
+			got, err := key(r)
+			require.NoError(t, err)
+			if want := clientkey.Hash("ak:", secret); got != want {
+				t.Fatalf("round %d: key of %q = %q, want %q", round, secret, got, want)
+			}
+		}
+	}
+	r.Header.Set("X-API-Key", "a-busy-client")
+	_, _ = key(r)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = key(r) }), "a cached API key allocates")
+}
