@@ -103,6 +103,23 @@ var (
 	xKeys      = [...]string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
 )
 
+// canonical maps each field name to the spelling h.Set gives it, so that a
+// value set that way earlier (by another middleware, or a proxied upstream)
+// is replaced rather than sent twice.
+var canonical = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range append(append([]string{policyKey, quotaKey}, legacyKeys[:]...), xKeys[:]...) {
+		m[k] = http.CanonicalHeaderKey(k)
+	}
+	return m
+}()
+
+// set replaces the field named key, in whichever spelling it was set.
+func set(h http.Header, key string, v []string) {
+	delete(h, canonical[key])
+	h[key] = v
+}
+
 // maxSFInteger is the largest Integer a Structured Field may carry (RFC 9651
 // §3.3.1: at most 15 digits).
 const maxSFInteger = 999_999_999_999_999
@@ -122,9 +139,9 @@ var smallInts = func() (v [100][]string) {
 	return v
 }()
 
-// intField returns the field value of n ≥ 0.
+// intField returns the field value of n.
 func intField(n int64) []string {
-	if n < int64(len(smallInts)) {
+	if 0 <= n && n < int64(len(smallInts)) {
 		return smallInts[n]
 	}
 	return []string{strconv.FormatInt(n, 10)}
@@ -179,16 +196,16 @@ func writeHeaders(h http.Header, f HeaderFormat, res Result, policies []string) 
 	switch f {
 	case HeadersIETF:
 		t, hasT := quotaSeconds(res)
-		h[quotaKey] = p.quotaField(sfInteger(res.Remaining), t, hasT)
-		h[policyKey] = policies
+		set(h, quotaKey, p.quotaField(sfInteger(res.Remaining), t, hasT))
+		set(h, policyKey, policies)
 	case HeadersLegacy, HeadersX:
 		keys := &legacyKeys
 		if f == HeadersX {
 			keys = &xKeys
 		}
-		h[keys[0]] = intField(p.Limit.burst)
-		h[keys[1]] = intField(max(res.Remaining, 0))
-		h[keys[2]] = intField(ceilSeconds(res.ResetAfter))
+		set(h, keys[0], intField(p.Limit.burst))
+		set(h, keys[1], intField(max(res.Remaining, 0)))
+		set(h, keys[2], intField(ceilSeconds(res.ResetAfter)))
 	}
 }
 

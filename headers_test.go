@@ -191,6 +191,17 @@ func TestWriteHeadersReplacesEarlierValues(t *testing.T) {
 		}
 		writeHeaders(h, f, res, field(res))
 		assert.Len(t, h, len(allRateLimitFields), "writeHeaders(%v) fields = %v", f, h)
+		// The same fields set with h.Add, in the spelling it gives them:
+		hc := http.Header{}
+		for _, name := range allRateLimitFields {
+			hc.Add(name, "stale")
+		}
+		writeHeaders(hc, f, res, field(res))
+		for _, name := range own {
+			assert.NotContains(t, hc, http.CanonicalHeaderKey(name), "writeHeaders(%v) left the canonical %s", f, name)
+			assert.Len(t, hc[name], 1, "writeHeaders(%v): %s", f, name)
+		}
+		assert.Len(t, hc, len(allRateLimitFields), "writeHeaders(%v) over h.Add's fields = %v", f, hc)
 		for _, name := range allRateLimitFields {
 			got := h[name]
 			if slices.Contains(own, name) {
