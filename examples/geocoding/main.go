@@ -24,15 +24,15 @@
 //	curl -i -H 'X-API-Key: demo' 'localhost:8080/geocode?q=tokyo'
 //	HTTP/1.1 200 OK
 //	Content-Type: application/json
-//	Ratelimit: "default";r=9;t=1
-//	Ratelimit-Policy: "default";q=10;w=2
+//	RateLimit: "default";r=9;t=1
+//	RateLimit-Policy: "default";q=10;w=2
 //	...
 //
 //	HTTP/1.1 429 Too Many Requests
 //	Cache-Control: no-store
 //	Content-Type: application/problem+json
-//	Ratelimit: "default";r=0;t=1
-//	Ratelimit-Policy: "default";q=10;w=2
+//	RateLimit: "default";r=0;t=1
+//	RateLimit-Policy: "default";q=10;w=2
 //	Retry-After: 1
 //
 //	{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,"detail":"Too many requests; retry after 1 s.","violated-policies":["default"]}
