@@ -315,13 +315,13 @@ func (o *recordingObserver) Observe(_ *http.Request, ev ratelimit.Event) {
 	o.events = append(o.events, ev)
 }
 
-// TestInFlightRefusalObserved: an in-flight refusal reaches the Observer as
+// TestInFlightRefusalObserved: an in-flight refusal reaches Options.Observe as
 // a refusal by the "inflight" policy.
 func TestInFlightRefusalObserved(t *testing.T) {
 	obs := &recordingObserver{}
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(5)})
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{MaxInFlight: 1, Observer: obs})
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{MaxInFlight: 1, Observe: obs.Observe})
 	require.NoError(t, err)
 	var h http.Handler
 	inner := 0

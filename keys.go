@@ -101,17 +101,17 @@ func KeyByContextValue(ctxKey any) KeyFunc {
 	return func(r *http.Request) (string, error) { return clientkey.User(r.Context().Value(ctxKey)) }
 }
 
-// JoinKeys joins key parts into one key without ambiguity, for composite
+// joinKeys joins key parts into one key without ambiguity, for composite
 // keys such as a route and a client: each part is written as its length in
 // bytes, a colon, and the part itself, so that different lists of parts
 // never give the same key.
 //
-//	JoinKeys("abc", "de")  // "3:abc2:de"
-//	JoinKeys("a:b", "c")   // "3:a:b1:c"
-//	JoinKeys("a", "b:c")   // "1:a3:b:c"
+//	joinKeys("abc", "de")  // "3:abc2:de"
+//	joinKeys("a:b", "c")   // "3:a:b1:c"
+//	joinKeys("a", "b:c")   // "1:a3:b:c"
 //
-// JoinKeys() is the empty string, which a [Limiter] refuses.
-func JoinKeys(parts ...string) string {
+// joinKeys() is the empty string, which a [Limiter] refuses.
+func joinKeys(parts ...string) string {
 	if len(parts) == 0 {
 		return ""
 	}
@@ -140,7 +140,8 @@ func decimalLen(n int) int {
 }
 
 // JoinKeyFuncs returns a KeyFunc that calls every function of fs and joins
-// their keys with [JoinKeys], for limits per route and client, or per tenant
+// their keys, each after its length ("3:abc2:de"), so that no two lists of
+// keys give the same key: for limits per route and client, or per tenant
 // and user. It fails with the first error, and with an error wrapping
 // ErrMissingKey when a function returns an empty key without an error. A nil
 // function makes every call fail.
@@ -162,6 +163,6 @@ func JoinKeyFuncs(fs ...KeyFunc) KeyFunc {
 			}
 			parts = append(parts, k)
 		}
-		return JoinKeys(parts...), nil
+		return joinKeys(parts...), nil
 	}
 }

@@ -70,17 +70,6 @@ func ExampleKeyByAPIKey() {
 	// ratelimit: missing key
 }
 
-func ExampleJoinKeys() {
-	fmt.Println(ratelimit.JoinKeys("abc", "de"))
-	// A separator alone would make these two the same key.
-	fmt.Println(ratelimit.JoinKeys("a:b", "c"))
-	fmt.Println(ratelimit.JoinKeys("a", "b:c"))
-	// Output:
-	// 3:abc2:de
-	// 3:a:b1:c
-	// 1:a3:b:c
-}
-
 func ExampleJoinKeyFuncs() {
 	ip, err := ratelimit.KeyByIP(nil)
 	if err != nil {

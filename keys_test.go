@@ -152,8 +152,8 @@ func TestJoinKeys(t *testing.T) {
 		{[]string{strings.Repeat("z", 12), ""}, "12:" + strings.Repeat("z", 12) + "0:"},
 	}
 	for _, tc := range tests {
-		got := JoinKeys(tc.parts...)
-		assert.Equal(t, tc.want, got, "JoinKeys(%q) = %q, want %q", tc.parts, got, tc.want)
+		got := joinKeys(tc.parts...)
+		assert.Equal(t, tc.want, got, "joinKeys(%q) = %q, want %q", tc.parts, got, tc.want)
 	}
 
 	// Lists that a naive separator would confuse.
@@ -168,7 +168,7 @@ func TestJoinKeys(t *testing.T) {
 		{{"2:ab"}, {"ab", ""}},
 	}
 	for _, p := range ambiguous {
-		assert.NotEqual(t, JoinKeys(p[0]...), JoinKeys(p[1]...), "JoinKeys(%q) = JoinKeys(%q)", p[0], p[1])
+		assert.NotEqual(t, joinKeys(p[0]...), joinKeys(p[1]...), "joinKeys(%q) = joinKeys(%q)", p[0], p[1])
 	}
 }
 
@@ -183,8 +183,8 @@ func TestJoinKeyFuncs(t *testing.T) {
 		want    string
 		wantErr error
 	}{
-		{"route and IP", []KeyFunc{route, ip}, JoinKeys("GET /geo", "ip:192.0.2.1"), nil},
-		{"one", []KeyFunc{ip}, JoinKeys("ip:192.0.2.1"), nil},
+		{"route and IP", []KeyFunc{route, ip}, joinKeys("GET /geo", "ip:192.0.2.1"), nil},
+		{"one", []KeyFunc{ip}, joinKeys("ip:192.0.2.1"), nil},
 		{"none", nil, "", nil},
 		{"first error", []KeyFunc{route, KeyByAPIKey("X-API-Key"), errFunc(errBoom)}, "", ErrMissingKey},
 		{"error", []KeyFunc{route, errFunc(errBoom)}, "", errBoom},
@@ -246,16 +246,16 @@ func FuzzJoinKeys(f *testing.F) {
 	f.Add("ab", "", "a", "b")
 	f.Add("0:", "x", "", "0:x")
 	f.Fuzz(func(t *testing.T, a, b, c, d string) {
-		ab, cd := JoinKeys(a, b), JoinKeys(c, d)
+		ab, cd := joinKeys(a, b), joinKeys(c, d)
 		if ab == cd && (a != c || b != d) {
-			t.Fatalf("JoinKeys(%q, %q) = JoinKeys(%q, %q) = %q", a, b, c, d, ab)
+			t.Fatalf("joinKeys(%q, %q) = joinKeys(%q, %q) = %q", a, b, c, d, ab)
 		}
 		if ab != cd && a == c && b == d {
-			t.Fatalf("JoinKeys(%q, %q) = %q and %q", a, b, ab, cd)
+			t.Fatalf("joinKeys(%q, %q) = %q and %q", a, b, ab, cd)
 		}
 		parts, ok := splitKeys(ab)
 		if !ok || len(parts) != 2 || parts[0] != a || parts[1] != b {
-			t.Fatalf("splitKeys(JoinKeys(%q, %q)) = %q, %v", a, b, parts, ok)
+			t.Fatalf("splitKeys(joinKeys(%q, %q)) = %q, %v", a, b, parts, ok)
 		}
 	})
 }
@@ -285,7 +285,7 @@ func BenchmarkJoinKeys(b *testing.B) {
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
-		n += len(JoinKeys("GET /v1/geocode", "ip:203.0.113.7"))
+		n += len(joinKeys("GET /v1/geocode", "ip:203.0.113.7"))
 	}
 	if n == 0 {
 		b.Fatal("no keys")

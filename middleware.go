@@ -79,7 +79,7 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 		return
 	}
 	var start time.Time
-	if m.cfg.Observer != nil {
+	if m.cfg.Observe != nil {
 		start = time.Now()
 	}
 	lim, key, cost, res, err := m.decide(r)
@@ -91,8 +91,8 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 			defer release()
 		}
 	}
-	if m.cfg.Observer != nil {
-		m.cfg.Observer.Observe(r, Event{Limiter: lim, KeyHash: keyHash(key), Result: res, Err: err, Elapsed: time.Since(start)})
+	if m.cfg.Observe != nil {
+		m.cfg.Observe(r, Event{Limiter: lim, KeyHash: keyHash(key), Result: res, Err: err, Elapsed: time.Since(start)})
 	}
 	if err != nil {
 		m.cfg.OnError(w, r, err)

@@ -371,7 +371,7 @@ func TestOptionsDefaults(t *testing.T) {
 	for name, opts := range map[string]*ratelimit.Options{
 		"nil":       nil,
 		"zero":      {},
-		"nil hooks": {Cost: nil, OnDeny: nil, OnError: nil, LimiterFor: nil, Skip: nil, CountIf: nil, Observer: nil, Logger: nil},
+		"nil hooks": {Cost: nil, OnDeny: nil, OnError: nil, LimiterFor: nil, Skip: nil, CountIf: nil, Observe: nil, Logger: nil},
 	} {
 		m, err := ratelimit.NewMiddleware(lim, keyByHeader, opts)
 		require.NoError(t, err, name)

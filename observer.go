@@ -1,20 +1,8 @@
 package ratelimit
 
-import (
-	"net/http"
-	"time"
-)
+import "time"
 
-// Observer is told about every request a [Middleware] decides, or fails to
-// decide, for metrics and logs (the metrics module has a Prometheus one).
-// Observe runs on the request path, before the response is written, so it
-// must be fast and safe for concurrent use. A Middleware without an
-// Observer does no work for one, not even reading the clock.
-type Observer interface {
-	Observe(r *http.Request, ev Event)
-}
-
-// Event describes one decision for an [Observer].
+// Event describes one decision of a [Middleware], for Options.Observe.
 type Event struct {
 	// Limiter is the limiter that decided (Options.LimiterFor may pick
 	// another than the Middleware's). Its Policies are the policies of the

@@ -61,9 +61,12 @@ type Options struct {
 	// in the process, so each instance allows its own MaxInFlight.
 	Slots     SlotStore
 	SlotLease time.Duration
-	// Observer is told about every decision, for metrics and logs.
-	// Default: none.
-	Observer Observer
+	// Observe is told about every request the Middleware decides, or fails
+	// to decide, for metrics and logs (the metrics module's Metrics.Observe
+	// is one). It runs on the request path before the response is written,
+	// so it must be fast and safe for concurrent use. Default: none, and no
+	// work is done for it, not even reading the clock.
+	Observe func(r *http.Request, ev Event)
 	// Logger receives the default error handler's lines and the
 	// misconfiguration warnings, each once, with the
 	// attribute "warning" naming its kind: "one-key" (nearly all requests

@@ -29,8 +29,8 @@ func BenchmarkObserver(b *testing.B) {
 		opts *ratelimit.Options
 	}{
 		{"none", &ratelimit.Options{Quiet: []string{"one-key"}}}, // one key, on purpose
-		{"nop", &ratelimit.Options{Observer: nopObserver{}, Quiet: []string{"one-key"}}},
-		{"prometheus", &ratelimit.Options{Observer: m, Quiet: []string{"one-key"}}},
+		{"nop", &ratelimit.Options{Observe: nopObserver{}.Observe, Quiet: []string{"one-key"}}},
+		{"prometheus", &ratelimit.Options{Observe: m.Observe, Quiet: []string{"one-key"}}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			store, err := memorystore.New(nil)

@@ -27,8 +27,8 @@ func Example() {
 	_ = m.TrackKeys("memory", store.Len)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(2)})
 	mw, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.Options{
-		Observer: m,
-		Logger:   m.Logger(nil), // count the misconfiguration warnings; log them as slog.Default does
+		Observe: m.Observe,
+		Logger:  m.Logger(nil), // count the misconfiguration warnings; log them as slog.Default does
 	})
 
 	mux := http.NewServeMux()

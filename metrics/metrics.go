@@ -18,7 +18,7 @@
 // the policy "inflight". Labels never carry a client's key, so the number
 // of series stays small.
 //
-// Wire it up with the fields of ratelimit.Options (Observer: m, and Logger:
+// Wire it up with the fields of ratelimit.Options (Observe: m.Observe, and Logger:
 // m.Logger(h) to count the warnings), of ratelimit.IPOptions (Logger), and
 // of failover.Options (OnError: m.OnError, OnHealthChange:
 // m.OnHealthChange).
@@ -46,7 +46,7 @@ const (
 	Invalid       = "invalid"
 )
 
-// Metrics is a [ratelimit.Observer] that counts decisions in Prometheus
+// Metrics counts decisions in Prometheus
 // metrics. It is safe for concurrent use.
 type Metrics struct {
 	decisions   *prometheus.CounterVec
@@ -57,8 +57,6 @@ type Metrics struct {
 	warnings    *prometheus.CounterVec
 	reg         prometheus.Registerer
 }
-
-var _ ratelimit.Observer = (*Metrics)(nil)
 
 // New registers the metrics with reg and returns them.
 func New(reg prometheus.Registerer) (*Metrics, error) {
@@ -103,7 +101,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 // ratelimit.Options.MaxInFlight reports.
 const inFlightPolicy = "inflight"
 
-// Observe implements [ratelimit.Observer]: it counts the decision once for
+// Observe is a ratelimit.Options.Observe function: it counts the decision once for
 // each of the policies of ev.Limiter, or, for a request refused for want
 // of an in-flight slot, once for the policy "inflight".
 func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {

@@ -47,7 +47,7 @@ func newRig(t *testing.T, store ratelimit.Store, policies ...ratelimit.Policy) *
 }
 
 // newRigWith is newRig with a next handler and middleware options (nil
-// for none), to which it adds the metrics as the Observer.
+// for none), to which it adds the metrics as the Observe function.
 func newRigWith(t *testing.T, store ratelimit.Store, next http.Handler, policies []ratelimit.Policy, opts *ratelimit.Options) *rig {
 	t.Helper()
 	r := &rig{reg: prometheus.NewRegistry()}
@@ -66,7 +66,7 @@ func newRigWith(t *testing.T, store ratelimit.Store, next http.Handler, policies
 	if opts != nil {
 		o = *opts
 	}
-	o.Observer = r.m
+	o.Observe = r.m.Observe
 	mw, err := ratelimit.NewMiddleware(lim, keyByHeader, &o)
 	require.NoError(t, err)
 	if next == nil {
@@ -192,7 +192,7 @@ func TestStoreErrorsAndDegraded(t *testing.T) {
 	require.NoError(t, err)
 	lim, err := ratelimit.New(fo, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	require.NoError(t, err)
-	mw, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{Observer: m})
+	mw, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{Observe: m.Observe})
 	require.NoError(t, err)
 	h := nethttp.Middleware(mw)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	for range 3 {
@@ -207,7 +207,7 @@ func TestStoreErrorsAndDegraded(t *testing.T) {
 
 	bare, err := ratelimit.New(downStore{}, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	require.NoError(t, err)
-	mw, err = ratelimit.NewMiddleware(bare, keyByHeader, &ratelimit.Options{Observer: m, Logger: slog.New(slog.DiscardHandler)})
+	mw, err = ratelimit.NewMiddleware(bare, keyByHeader, &ratelimit.Options{Observe: m.Observe, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	req := httptest.NewRequest("GET", "/", nil)
 	req.Header.Set("X-Client", "a")
@@ -286,7 +286,7 @@ func TestMiddlewareWarningsCounted(t *testing.T) {
 	b, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(20)})
 	require.NoError(t, err)
 	mw, err := ratelimit.NewMiddleware(a, keyByHeader, &ratelimit.Options{
-		Observer:   m,
+		Observe:    m.Observe,
 		Logger:     m.Logger(slog.DiscardHandler),
 		LimiterFor: func(*http.Request) *ratelimit.Limiter { return b },
 	})

@@ -66,7 +66,7 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		cleanup()
 		return nil, nil, fmt.Errorf("%s: %w", limitFlags(cfg), err)
 	}
-	opts := &ratelimit.Options{Headers: cfg.headers, Observer: m, Logger: logger, MaxInFlight: cfg.maxInflight}
+	opts := &ratelimit.Options{Headers: cfg.headers, Observe: m.Observe, Logger: logger, MaxInFlight: cfg.maxInflight}
 	if prefix := cfg.skipPath; prefix != "" {
 		opts.Skip = func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, prefix) }
 	}
