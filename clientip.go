@@ -177,7 +177,7 @@ func (c *ipConfig) isTrusted(a netip.Addr) bool {
 //
 // An address that cannot be parsed (r.RemoteAddr, or a header entry reached
 // by the walk, such as "unknown" or an obfuscated RFC 7239 identifier) gives
-// an error wrapping errNoClientIP, never a key built from the raw text.
+// an error wrapping ErrBadRequest, never a key built from the raw text.
 //
 // KeyByIP returns an error naming the field and the value at fault if opts
 // is invalid. The KeyFunc is safe for concurrent use.

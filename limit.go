@@ -21,7 +21,9 @@ const maxSpan = 50 * 365 * 24 * time.Hour
 // every decision is exact integer arithmetic.
 //
 // Build a Limit with [Per] or its shorthands, such as [PerSecond]. The zero
-// Limit is invalid; [New] reports an invalid Limit with the value at fault.
+// Limit is invalid, and so is a rate that whole nanoseconds per token
+// cannot express within 0.1% (above about a million tokens a second); [New]
+// reports an invalid Limit with the call that built it.
 type Limit struct {
 	interval time.Duration // time to earn one token
 	burst    int64

@@ -68,11 +68,11 @@ type Options struct {
 	// work is done for it, not even reading the clock.
 	Observe func(r *http.Request, ev Event)
 	// Logger receives the default error handler's lines and the
-	// misconfiguration warnings, each once, with the
-	// attribute "warning" naming its kind: "one-key" (nearly all requests
-	// have the same key, usually a proxy's address) and
-	// "shared-policy-name" (the Middleware's limiters use one store and one
-	// policy name with different limits). Default: slog.Default().
+	// misconfiguration warnings, each logged once with the attribute
+	// "warning" naming its kind: "one-key" (nearly all requests have the
+	// same key, usually a proxy's address) and "shared-policy-name" (the
+	// Middleware's limiters use one store and one policy name with
+	// different limits). Default: slog.Default().
 	Logger *slog.Logger
 	// Quiet lists the warning kinds not to log. Default: none.
 	Quiet []string

@@ -18,8 +18,8 @@ import "context"
 // State is namespaced by policy name: the same key under two names is two
 // buckets. A [Limiter] validates its policies and the cost before it calls
 // a store, so a store may assume that p is valid, the key is not empty and
-// cost ≤ the burst; a negative cost gives tokens back. The package example
-// ExampleStore is a complete store, and the storetest package is the
+// cost ≤ the burst; a negative cost gives tokens back. This package's Store
+// example is a complete store over a map, and the storetest package is the
 // conformance suite every store should pass.
 type Store interface {
 	// Take decides one request of cost tokens for the bucket of key under
