@@ -28,7 +28,7 @@
 // so at the cap a flood of unique keys can at worst hand a few clients back
 // the few tokens their buckets were missing; it can never grow memory or
 // refuse service. Size the cap above the number of clients active within
-// one Span of your limit.
+// the time an empty bucket of your limit takes to fill (burst × interval).
 //
 // Time comes from a monotonic clock (wall-clock jumps do not affect
 // decisions) unless [Options].Clock injects another.
