@@ -17,7 +17,7 @@ import (
 // ("ip:203.0.113.7", IPv4-mapped IPv6 addresses unmapped, zones dropped),
 // so the same client has the same key whichever adapter serves it; an
 // address that cannot be parsed gives an error wrapping
-// ratelimit.ErrNoClientIP (400).
+// ratelimit.ErrBadRequest (400).
 //
 // Without an IPExtractor, Echo v4's RealIP believes the leftmost
 // X-Forwarded-For entry, or X-Real-IP, which any client can write to pick

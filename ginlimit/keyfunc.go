@@ -17,7 +17,7 @@ import (
 // [ratelimit.KeyByIP] keys the address it finds ("ip:203.0.113.7",
 // IPv4-mapped IPv6 addresses unmapped, zones dropped), so the same client
 // has the same key whichever adapter serves it; an address that cannot be
-// parsed gives an error wrapping ratelimit.ErrNoClientIP (400).
+// parsed gives an error wrapping ratelimit.ErrBadRequest (400).
 //
 // Gin trusts every proxy until told otherwise, so that any client can pick
 // its own key with an X-Forwarded-For field: call
