@@ -22,6 +22,7 @@ type Limiter struct {
 	dryRun   []int       // indexes of the dry-run policies
 	refused  *lists      // the lists of a refusal by the only policy
 	names    []string    // every policy's name
+	single   *Policy     // the only policy, if it is enforced; else nil
 	fields   [2][]string // RateLimit-Policy values: enforcing policies, all policies
 }
 
@@ -55,6 +56,9 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 			l.enforce = append(l.enforce, i)
 		}
 	}
+	if len(l.policies) == 1 && len(l.enforce) == 1 {
+		l.single = &l.policies[0]
+	}
 	l.refused = &lists{violated: l.names[:1:1]}
 	l.fields = [2][]string{policyField(l.policies, false), policyField(l.policies, true)}
 	return l, nil
@@ -76,21 +80,30 @@ func (l *Limiter) key(i int, key string) string {
 // an error wrapping ErrMissingKey for an empty key, ErrBadRequest for a
 // negative cost or one that an enforcing policy could never allow, and
 // ErrStore when the store fails.
-func (l *Limiter) Take(ctx context.Context, key string, cost int64) (Result, error) {
-	if err := l.check(key, cost); err != nil {
-		return Result{}, err
+func (l *Limiter) Take(ctx context.Context, key string, cost int64) (res Result, err error) {
+	p := l.single
+	if p == nil || key == "" || cost < 0 || cost > p.Limit.burst {
+		return l.takeChecked(ctx, key, cost)
 	}
-	if len(l.policies) > 1 || len(l.enforce) == 0 {
-		return l.takeMany(ctx, key, cost)
+	if p.Global {
+		key = globalKey
 	}
-	res, err := l.store.Take(ctx, &l.policies[0], l.key(0, key), cost)
-	if err != nil {
+	if res, err = l.store.Take(ctx, p, key, cost); err != nil {
 		return Result{}, storeError(err)
 	}
 	if !res.Allowed {
 		res.lists = l.refused
 	}
 	return res, nil
+}
+
+// takeChecked is Take for a Limiter of several policies, or of one that
+// is dry-run, and for a key or cost that Take cannot decide.
+func (l *Limiter) takeChecked(ctx context.Context, key string, cost int64) (Result, error) {
+	if err := l.check(key, cost); err != nil {
+		return Result{}, err
+	}
+	return l.takeMany(ctx, key, cost)
 }
 
 // storeError wraps a store's error with ErrStore, unless it already is one.

@@ -14,13 +14,16 @@
 // Memory is bounded in two ways, and the store starts no goroutine for
 // either. A key whose bucket is full again carries no information, so it is
 // dropped: when a decision leaves it full, and, for keys nobody asks about
-// any more, as other keys are written. Each shard keeps a cursor, and after
-// inserting a key (and on every 64th decision otherwise) it looks at the
-// next 8 slots of its table, drops the keys whose buckets are full, and
-// shrinks the table when it is less than 1/8 full: a bounded amount of work
-// per call that goes round the whole table as the shard is written. (A
-// shard nobody writes to keeps what it holds; a store nobody uses is freed
-// like any other value.)
+// any more, as other keys are written. A shard's table about to grow first
+// drops every key whose bucket is full, and grows only if it is still more
+// than half full, so idle keys never make it grow (and the sweep, amortised,
+// costs a few slots per insert). On every 64th decision the shard also
+// looks at the next 8 slots from a cursor, drops the full ones and shrinks
+// the table when it is less than 1/8 full: a bounded amount of work per
+// call that goes round the whole table as the shard is written. (A shard
+// nobody writes to keeps what it holds; a store nobody uses is freed like
+// any other value.)
+//
 // And the number of keys is capped ([Options].MaxKeys, default 1 048 576):
 // to admit a new key into a full shard the store first drops any expired
 // keys among a sample of that shard, else evicts the sampled key whose
@@ -139,13 +142,14 @@ func (s *Store) shard(fp uint64) *shard { return &s.shards[s.shardIndex(fp)] }
 
 // Take implements [ratelimit.Store]. It never fails and does not allocate
 // for a key it already holds.
-func (s *Store) Take(_ context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+func (s *Store) Take(_ context.Context, p *ratelimit.Policy, key string, cost int64) (res ratelimit.Result, err error) {
 	fp := s.fingerprint(p.Name, key)
 	sh := s.shard(fp)
 	sh.mu.Lock()
 	now := s.now()
 	old, i := sh.get(fp)
-	res, next := p.Decide(old, now, cost)
+	var next int64
+	res, next = p.Decide(old, now, cost)
 	sh.store(fp, i, next, now, s.perShard)
 	sh.mu.Unlock()
 	return res, nil
@@ -219,9 +223,7 @@ func (sh *shard) store(fp uint64, i int, state, now int64, perShard int) {
 		if sh.n >= perShard {
 			sh.evict(fp, now)
 		}
-		sh.insert(fp, state)
-		sh.tidy(now)
-		return
+		sh.insert(fp, state, now)
 	}
 	if sh.writes%tidyEvery == 0 {
 		sh.tidy(now)

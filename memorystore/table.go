@@ -51,9 +51,16 @@ func (t *table) get(fp uint64) (int64, int) {
 }
 
 // insert adds fp, which is not in the table, with state.
-func (t *table) insert(fp uint64, state int64) {
+func (t *table) insert(fp uint64, state, now int64) {
 	if (t.n+1)*maxLoadDen > len(t.slots)*maxLoadNum {
-		t.resize(max(minSlots, 2*len(t.slots)))
+		// Before growing, drop the buckets that are full again; grow only
+		// if the table is still more than half full, so that a sweep is
+		// followed by at least a quarter of the table's inserts before the
+		// next one.
+		t.dropFull(now)
+		if t.n*2 > len(t.slots) || len(t.slots) == 0 {
+			t.resize(max(minSlots, 2*len(t.slots)))
+		}
 	}
 	i, _ := t.find(fp)
 	t.slots[i] = slot{fp, state}
@@ -125,6 +132,17 @@ func (t *table) evict(from uint64, now int64) {
 
 // tidySlots is how many slots one call to tidy looks at.
 const tidySlots = 8
+
+// dropFull drops every entry whose bucket is full at now.
+func (t *table) dropFull(now int64) {
+	for i := 0; i < len(t.slots); {
+		if s := t.slots[i]; s.fp != 0 && s.state <= now {
+			t.remove(i) // an entry from further on may now be at i: look again
+			continue
+		}
+		i++
+	}
+}
 
 // tidy looks at the next slots from where the last call stopped, dropping
 // the entries whose bucket is full at now, and shrinks the table if it is

@@ -1,9 +1,11 @@
 package memorystore
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -56,7 +58,13 @@ func TestTableAgainstMap(t *testing.T) {
 				if _, i := tb.get(fp); i >= 0 {
 					tb.slots[i].state = state
 				} else {
-					tb.insert(fp, state)
+					tb.insert(fp, state, now)
+					for k, v := range model { // growing drops full buckets first
+						if _, i := tb.get(k); i < 0 {
+							require.LessOrEqual(t, v, now, "only expired keys go")
+							delete(model, k)
+						}
+					}
 				}
 				model[fp] = state
 			case op < 8 && len(model) > 0:
@@ -97,14 +105,14 @@ func TestTableAgainstMap(t *testing.T) {
 func TestTableEvictsTheFullestSampled(t *testing.T) {
 	var tb table
 	for fp, state := range map[uint64]int64{1: 50, 2: 30, 3: 40} {
-		tb.insert(fp, state)
+		tb.insert(fp, state, math.MinInt64)
 	}
 	tb.evict(0, 10)
 	_, i := tb.get(2)
 	require.Equal(t, -1, i)
 	require.Equal(t, 2, tb.n)
 
-	tb.insert(4, 5) // expired at 10, like state 2 would be at 30
+	tb.insert(4, 5, math.MinInt64) // expired at 10, like state 2 would be at 30
 	tb.evict(0, 10)
 	_, i = tb.get(4)
 	require.Equal(t, -1, i, "an expired key goes first")
@@ -118,10 +126,10 @@ func TestTableTidyGoesRound(t *testing.T) {
 	for range 50 {
 		var tb table
 		for range 600 {
-			tb.insert(rng.Uint64()|1, 1000)
+			tb.insert(rng.Uint64()|1, 1000, math.MinInt64)
 		}
 		expired := rng.Uint64() | 1
-		tb.insert(expired, 5)
+		tb.insert(expired, 5, math.MinInt64)
 		tb.next = rng.IntN(len(tb.slots))
 		for range len(tb.slots) / tidySlots {
 			tb.tidy(10)
@@ -137,7 +145,7 @@ func TestTableTidyGoesRound(t *testing.T) {
 func TestTableShrinks(t *testing.T) {
 	var tb table
 	for fp := uint64(1); fp <= 10_000; fp++ {
-		tb.insert(fp*0x9e3779b97f4a7c15|1, int64(fp))
+		tb.insert(fp*0x9e3779b97f4a7c15|1, int64(fp), math.MinInt64)
 	}
 	big := len(tb.slots)
 	tb.tidy(9_990)
@@ -148,4 +156,26 @@ func TestTableShrinks(t *testing.T) {
 	}
 	require.Less(t, len(tb.slots), big/100)
 	require.GreaterOrEqual(t, len(tb.slots), minSlots)
+}
+
+// TestTableDropsFullBeforeGrowing: a table about to grow first drops the
+// buckets that are full again, and grows only if it is still more than
+// half full, so idle keys never make it grow.
+func TestTableDropsFullBeforeGrowing(t *testing.T) {
+	var tb table
+	for fp := uint64(1); fp <= 6; fp++ { // 6 of 8 slots: the next insert would grow
+		tb.insert(fp*0x9e3779b97f4a7c15|1, 5, math.MinInt64)
+	}
+	require.Equal(t, minSlots, len(tb.slots))
+	tb.insert(99, 50, 10) // all six are full again at 10
+	assert.Equal(t, minSlots, len(tb.slots), "grew over idle keys")
+	assert.Equal(t, 1, tb.n)
+	checkTable(t, &tb, map[uint64]int64{99: 50})
+
+	for fp := uint64(1); fp <= 5; fp++ { // live at 10: 6 of 8
+		tb.insert(fp*0x9e3779b97f4a7c15|1, 50, 10)
+	}
+	tb.insert(98, 50, 10)
+	assert.Equal(t, 2*minSlots, len(tb.slots), "a table of live keys grows")
+	assert.Equal(t, 7, tb.n)
 }
