@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -79,6 +80,9 @@ type ipConfig struct {
 
 	checkForwarded bool        // warn about forwarding headers without trusted proxies
 	warned         atomic.Bool // the forwarding headers warning was logged
+
+	seed  maphash.Seed
+	peers recent[string, peerKey] // the peers seen lately, by RemoteAddr
 }
 
 // newIPConfig checks opts for KeyByIP.
@@ -87,7 +91,7 @@ func newIPConfig(opts *IPOptions) (*ipConfig, error) {
 	if opts != nil {
 		o = *opts
 	}
-	c := &ipConfig{logger: o.Logger}
+	c := &ipConfig{logger: o.Logger, seed: maphash.MakeSeed()}
 	for _, s := range o.TrustedProxies {
 		s = strings.TrimSpace(s)
 		if s == "" {
@@ -200,7 +204,14 @@ func KeyByIP(opts *IPOptions) (KeyFunc, error) {
 			c.log().WarnContext(r.Context(), "ratelimit: requests carry X-Forwarded-For or Forwarded but no proxy is trusted, so every client behind the proxy shares its address; see IPOptions.TrustedProxies",
 				"warning", warnForwardedWithoutTrustedProxy)
 		}
-		a, err := c.clientIP(r)
+		peer, err := c.peer(r.RemoteAddr)
+		if err != nil {
+			return "", err
+		}
+		if len(c.trusted) == 0 || !c.isTrusted(peer.addr) {
+			return peer.key, nil
+		}
+		a, err := c.forwarded(r, peer.addr)
 		if err != nil {
 			return "", err
 		}
@@ -208,15 +219,32 @@ func KeyByIP(opts *IPOptions) (KeyFunc, error) {
 	}, nil
 }
 
-// clientIP returns the client address of r.
-func (c *ipConfig) clientIP(r *http.Request) (netip.Addr, error) {
-	peer, ok := clientkey.ParseAddr(r.RemoteAddr)
+// peerKey is a TCP peer's address and its key.
+type peerKey struct {
+	addr netip.Addr
+	key  string
+}
+
+// peer returns the address and key of the TCP peer remote (r.RemoteAddr).
+// The peers seen lately are remembered, so that a client's requests on one
+// connection parse its address and make its key once.
+func (c *ipConfig) peer(remote string) (peerKey, error) {
+	h := maphash.String(c.seed, remote)
+	if p, ok := c.peers.get(remote, h); ok {
+		return p, nil
+	}
+	a, ok := clientkey.ParseAddr(remote)
 	if !ok {
-		return netip.Addr{}, fmt.Errorf("%w: RemoteAddr %q", errNoClientIP, clientkey.Clip(r.RemoteAddr))
+		return peerKey{}, fmt.Errorf("%w: RemoteAddr %q", errNoClientIP, clientkey.Clip(remote))
 	}
-	if len(c.trusted) == 0 || !c.isTrusted(peer) {
-		return peer, nil
-	}
+	p := peerKey{a, clientkey.Addr(a, c.v6bits)}
+	c.peers.put(remote, h, p)
+	return p, nil
+}
+
+// forwarded returns the client address of r, whose TCP peer is the trusted
+// proxy peer, from the forwarding header.
+func (c *ipConfig) forwarded(r *http.Request, peer netip.Addr) (netip.Addr, error) {
 	switch c.header {
 	case headerForwarded:
 		return c.fromForwarded(r.Header["Forwarded"], peer)

@@ -2,9 +2,11 @@ package ratelimit
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -307,4 +309,32 @@ func BenchmarkKeyByIP(b *testing.B) {
 			})
 		})
 	}
+}
+
+// KeyByIP remembers the peers it has seen: whatever the cache holds, every
+// key is the one the address gives, also when more peers than its slots
+// evict each other, and a repeated peer allocates nothing.
+func TestKeyByIPPeerCache(t *testing.T) {
+	key, err := KeyByIP(&IPOptions{IPv6Prefix: 64})
+	require.NoError(t, err)
+	r := httptest.NewRequest("GET", "/", nil)
+	for round := range 3 {
+		for i := range 5000 {
+			j := i * 7919 % 5000
+			want := fmt.Sprintf("ip:10.%d.%d.1", j/256, j%256)
+			r.RemoteAddr = want[3:] + ":" + strconv.Itoa(1000+j%7)
+			if j%2 == 1 {
+				r.RemoteAddr = fmt.Sprintf("[2001:db8:%x::%x]:443", j, j)
+				want = fmt.Sprintf("ip:2001:db8:%x::/64", j)
+			}
+			got, err := key(r)
+			require.NoError(t, err)
+			if got != want {
+				t.Fatalf("round %d: key of %s = %q, want %q", round, r.RemoteAddr, got, want)
+			}
+		}
+	}
+	r.RemoteAddr = "192.0.2.9:1234"
+	_, _ = key(r)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = key(r) }), "a cached peer allocates")
 }

@@ -116,7 +116,9 @@ var canonical = func() map[string]string {
 
 // set replaces the field named key, in whichever spelling it was set.
 func set(h http.Header, key string, v []string) {
-	delete(h, canonical[key])
+	if len(h) > 0 {
+		delete(h, canonical[key])
+	}
 	h[key] = v
 }
 

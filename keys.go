@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"github.com/tokenfair/ratelimit/internal/clientkey"
 )
@@ -51,39 +50,22 @@ func KeyByAPIKey(header string) KeyFunc {
 }
 
 // apiKeyCache remembers the keys of the API keys seen lately, so that a
-// client that calls often costs one SHA-256 in all, not one a request. It
-// holds no secret: an entry is found by two 64-bit hashes of the API key
-// under seeds drawn in this process, which nobody outside can aim at. It is
-// safe for concurrent use; a miss writes one slot. An API key may sit in
-// either of two slots, so that a few thousand clients rarely evict each
-// other.
+// busy client costs one SHA-256 in all, not one a request. It holds no
+// secret: an API key is known by two 64-bit hashes of it under seeds drawn
+// in this process, which nobody outside can aim at.
 type apiKeyCache struct {
 	seed1, seed2 maphash.Seed
-	slots        [2048]atomic.Pointer[apiKeyEntry]
-}
-
-type apiKeyEntry struct {
-	h1, h2 uint64
-	key    string
+	recent[[2]uint64, string]
 }
 
 // key returns the key of the API key secret: "ak:" and its hash.
 func (c *apiKeyCache) key(secret string) string {
-	h1, h2 := maphash.String(c.seed1, secret), maphash.String(c.seed2, secret)
-	n := uint64(len(c.slots))
-	a, b := &c.slots[h1%n], &c.slots[h2%n]
-	ea, eb := a.Load(), b.Load()
-	switch {
-	case ea != nil && ea.h1 == h1 && ea.h2 == h2:
-		return ea.key
-	case eb != nil && eb.h1 == h1 && eb.h2 == h2:
-		return eb.key
+	h := [2]uint64{maphash.String(c.seed1, secret), maphash.String(c.seed2, secret)}
+	if key, ok := c.get(h, h[0]); ok {
+		return key
 	}
 	key := clientkey.Hash("ak:", secret)
-	if ea != nil && (eb == nil || h1&1 == 0) {
-		a = b // keep what a holds
-	}
-	a.Store(&apiKeyEntry{h1, h2, key})
+	c.put(h, h[0], key)
 	return key
 }
 
