@@ -202,7 +202,7 @@ func TestInFlight(t *testing.T) {
 		refusal := serve(ctx, "/")
 		assert.Equal(t, 429, refusal.Code)
 		assert.Equal(t, "1", refusal.Header().Get("Retry-After"))
-		assert.Equal(t, []string{`"default";q=1000;w=1`, `"inflight";q=3;qu="concurrent-requests"`}, refusal.Header()["RateLimit-Policy"])
+		assert.Equal(t, []string{`"default";q=1000;w=1,"inflight";q=3;qu="concurrent-requests"`}, refusal.Header()["RateLimit-Policy"], "one field line, so that Get sees the in-flight limit too")
 		assert.Equal(t, `"inflight";r=0;t=1`, field(refusal.Header(), "RateLimit"))
 		close(gate)
 		wg.Wait()
@@ -406,7 +406,7 @@ func TestInFlightTotal(t *testing.T) {
 	}
 	refused := serve("c", "/")
 	assert.Equal(t, http.StatusTooManyRequests, refused.Code)
-	assert.Contains(t, refused.Header()["RateLimit-Policy"], `"inflight";q=2;qu="concurrent-requests"`, "the binding quota is the total")
+	assert.Contains(t, field(refused.Header(), "RateLimit-Policy"), `,"inflight";q=2;qu="concurrent-requests"`, "the binding quota is the total")
 	release <- struct{}{}
 	assert.Equal(t, http.StatusOK, <-done)
 	assert.Equal(t, http.StatusOK, serve("c", "/").Code, "a slot came back")

@@ -114,10 +114,10 @@ func (f *inflight) releaseShared(ctx context.Context, s SlotStore, held sharedSl
 	}
 }
 
-// list adds the concurrency limit to RateLimit-Policy, as a second field
-// line of the same List (RFC 9651 §3.1), in the IETF format.
+// list adds the concurrency limit to the List of RateLimit-Policy, in the
+// IETF format, on the same field line so that h.Get sees it too.
 func (f *inflight) list(h map[string][]string, format HeaderFormat) {
-	if format == HeadersIETF {
-		h[policyKey] = append(h[policyKey][:1:1], f.item)
+	if v := h[policyKey]; format == HeadersIETF && len(v) == 1 {
+		h[policyKey] = []string{v[0] + "," + f.item}
 	}
 }

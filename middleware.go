@@ -241,15 +241,26 @@ func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 //
 // Errors answered with 400, 401 or 500 are logged with slog.Default at the
 // debug, debug and error levels; ErrWaitAbandoned (the client left) is not
-// logged. Store failures are logged at most once every 10 seconds per
-// process, with the number left unlogged since the last line
-// ("suppressed"): during an outage every request fails the same way.
+// logged. Store failures are logged at most once every 10 seconds, with the
+// number left unlogged since the last line ("suppressed"): during an
+// outage every request fails the same way. (A Middleware whose
+// Options.OnError is nil answers the same way, logging to Options.Logger
+// and spacing its own lines.)
 func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
-	answerError(slog.Default(), w, r, err)
+	answerError(slog.Default(), &defaultStoreLines, w, r, err)
 }
 
-// answerError is DefaultErrorHandler logging to log.
-func answerError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
+// defaultStoreLines spaces out DefaultErrorHandler's log lines about store
+// failures.
+var defaultStoreLines = logSpacing{every: storeLinesEvery}
+
+// storeLinesEvery is the least time between two log lines about store
+// failures.
+const storeLinesEvery = 10 * time.Second
+
+// answerError is DefaultErrorHandler logging to log, and about store
+// failures as storeLines lets it.
+func answerError(log *slog.Logger, storeLines *logSpacing, w http.ResponseWriter, r *http.Request, err error) {
 	status, typ, title := http.StatusInternalServerError, "about:blank", "Internal Server Error"
 	switch {
 	case errors.Is(err, ErrMissingKey):
@@ -271,7 +282,7 @@ func answerError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err e
 		args := []any{"method", r.Method, "path", r.URL.Path, "status", status, "err", err}
 		suppressed, ok := int64(0), true
 		if errors.Is(err, ErrStore) {
-			suppressed, ok = storeErrorLines.take(time.Now())
+			suppressed, ok = storeLines.take(time.Now())
 		}
 		if ok {
 			if suppressed > 0 {
@@ -282,10 +293,6 @@ func answerError(log *slog.Logger, w http.ResponseWriter, r *http.Request, err e
 	}
 	writeProblem(w, status, typ, title, "", nil)
 }
-
-// storeErrorLines spaces out DefaultErrorHandler's log lines about store
-// failures.
-var storeErrorLines = logSpacing{every: 10 * time.Second}
 
 // logSpacing lets one log line through per period and counts the others.
 type logSpacing struct {

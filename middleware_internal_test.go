@@ -21,8 +21,8 @@ func TestStoreErrorsLoggedOncePerPeriod(t *testing.T) {
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
 	t.Cleanup(func() { slog.SetDefault(old) })
-	storeErrorLines.next.Store(0)
-	storeErrorLines.suppressed.Store(0)
+	defaultStoreLines.next.Store(0)
+	defaultStoreLines.suppressed.Store(0)
 
 	down := fmt.Errorf("%w: connection refused", ErrStore)
 	for range 100 {
@@ -32,7 +32,7 @@ func TestStoreErrorsLoggedOncePerPeriod(t *testing.T) {
 	}
 	assert.Equal(t, 1, strings.Count(buf.String(), "connection refused"), buf.String())
 
-	storeErrorLines.next.Store(time.Now().UnixNano()) // the period is over
+	defaultStoreLines.next.Store(time.Now().UnixNano()) // the period is over
 	DefaultErrorHandler(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), down)
 	assert.Equal(t, 2, strings.Count(buf.String(), "connection refused"))
 	assert.Contains(t, buf.String(), "suppressed=99")
@@ -42,4 +42,21 @@ func TestStoreErrorsLoggedOncePerPeriod(t *testing.T) {
 		DefaultErrorHandler(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), errors.New("boom"))
 	}
 	assert.Equal(t, 3, strings.Count(buf.String(), "boom"), "not a store failure: every one is logged")
+}
+
+// A Middleware's default error handler logs to its Options.Logger and
+// spaces its own lines: another Middleware's outage does not silence it.
+func TestMiddlewareStoreErrorLinesAreItsOwn(t *testing.T) {
+	var a, b bytes.Buffer
+	ca, err := newConfig(&Options{Logger: slog.New(slog.NewTextHandler(&a, nil))})
+	assert.NoError(t, err)
+	cb, err := newConfig(&Options{Logger: slog.New(slog.NewTextHandler(&b, nil))})
+	assert.NoError(t, err)
+	down := fmt.Errorf("%w: connection refused", ErrStore)
+	for range 10 {
+		ca.OnError(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), down)
+	}
+	cb.OnError(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), down)
+	assert.Equal(t, 1, strings.Count(a.String(), "connection refused"), a.String())
+	assert.Equal(t, 1, strings.Count(b.String(), "connection refused"), b.String())
 }

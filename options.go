@@ -97,8 +97,8 @@ func newConfig(o *Options) (config, error) {
 		c.Logger = slog.Default()
 	}
 	if c.OnError == nil {
-		log := c.Logger
-		c.OnError = func(w http.ResponseWriter, r *http.Request, err error) { answerError(log, w, r, err) }
+		log, lines := c.Logger, &logSpacing{every: storeLinesEvery}
+		c.OnError = func(w http.ResponseWriter, r *http.Request, err error) { answerError(log, lines, w, r, err) }
 	}
 	switch {
 	case c.Headers > HeadersNone:
