@@ -4,7 +4,11 @@
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
-//			return mystore.New(&mystore.Options{Clock: now})
+//			s, err := mystore.New(&mystore.Options{Clock: now})
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			return s
 //		})
 //	}
 //
