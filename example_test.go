@@ -56,7 +56,7 @@ func ExampleLimit_String() {
 	// 10000/d
 	// 2/3s
 	// 1/7s
-	// PerSecond(-5)
+	// PerSecond(-5) (invalid)
 }
 
 // New validates the limits and names the one at fault.

@@ -83,10 +83,10 @@ var units = [...]struct {
 
 // String returns l as it was written: "3/s", "5/s burst 10", "2/3s",
 // "100/min". An invalid Limit is written as the call that built it, such
-// as "PerSecond(-5)".
+// as "PerSecond(-5) (invalid)".
 func (l Limit) String() string {
 	if l.validate() != nil {
-		return l.call()
+		return l.call() + " (invalid)"
 	}
 	unit := l.period.String()
 	for _, u := range units {

@@ -83,7 +83,7 @@ func TestLimitInvalid(t *testing.T) {
 		{Per(3, math.MaxInt64), "Per(3, 2562047h47m16.854775807s)", "more than 50 years"}, // no overflow
 		{Per(1, time.Nanosecond).WithBurst(math.MaxInt64), "Per(1, 1ns).WithBurst(9223372036854775807)", "more than 50 years"},
 	} {
-		assert.Equal(t, tc.str, tc.l.String(), "String of an invalid limit")
+		assert.Equal(t, tc.str+" (invalid)", tc.l.String(), "String of an invalid limit")
 		err := tc.l.validate()
 		if assert.Error(t, err, "%s.validate()", tc.str) {
 			assert.True(t, strings.HasPrefix(err.Error(), tc.str+": "), "%s.validate() = %v", tc.str, err)
