@@ -11,10 +11,10 @@ require (
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/sethvargo/go-limiter v0.7.1
 	github.com/throttled/throttled/v2 v2.15.0
-	github.com/tokenfair/ratelimit v0.0.0
-	github.com/tokenfair/ratelimit/echolimit v0.0.0
-	github.com/tokenfair/ratelimit/ginlimit v0.0.0
-	github.com/tokenfair/ratelimit/redisstore v0.0.0
+	github.com/tokenfair/ratelimit v0.1.0
+	github.com/tokenfair/ratelimit/echolimit v0.1.0
+	github.com/tokenfair/ratelimit/ginlimit v0.1.0
+	github.com/tokenfair/ratelimit/redisstore v0.1.0
 	github.com/ulule/limiter/v3 v3.11.2
 	golang.org/x/time v0.14.0
 )

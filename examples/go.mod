@@ -8,11 +8,11 @@ require (
 	github.com/prometheus/client_golang v1.23.2
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/stretchr/testify v1.12.1
-	github.com/tokenfair/ratelimit v0.0.0
-	github.com/tokenfair/ratelimit/echolimit v0.0.0
-	github.com/tokenfair/ratelimit/ginlimit v0.0.0
-	github.com/tokenfair/ratelimit/metrics v0.0.0
-	github.com/tokenfair/ratelimit/redisstore v0.0.0
+	github.com/tokenfair/ratelimit v0.1.0
+	github.com/tokenfair/ratelimit/echolimit v0.1.0
+	github.com/tokenfair/ratelimit/ginlimit v0.1.0
+	github.com/tokenfair/ratelimit/metrics v0.1.0
+	github.com/tokenfair/ratelimit/redisstore v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 

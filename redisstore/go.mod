@@ -5,7 +5,7 @@ go 1.25.0
 require (
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/stretchr/testify v1.12.1
-	github.com/tokenfair/ratelimit v0.0.0
+	github.com/tokenfair/ratelimit v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
