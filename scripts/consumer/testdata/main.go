@@ -1,0 +1,86 @@
+// The consumer: a program outside the repository that uses every published
+// package of tokenfair/ratelimit as a user's go get fetches them. It exits
+// non-zero when a request is not answered as the README says.
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+
+	"github.com/gin-gonic/gin"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/echolimit"
+	"github.com/tokenfair/ratelimit/ginlimit"
+	"github.com/tokenfair/ratelimit/memorystore"
+	"github.com/tokenfair/ratelimit/metrics"
+	"github.com/tokenfair/ratelimit/nethttp"
+	"github.com/tokenfair/ratelimit/redisstore"
+)
+
+func main() {
+	limit := ratelimit.PerMinute(1) // one request, then 429
+	key := ratelimit.KeyByAPIKey("X-API-Key")
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
+
+	failed := false
+	check := func(name string, h http.Handler) {
+		for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.Header.Set("X-API-Key", "consumer")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != want {
+				fmt.Printf("%s: request %d = %d, want %d\n", name, i+1, w.Code, want)
+				failed = true
+			}
+		}
+	}
+
+	check("nethttp.Limit", nethttp.Limit(limit, key)(ok))
+
+	gin.SetMode(gin.ReleaseMode)
+	g := gin.New()
+	g.Use(ginlimit.Limit(limit, key))
+	g.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+	check("ginlimit.Limit", g)
+
+	e := echo.New()
+	e.Use(echolimit.Limit(limit, key))
+	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+	check("echolimit.Limit", e)
+
+	// The explicit form: a memory store, a limiter, Prometheus metrics.
+	store, err := memorystore.New(nil)
+	must(err)
+	limiter, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: limit})
+	must(err)
+	m, err := metrics.New(prometheus.NewRegistry())
+	must(err)
+	mw, err := ratelimit.NewMiddleware(limiter, key, &ratelimit.Options{Observe: m.Observe})
+	must(err)
+	check("memorystore+metrics", nethttp.Middleware(mw)(ok))
+
+	// A Redis store over a client that is never asked anything.
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	_, err = redisstore.New(client, nil)
+	must(err)
+	must(client.Close())
+
+	if failed {
+		os.Exit(1)
+	}
+	fmt.Println("consumer: nethttp, ginlimit, echolimit, memorystore, metrics and redisstore work")
+}
+
+func must(err error) {
+	if err != nil {
+		fmt.Println("consumer:", err)
+		os.Exit(1)
+	}
+}
