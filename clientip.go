@@ -17,6 +17,13 @@ import (
 // ErrBadRequest.
 var errNoClientIP = clientkey.ErrNoClientIP
 
+// noClientIP is the refusal of a request without a usable client address:
+// err, which wraps errNoClientIP and may quote the value at fault, with
+// detail, which must not.
+func noClientIP(detail string, err error) error {
+	return &clientkey.Error{Err: err, Kind: clientkey.KindClientIP, Detail: detail}
+}
+
 // IPOptions configures [KeyByIP]. A nil *IPOptions, like the zero value,
 // keys every request by its TCP peer's address.
 type IPOptions struct {
@@ -181,7 +188,10 @@ func (c *ipConfig) isTrusted(a netip.Addr) bool {
 //
 // An address that cannot be parsed (r.RemoteAddr, or a header entry reached
 // by the walk, such as "unknown" or an obfuscated RFC 7239 identifier) gives
-// an error wrapping ErrBadRequest, never a key built from the raw text.
+// an error wrapping ErrBadRequest, never a key built from the raw text. The
+// default error handler answers it with 400 and a problem detail that names
+// the field, never its value ("the trusted proxy sent an X-Forwarded-For
+// entry that is not an IP address").
 //
 // KeyByIP returns an error naming the field and the value at fault if opts
 // is invalid. The KeyFunc is safe for concurrent use.
@@ -235,7 +245,8 @@ func (c *ipConfig) peer(remote string) (peerKey, error) {
 	}
 	a, ok := clientkey.ParseAddr(remote)
 	if !ok {
-		return peerKey{}, fmt.Errorf("%w: RemoteAddr %q", errNoClientIP, clientkey.Clip(remote))
+		return peerKey{}, noClientIP("the request's remote address is not an IP address",
+			fmt.Errorf("%w: RemoteAddr %q", errNoClientIP, clientkey.Clip(remote)))
 	}
 	p := peerKey{a, clientkey.Addr(a, c.v6bits)}
 	c.peers.put(remote, h, p)

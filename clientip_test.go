@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit/internal/clientkey"
 )
 
 // ipCase is one request given to a KeyFunc built by KeyByIP.
@@ -337,4 +339,49 @@ func TestKeyByIPPeerCache(t *testing.T) {
 	r.RemoteAddr = "192.0.2.9:1234"
 	_, _ = key(r)
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = key(r) }), "a cached peer allocates")
+}
+
+// KeyByIP's refusals carry a detail for the client that names the field at
+// fault, never its value, and wrap ErrBadRequest.
+func TestKeyByIPRefusalDetails(t *testing.T) {
+	const secret = "sk_live_0123456789abcdef"
+	many := strings.TrimSuffix(strings.Repeat("10.0.0.9, ", maxHops+1), ", ")
+	manyFwd := strings.TrimSuffix(strings.Repeat("for=10.0.0.9, ", maxHops+1), ", ")
+	for _, tc := range []struct {
+		name   string
+		header string // IPOptions.Header
+		remote string
+		lines  []string
+		detail string
+	}{
+		{"bad remote address", "", secret, nil, "the request's remote address is not an IP address"},
+		{"bad X-Forwarded-For entry", "", "10.0.0.1:1", []string{"203.0.113.7, " + secret}, "the trusted proxy sent an X-Forwarded-For entry that is not an IP address"},
+		{"too many X-Forwarded-For entries", "", "10.0.0.1:1", []string{many}, "the X-Forwarded-For header holds more than 32 entries from trusted proxies"},
+		{"bad Forwarded for=", "Forwarded", "10.0.0.1:1", []string{"for=" + secret}, "the trusted proxy sent a Forwarded for= parameter that is not an IP address"},
+		{"malformed Forwarded", "Forwarded", "10.0.0.1:1", []string{`for="` + secret}, "the trusted proxy sent a malformed Forwarded element"},
+		{"too many Forwarded elements", "Forwarded", "10.0.0.1:1", []string{manyFwd}, "the Forwarded header holds more than 32 elements from trusted proxies"},
+		{"bad X-Real-IP", "X-Real-IP", "10.0.0.1:1", []string{secret}, "the trusted proxy sent an X-Real-IP header that is not an IP address"},
+		{"two X-Real-IP lines", "X-Real-IP", "10.0.0.1:1", []string{"203.0.113.7", secret}, "the request carries 2 X-Real-IP lines, not one"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kf, err := KeyByIP(&IPOptions{TrustedProxies: []string{"10.0.0.0/8"}, Header: tc.header})
+			require.NoError(t, err)
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = tc.remote
+			name := tc.header
+			if name == "" {
+				name = "X-Forwarded-For"
+			}
+			for _, l := range tc.lines {
+				r.Header.Add(name, l)
+			}
+			_, err = kf(r)
+			require.ErrorIs(t, err, ErrBadRequest)
+			var ce *clientkey.Error
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, tc.detail, ce.Detail)
+			assert.Equal(t, clientkey.KindClientIP, ce.Kind)
+			assert.NotContains(t, ce.Detail, secret)
+		})
+	}
 }

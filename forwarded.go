@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/tokenfair/ratelimit/internal/clientkey"
@@ -11,6 +12,11 @@ import (
 // maxHops is the number of forwarding entries examined from the right before
 // KeyByIP gives up with errNoClientIP because all of them are trusted.
 const maxHops = 32
+
+// errMalformedForwarded is the refusal of a Forwarded field that a trusted
+// proxy sent malformed.
+var errMalformedForwarded = noClientIP("the trusted proxy sent a malformed Forwarded element",
+	fmt.Errorf("%w: malformed Forwarded element", errNoClientIP))
 
 // fromXFF walks the X-Forwarded-For lines from the right, without copying.
 func (c *ipConfig) fromXFF(lines []string, peer netip.Addr) (netip.Addr, error) {
@@ -26,12 +32,14 @@ func (c *ipConfig) fromXFF(lines []string, peer netip.Addr) (netip.Addr, error) 
 				continue // empty list elements are allowed and ignored
 			}
 			if n == maxHops {
-				return netip.Addr{}, fmt.Errorf("%w: more than %d trusted entries in X-Forwarded-For", errNoClientIP, maxHops)
+				return netip.Addr{}, noClientIP("the X-Forwarded-For header holds more than "+strconv.Itoa(maxHops)+" entries from trusted proxies",
+					fmt.Errorf("%w: more than %d trusted entries in X-Forwarded-For", errNoClientIP, maxHops))
 			}
 			n++
 			a, ok := clientkey.ParseAddr(e)
 			if !ok {
-				return netip.Addr{}, fmt.Errorf("%w: X-Forwarded-For entry %q", errNoClientIP, clientkey.Clip(e))
+				return netip.Addr{}, noClientIP("the trusted proxy sent an X-Forwarded-For entry that is not an IP address",
+					fmt.Errorf("%w: X-Forwarded-For entry %q", errNoClientIP, clientkey.Clip(e)))
 			}
 			if !c.isTrusted(a) {
 				return a, nil
@@ -71,11 +79,12 @@ func (c *ipConfig) fromForwarded(lines []string, peer netip.Addr) (netip.Addr, e
 	var last netip.Addr
 	for k := 0; k < ring.n; k++ {
 		if k == maxHops {
-			return netip.Addr{}, fmt.Errorf("%w: more than %d trusted elements in Forwarded", errNoClientIP, maxHops)
+			return netip.Addr{}, noClientIP("the Forwarded header holds more than "+strconv.Itoa(maxHops)+" elements from trusted proxies",
+				fmt.Errorf("%w: more than %d trusted elements in Forwarded", errNoClientIP, maxHops))
 		}
 		h := ring.h[(ring.n-1-k)%maxHops]
 		if h.bad {
-			return netip.Addr{}, fmt.Errorf("%w: malformed Forwarded element", errNoClientIP)
+			return netip.Addr{}, errMalformedForwarded
 		}
 		v := h.v
 		if h.esc {
@@ -83,7 +92,8 @@ func (c *ipConfig) fromForwarded(lines []string, peer netip.Addr) (netip.Addr, e
 		}
 		a, ok := clientkey.ParseAddr(v)
 		if !ok {
-			return netip.Addr{}, fmt.Errorf("%w: Forwarded for=%q", errNoClientIP, clientkey.Clip(v))
+			return netip.Addr{}, noClientIP("the trusted proxy sent a Forwarded for= parameter that is not an IP address",
+				fmt.Errorf("%w: Forwarded for=%q", errNoClientIP, clientkey.Clip(v)))
 		}
 		if !c.isTrusted(a) {
 			return a, nil
@@ -198,7 +208,8 @@ func fromRealIP(lines []string, peer netip.Addr) (netip.Addr, error) {
 		return peer, nil
 	case 1:
 	default:
-		return netip.Addr{}, fmt.Errorf("%w: %d X-Real-IP lines", errNoClientIP, len(lines))
+		return netip.Addr{}, noClientIP(fmt.Sprintf("the request carries %d X-Real-IP lines, not one", len(lines)),
+			fmt.Errorf("%w: %d X-Real-IP lines", errNoClientIP, len(lines)))
 	}
 	v := trimOWS(lines[0])
 	if v == "" {
@@ -206,7 +217,8 @@ func fromRealIP(lines []string, peer netip.Addr) (netip.Addr, error) {
 	}
 	a, ok := clientkey.ParseAddr(v)
 	if !ok {
-		return netip.Addr{}, fmt.Errorf("%w: X-Real-IP %q", errNoClientIP, clientkey.Clip(v))
+		return netip.Addr{}, noClientIP("the trusted proxy sent an X-Real-IP header that is not an IP address",
+			fmt.Errorf("%w: X-Real-IP %q", errNoClientIP, clientkey.Clip(v)))
 	}
 	return a, nil
 }

@@ -21,8 +21,12 @@ type KeyFunc func(r *http.Request) (string, error)
 // KeyByAPIKey returns a KeyFunc that keys requests by the API key in the
 // request header field named header, such as "X-API-Key". Only the first
 // line of the field is used, with surrounding spaces removed; a missing or
-// empty field gives ErrMissingKey (so does an empty header name, which
-// matches no field).
+// empty field gives an error wrapping ErrMissingKey (so does an empty
+// header name, which matches no field). The default error handler answers
+// it with 401, a problem detail naming the header ("the request carries no
+// X-API-Key header") and the challenge WWW-Authenticate: ApiKey
+// in="header", name="X-API-Key", the fields of an OpenAPI apiKey security
+// scheme; Bearer when header is Authorization (see Options.Challenge).
 //
 // Keys are hashed so stores never hold secrets: the key is "ak:" followed by
 // the first 16 bytes of the SHA-256 of the API key in unpadded base64url, 25
@@ -35,18 +39,51 @@ type KeyFunc func(r *http.Request) (string, error)
 // otherwise a client can escape its limit by sending a fresh made-up key with
 // every request.
 func KeyByAPIKey(header string) KeyFunc {
-	name := http.CanonicalHeaderKey(strings.TrimSpace(header))
+	header = strings.TrimSpace(header)
+	name := http.CanonicalHeaderKey(header)
 	c := &apiKeyCache{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed()}
+	missing, empty := apiKeyErrors(header)
 	return func(r *http.Request) (string, error) {
 		vs := r.Header[name]
 		if len(vs) == 0 {
-			return "", ErrMissingKey
+			return "", missing
 		}
 		if v := strings.TrimSpace(vs[0]); v != "" {
 			return c.key(v), nil
 		}
-		return "", ErrMissingKey
+		return "", empty
 	}
+}
+
+// apiKeyErrors returns the refusals of KeyByAPIKey(header): no field, and
+// an empty one. They quote the header's name, never its value.
+func apiKeyErrors(header string) (missing, empty error) {
+	challenge := "ApiKey"
+	switch {
+	case strings.EqualFold(header, "Authorization"):
+		challenge = "Bearer"
+	case isToken(header):
+		challenge = `ApiKey in="header", name="` + header + `"`
+	}
+	describe := func(detail string) error {
+		return &clientkey.Error{Err: fmt.Errorf("%w: %s", ErrMissingKey, detail), Kind: clientkey.KindMissingKey,
+			Detail: detail, Challenge: challenge}
+	}
+	if header == "" {
+		e := describe(`the key function reads no header: KeyByAPIKey("")`)
+		return e, e
+	}
+	return describe("the request carries no " + header + " header"), describe("the request's " + header + " header is empty")
+}
+
+// isToken reports whether s is an RFC 9110 token, such as a header name.
+func isToken(s string) bool {
+	for _, c := range []byte(s) {
+		if !isTchar(c) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // apiKeyCache remembers the keys of the API keys seen lately, so that a
@@ -71,11 +108,21 @@ func (c *apiKeyCache) key(secret string) string {
 
 // KeyByContextValue returns a KeyFunc that keys requests by a user ID that an
 // earlier middleware, usually the authentication middleware, stored in the
-// request's context under ctxKey. The value must be a non-empty string, or a
-// [fmt.Stringer] whose String method returns a non-empty string; anything
-// else, including no value, gives ErrMissingKey.
+// request's context under ctxKey. The ID may be any of the types that
+// authentication libraries store: a non-empty string; an integer of any
+// size (int, int64, uint64, ...); a [fmt.Stringer] whose String method
+// returns a non-empty string; or a [16]byte, such as a UUID. No value, an
+// empty ID or another type gives an error wrapping ErrMissingKey, which the
+// default error handler answers with 401 and a problem detail that names
+// the type ("the user ID in the request's context is a map[string]int, not
+// a string, integer, fmt.Stringer or [16]byte") and WWW-Authenticate:
+// Bearer (see Options.Challenge).
 //
-// The key is "user:" followed by the ID. An ID longer than 128 bytes is
+// The key is "user:" followed by the ID. An ID is an ID whatever its type:
+// integers are written in decimal, so the int 42 and the string "42" are
+// one user, "user:42"; a [16]byte is written in the canonical 8-4-4-4-12
+// lowercase hex form of UUIDs, which is also what UUID types' String
+// methods return. An ID longer than 128 bytes is
 // hashed as by [KeyByAPIKey] so that keys stay short: its key is "user#:"
 // followed by 22 characters of base64url SHA-256. The two forms never
 // collide.
@@ -141,7 +188,8 @@ func JoinKeyFuncs(fs ...KeyFunc) KeyFunc {
 				return "", err
 			}
 			if k == "" {
-				return "", fmt.Errorf("%w: from key function %d of JoinKeyFuncs", ErrMissingKey, i)
+				return "", &clientkey.Error{Err: fmt.Errorf("%w: from key function %d of JoinKeyFuncs", ErrMissingKey, i),
+					Kind: clientkey.KindEmptyKey, Detail: "a key function returned an empty key"}
 			}
 			parts = append(parts, k)
 		}

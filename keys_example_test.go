@@ -67,7 +67,7 @@ func ExampleKeyByAPIKey() {
 	// Output:
 	// ak:NC4g3sUZVW_P1I9UN-BTHw <nil>
 	// holds the secret: false
-	// ratelimit: missing key
+	// ratelimit: missing key: the request carries no X-API-Key header
 }
 
 func ExampleJoinKeyFuncs() {

@@ -113,7 +113,13 @@ func TestKeyByContextValue(t *testing.T) {
 		{"missing", nil, "", ErrMissingKey},
 		{"empty string", "", "", ErrMissingKey},
 		{"empty stringer", userID(0), "", ErrMissingKey},
-		{"wrong type", 42, "", ErrMissingKey},
+		{"int", 42, "user:42", nil},
+		{"int64", int64(42), "user:42", nil},
+		{"uint64", uint64(42), "user:42", nil},
+		{"int8", int8(-7), "user:-7", nil},
+		{"uuid", [16]byte{0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x12, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x14, 0x17, 0x40, 0x00}, "user:123e4567-e89b-12d3-a456-426614174000", nil},
+		{"wrong type", map[string]int{"a": 1}, "", ErrMissingKey},
+		{"float", 42.0, "", ErrMissingKey},
 	}
 	kf := KeyByContextValue(ctxKey{})
 	for _, tc := range tests {
@@ -137,6 +143,72 @@ func TestKeyByContextValue(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(got, "user#:"), "long ID key %q", got)
 	assert.Len(t, got, len("user#:")+22, "long ID key %q", got)
+}
+
+// An ID is an ID whatever its type: the int 42, the string "42", the
+// uint64 42 and a Stringer that says "42" are one user.
+func TestKeyByContextValueOneIDOneKey(t *testing.T) {
+	kf := KeyByContextValue(ctxKey{})
+	keyOf := func(v any) string {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		k, err := kf(r.WithContext(context.WithValue(r.Context(), ctxKey{}, v)))
+		require.NoError(t, err, "KeyByContextValue(%T %v)", v, v)
+		return k
+	}
+	for _, v := range []any{42, "42", int64(42), uint64(42), userID(42)} {
+		want := "user:42"
+		if _, ok := v.(userID); ok {
+			want = "user:u42"
+		}
+		assert.Equal(t, want, keyOf(v), "KeyByContextValue(%T %v)", v, v)
+	}
+}
+
+// The refusals of the key functions carry a detail for the client that
+// names the header or the type, never the value, and the challenge of a
+// 401.
+func TestKeyRefusalDetails(t *testing.T) {
+	const secret = "sk_live_0123456789abcdef"
+	r := func(header ...string) *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			r.Header.Add(header[i], header[i+1])
+		}
+		return r
+	}
+	withValue := func(v any) *http.Request {
+		req := r()
+		return req.WithContext(context.WithValue(req.Context(), ctxKey{}, v))
+	}
+	for _, tc := range []struct {
+		name      string
+		key       KeyFunc
+		r         *http.Request
+		detail    string
+		challenge string
+	}{
+		{"no API key", KeyByAPIKey(" X-API-Key "), r(), "the request carries no X-API-Key header", `ApiKey in="header", name="X-API-Key"`},
+		{"empty API key", KeyByAPIKey("X-API-Key"), r("X-API-Key", "  "), "the request's X-API-Key header is empty", `ApiKey in="header", name="X-API-Key"`},
+		{"second line ignored", KeyByAPIKey("X-API-Key"), r("X-API-Key", "", "X-API-Key", secret), "the request's X-API-Key header is empty", `ApiKey in="header", name="X-API-Key"`},
+		{"Authorization", KeyByAPIKey("Authorization"), r(), "the request carries no Authorization header", "Bearer"},
+		{"no header name", KeyByAPIKey(""), r("X-API-Key", secret), `the key function reads no header: KeyByAPIKey("")`, "ApiKey"},
+		{"header name not a token", KeyByAPIKey(`X "Key"`), r(), `the request carries no X "Key" header`, "ApiKey"},
+		{"no user", KeyByContextValue(ctxKey{}), r(), "the request carries no user ID in its context", "Bearer"},
+		{"user of a wrong type", KeyByContextValue(ctxKey{}), withValue(map[string]int{secret: 1}),
+			"the user ID in the request's context is a map[string]int, not a string, integer, fmt.Stringer or [16]byte", "Bearer"},
+		{"empty user", KeyByContextValue(ctxKey{}), withValue(""), "the user ID in the request's context is empty", "Bearer"},
+		{"empty joined key", JoinKeyFuncs(func(*http.Request) (string, error) { return "", nil }), r(), "a key function returned an empty key", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.key(tc.r)
+			require.ErrorIs(t, err, ErrMissingKey)
+			var ce *clientkey.Error
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, tc.detail, ce.Detail)
+			assert.Equal(t, tc.challenge, ce.Challenge)
+			assert.NotContains(t, err.Error(), secret)
+		})
+	}
 }
 
 func TestJoinKeys(t *testing.T) {

@@ -1,10 +1,12 @@
 package ratelimit_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -547,4 +549,243 @@ func TestNotAtomicFallsBack(t *testing.T) {
 	res, err := lim.Take(context.Background(), "k", 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), res.Results()[1].Remaining, "the refusal gave back what it took from the other policy")
+}
+
+// ctxUser is the context key of the user IDs in these tests.
+type ctxUser struct{}
+
+// lineLogger returns a logger at level into buf, for counting lines.
+func lineLogger(buf *bytes.Buffer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: level}))
+}
+
+// Every answer that is not a 429 explains itself in its problem detail,
+// without the request's header values, key or secrets, in the body or in
+// the first line logged; the first line logs the same detail.
+func TestProblemDetails(t *testing.T) {
+	const secret = "sk_live_0123456789abcdef"
+	ip, err := ratelimit.KeyByIP(&ratelimit.IPOptions{TrustedProxies: []string{"192.0.2.0/24"}})
+	require.NoError(t, err)
+	storeErr := errors.New("dial tcp 10.1.2.3:6379: password=" + secret)
+	for _, tc := range []struct {
+		name      string
+		key       ratelimit.KeyFunc
+		store     ratelimit.Store
+		prepare   func(r *http.Request) *http.Request
+		status    int
+		title     string
+		detail    string
+		challenge string
+		// debugQuotes: the debug lines quote the value at fault (a
+		// forwarding entry, a cost function's error), which is no secret.
+		debugQuotes bool
+	}{
+		{name: "no API key", key: ratelimit.KeyByAPIKey("X-API-Key"),
+			status: 401, title: "Missing Credentials", detail: "the request carries no X-API-Key header", challenge: `ApiKey in="header", name="X-API-Key"`},
+		{name: "empty API key", key: ratelimit.KeyByAPIKey("X-API-Key"), prepare: header("X-API-Key", " "),
+			status: 401, title: "Missing Credentials", detail: "the request's X-API-Key header is empty", challenge: `ApiKey in="header", name="X-API-Key"`},
+		{name: "no user", key: ratelimit.KeyByContextValue(ctxUser{}), prepare: header("Authorization", "Bearer "+secret),
+			status: 401, title: "Missing Credentials", detail: "the request carries no user ID in its context", challenge: "Bearer"},
+		{name: "user of a wrong type", key: ratelimit.KeyByContextValue(ctxUser{}), prepare: userValue(map[string]int{secret: 1}),
+			status: 401, title: "Missing Credentials", detail: "the user ID in the request's context is a map[string]int, not a string, integer, fmt.Stringer or [16]byte", challenge: "Bearer"},
+		{name: "empty key", key: func(*http.Request) (string, error) { return "", nil }, prepare: header("X-API-Key", secret),
+			status: 401, title: "Missing Credentials", detail: "the key function returned an empty key", challenge: "Bearer"},
+		{name: "bare ErrMissingKey", key: func(*http.Request) (string, error) { return "", ratelimit.ErrMissingKey },
+			status: 401, title: "Missing Credentials", detail: "the request carries no credentials by which to limit it", challenge: "Bearer"},
+		{name: "bad X-Forwarded-For entry", key: ip, prepare: header("X-Forwarded-For", secret), debugQuotes: true,
+			status: 400, title: "Bad Request", detail: "the trusted proxy sent an X-Forwarded-For entry that is not an IP address"},
+		{name: "bare ErrBadRequest", key: func(*http.Request) (string, error) { return "", ratelimit.ErrBadRequest },
+			status: 400, title: "Bad Request", detail: "the request cannot be rate-limited as it is"},
+		{name: "cost function failed", prepare: header("X-Cost", secret), debugQuotes: true,
+			status: 400, title: "Bad Request", detail: "the cost function failed"},
+		{name: "negative cost", prepare: header("X-Cost", "-3"),
+			status: 400, title: "Bad Request", detail: "the request's cost, -3, is negative"},
+		{name: "cost above burst", prepare: header("X-Cost", "12"),
+			status: 400, title: "Request Cost Exceeds Capacity", detail: `the request's cost, 12, is above the burst of policy "api", 10`},
+		{name: "store down", store: failingStore{storeErr},
+			status: 503, title: "Temporary Reduced Capacity", detail: "the rate limit cannot be checked for now; retry after 1 s"},
+		{name: "key function error", key: func(*http.Request) (string, error) { return "", storeErr },
+			status: 500, title: "Internal Server Error", detail: "the rate limit could not be checked"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.key == nil {
+				tc.key = keyByHeader
+			}
+			if tc.store == nil {
+				tc.store = memoryStore(t)
+			}
+			lim, err := ratelimit.New(tc.store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(10)})
+			require.NoError(t, err)
+			var logs bytes.Buffer
+			m, err := ratelimit.NewMiddleware(lim, tc.key, &ratelimit.Options{Cost: costByHeader, Logger: lineLogger(&logs, slog.LevelDebug)})
+			require.NoError(t, err)
+			h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("the handler runs") }))
+			for i := range 2 {
+				r := httptest.NewRequest(http.MethodGet, "/geocode?q=paris", nil)
+				r.RemoteAddr = "192.0.2.1:1234"
+				r.Header.Set("X-Client", "c")
+				if tc.prepare != nil {
+					r = tc.prepare(r)
+				}
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				assert.Equal(t, tc.status, w.Code)
+				assert.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
+				var body struct{ Title, Detail string }
+				require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body), w.Body.String())
+				assert.Equal(t, tc.title, body.Title)
+				assert.Equal(t, tc.detail, body.Detail)
+				assert.Equal(t, tc.challenge, w.Header().Get("WWW-Authenticate"))
+				assert.NotContains(t, w.Body.String(), secret, "request %d: the body", i)
+				assert.NotContains(t, fmt.Sprint(w.Header()), secret, "request %d: the header fields", i)
+			}
+			lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+			if tc.status < 500 {
+				require.Len(t, lines, 2, logs.String())
+				assert.Contains(t, lines[0], "level=WARN", "the first refusal")
+				assert.Contains(t, lines[0], fmt.Sprintf("detail=%q", tc.detail))
+				assert.Contains(t, lines[0], "method=GET path=/geocode")
+				assert.NotContains(t, lines[0], secret, "the first line logs the detail, not the value")
+				assert.Contains(t, lines[1], "level=DEBUG", "the second")
+			}
+			if !tc.debugQuotes && tc.status != 503 && tc.status != 500 {
+				assert.NotContains(t, logs.String(), secret, "no line quotes the secret")
+			}
+		})
+	}
+}
+
+func header(name, value string) func(*http.Request) *http.Request {
+	return func(r *http.Request) *http.Request {
+		r.Header.Set(name, value)
+		return r
+	}
+}
+
+func userValue(v any) func(*http.Request) *http.Request {
+	return func(r *http.Request) *http.Request {
+		return r.WithContext(context.WithValue(r.Context(), ctxUser{}, v))
+	}
+}
+
+// The cost-above-burst body on the wire, with its escaped quotes; and a
+// detail with HTML characters is escaped as encoding/json escapes it.
+func TestProblemBodyBytes(t *testing.T) {
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(10)})
+	require.NoError(t, err)
+	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByContextValue(ctxUser{}), &ratelimit.Options{Cost: costByHeader, Logger: discardLogger()})
+	require.NoError(t, err)
+	h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+
+	r := userValue("alice")(httptest.NewRequest(http.MethodGet, "/", nil))
+	r.Header.Set("X-Cost", "12")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	assert.Equal(t, `{"type":"about:blank","title":"Request Cost Exceeds Capacity","status":400,"detail":"the request's cost, 12, is above the burst of policy \"api\", 10"}`+"\n", w.Body.String())
+	assert.Equal(t, strconv.Itoa(w.Body.Len()), w.Header().Get("Content-Length"))
+
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, userValue(make(chan<- int))(httptest.NewRequest(http.MethodGet, "/", nil)))
+	detail := "the user ID in the request's context is a chan<- int, not a string, integer, fmt.Stringer or [16]byte"
+	want, err := json.Marshal(detail)
+	require.NoError(t, err)
+	assert.Contains(t, w.Body.String(), `"detail":`+string(want)+"}\n", "escaped as encoding/json does")
+	assert.Contains(t, w.Body.String(), `chan\u003c- int`)
+}
+
+// A 401 carries the WWW-Authenticate challenge that RFC 9110 requires:
+// the key function's by default, Options.Challenge when set; other
+// answers carry none.
+func TestWWWAuthenticate(t *testing.T) {
+	get := func(key ratelimit.KeyFunc, opts *ratelimit.Options, prepare ...func(*http.Request) *http.Request) *httptest.ResponseRecorder {
+		t.Helper()
+		lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
+		require.NoError(t, err)
+		if opts == nil {
+			opts = new(ratelimit.Options)
+		}
+		opts.Logger = discardLogger()
+		m, err := ratelimit.NewMiddleware(lim, key, opts)
+		require.NoError(t, err)
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		for _, p := range prepare {
+			r = p(r)
+		}
+		w := httptest.NewRecorder()
+		nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, r)
+		return w
+	}
+	w := get(ratelimit.KeyByAPIKey("X-API-Key"), nil)
+	assert.Equal(t, 401, w.Code)
+	assert.Equal(t, []string{`ApiKey in="header", name="X-API-Key"`}, w.Header()["Www-Authenticate"])
+	assert.Equal(t, "Bearer", get(ratelimit.KeyByAPIKey("Authorization"), nil).Header().Get("WWW-Authenticate"))
+	assert.Equal(t, "Bearer", get(ratelimit.KeyByContextValue(ctxUser{}), nil).Header().Get("WWW-Authenticate"))
+
+	configured := &ratelimit.Options{Challenge: `Bearer realm="geocoding"`}
+	w = get(ratelimit.KeyByAPIKey("X-API-Key"), configured)
+	assert.Equal(t, 401, w.Code)
+	assert.Equal(t, `Bearer realm="geocoding"`, w.Header().Get("WWW-Authenticate"))
+
+	w = get(ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.Options{Challenge: "Bearer", Cost: costByHeader}, header("X-API-Key", "k"), header("X-Cost", "-1"))
+	assert.Equal(t, 400, w.Code)
+	assert.Empty(t, w.Header().Values("WWW-Authenticate"), "only a 401 challenges")
+
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
+	require.NoError(t, err)
+	for _, bad := range []string{"Bearer\r\nSet-Cookie: a=b", " Bearer", "Bearer\x00"} {
+		_, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{Challenge: bad})
+		assert.ErrorContains(t, err, "Options.Challenge", "%q", bad)
+	}
+}
+
+// The first refusal of each kind is logged at the warning level, once per
+// Middleware, whatever its OnError; the others only at the debug level.
+func TestFirstRefusalLoggedOnce(t *testing.T) {
+	for _, custom := range []bool{false, true} {
+		var logs bytes.Buffer
+		opts := &ratelimit.Options{Cost: costByHeader, Logger: lineLogger(&logs, slog.LevelInfo)}
+		if custom {
+			opts.OnError = func(w http.ResponseWriter, _ *http.Request, _ error) { w.WriteHeader(http.StatusTeapot) }
+		}
+		lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(10)})
+		require.NoError(t, err)
+		m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), opts)
+		require.NoError(t, err)
+		h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		serve := func(n int, prepare ...func(*http.Request) *http.Request) {
+			for range n {
+				r := httptest.NewRequest(http.MethodPost, "/v1/geocode", nil)
+				for _, p := range prepare {
+					r = p(r)
+				}
+				h.ServeHTTP(httptest.NewRecorder(), r)
+			}
+		}
+		serve(100)
+		assert.Equal(t, 1, strings.Count(logs.String(), "refusal=missing-key"), "custom OnError %v: %s", custom, logs.String())
+		assert.Equal(t, 1, strings.Count(logs.String(), "level=WARN"), logs.String())
+		assert.Contains(t, logs.String(), `detail="the request carries no X-API-Key header" method=POST path=/v1/geocode`)
+		serve(100, header("X-API-Key", "k"), header("X-Cost", "lots"))
+		serve(100, header("X-API-Key", "k"), header("X-Cost", "-1"))
+		serve(100, header("X-API-Key", "k"), header("X-Cost", "11"))
+		assert.Equal(t, 1, strings.Count(logs.String(), "refusal=cost "), "the cost function and a negative cost are one kind: %s", logs.String())
+		assert.Equal(t, 1, strings.Count(logs.String(), "refusal=cost-above-burst"), logs.String())
+		assert.Equal(t, 3, strings.Count(logs.String(), "\n"), "one line per kind over 400 refusals: %s", logs.String())
+	}
+
+	// Each Middleware logs its own first refusals; at the debug level,
+	// one warning and 99 debug lines.
+	var logs bytes.Buffer
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
+	require.NoError(t, err)
+	for range 2 {
+		m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.Options{Logger: lineLogger(&logs, slog.LevelDebug)})
+		require.NoError(t, err)
+		h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		for range 100 {
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+		}
+	}
+	assert.Equal(t, 2, strings.Count(logs.String(), "level=WARN"), logs.String())
+	assert.Equal(t, 198, strings.Count(logs.String(), "level=DEBUG"))
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -26,8 +27,19 @@ type Options struct {
 	// IETF quota-exceeded type that names the violated policies.
 	OnDeny func(w http.ResponseWriter, r *http.Request, res Result)
 	// OnError answers a request that could not be decided. Default:
-	// DefaultErrorHandler, logging to Logger.
+	// DefaultErrorHandler, logging to Logger. Whatever OnError is, the
+	// first refusal of each kind (a missing key, an unusable client
+	// address, a bad cost, ...) is logged to Logger at the warning level,
+	// so that a misconfigured key function cannot refuse every request
+	// unseen.
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
+	// Challenge is the WWW-Authenticate field of the default error
+	// handler's 401 answers, which RFC 9110 requires, such as
+	// `Bearer realm="api"`. Default: the challenge of the key function that
+	// found no identity: `ApiKey in="header", name="X-API-Key"` for
+	// KeyByAPIKey("X-API-Key") (Bearer for the Authorization header), and
+	// Bearer for KeyByContextValue and any other key function.
+	Challenge string
 	// RetryJitter adds a random wait in [0, RetryJitter) to what refused
 	// clients are told (Retry-After and the reset), so that clients refused
 	// together do not all come back at once. Default: none.
@@ -81,8 +93,10 @@ type Options struct {
 // config is the validated form of Options.
 type config struct {
 	Options
-	inflight *inflight
-	quiet    quiet
+	inflight   *inflight
+	quiet      quiet
+	errors     errorAnswers // the default error handler, and the first refusals
+	ownOnError bool         // OnError is the caller's
 }
 
 func newConfig(o *Options) (config, error) {
@@ -96,9 +110,11 @@ func newConfig(o *Options) (config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.errors = errorAnswers{log: c.Logger, challenge: c.Challenge, storeLines: &logSpacing{every: storeLinesEvery}, refusals: new(refusals)}
 	if c.OnError == nil {
-		log, lines := c.Logger, &logSpacing{every: storeLinesEvery}
-		c.OnError = func(w http.ResponseWriter, r *http.Request, err error) { answerError(log, lines, w, r, err) }
+		c.OnError = c.errors.answer
+	} else {
+		c.ownOnError = true
 	}
 	switch {
 	case c.Headers > HeadersNone:
@@ -109,6 +125,8 @@ func newConfig(o *Options) (config, error) {
 		return c, fmt.Errorf("ratelimit: Options.MaxInFlight %d, MaxInFlightTotal %d: want limits ≥ 0", c.MaxInFlight, c.MaxInFlightTotal)
 	case c.Slots != nil && c.SlotLease <= 0:
 		return c, fmt.Errorf("ratelimit: Options.SlotLease %v: want a positive lease with Slots", c.SlotLease)
+	case !validFieldValue(c.Challenge):
+		return c, fmt.Errorf("ratelimit: Options.Challenge %q: want a header field value, without control characters", c.Challenge)
 	case c.Slots != nil && c.MaxInFlight == 0 && c.MaxInFlightTotal == 0:
 		return c, fmt.Errorf("ratelimit: Options.Slots without MaxInFlight or MaxInFlightTotal")
 	}
@@ -120,4 +138,15 @@ func newConfig(o *Options) (config, error) {
 		c.inflight = newInflight(c.MaxInFlight, c.MaxInFlightTotal)
 	}
 	return c, nil
+}
+
+// validFieldValue reports whether s may be an HTTP field value: visible
+// characters, spaces and tabs, with none at either end.
+func validFieldValue(s string) bool {
+	for _, c := range []byte(s) {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return s == strings.TrimSpace(s)
 }

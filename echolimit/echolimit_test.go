@@ -235,7 +235,7 @@ func TestKeyByValue(t *testing.T) {
 	core := ratelimit.KeyByContextValue(ctxKey{})
 	long := string(make([]byte, 200))
 	e := echo.New()
-	for _, v := range []any{"alice", userID(42), long} {
+	for _, v := range []any{"alice", userID(42), long, 42, uint64(42), [16]byte{15: 1}} {
 		c := e.NewContext(httptest.NewRequest(http.MethodGet, "/", nil), httptest.NewRecorder())
 		c.Set("user", v)
 		got, err := byUser(c)
@@ -244,7 +244,7 @@ func TestKeyByValue(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, got)
 	}
-	for _, v := range []any{nil, "", 42} {
+	for _, v := range []any{nil, "", 4.2, map[string]int{}} {
 		c := e.NewContext(httptest.NewRequest(http.MethodGet, "/", nil), httptest.NewRecorder())
 		if v != nil {
 			c.Set("user", v)

@@ -150,7 +150,7 @@ func TestKeyByValue(t *testing.T) {
 	byUser := ginlimit.KeyByValue("user")
 	core := ratelimit.KeyByContextValue("user")
 	long := string(make([]byte, 200))
-	for _, v := range []any{"alice", userID(42), long} {
+	for _, v := range []any{"alice", userID(42), long, 42, uint64(42), [16]byte{15: 1}} {
 		c, _ := gin.CreateTestContext(httptest.NewRecorder())
 		c.Set("user", v)
 		got, err := byUser(c)
@@ -160,7 +160,7 @@ func TestKeyByValue(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, got)
 	}
-	for _, v := range []any{nil, "", 42} {
+	for _, v := range []any{nil, "", 4.2, map[string]int{}} {
 		c, _ := gin.CreateTestContext(httptest.NewRecorder())
 		if v != nil {
 			c.Set("user", v)

@@ -46,9 +46,10 @@ func KeyByClientIP(opts *ratelimit.IPOptions) (KeyFunc, error) {
 // KeyByValue returns a KeyFunc that keys requests by the value stored in
 // the Gin context under name (c.Set(name, v)), typically the ID of the user
 // that the authentication handler found. The value is read and keyed exactly
-// as [ratelimit.KeyByContextValue] does: a non-empty string or
-// [fmt.Stringer], keyed "user:ID" (long IDs hashed); anything else, or no
-// value, gives ratelimit.ErrMissingKey (401).
+// as [ratelimit.KeyByContextValue] does: a non-empty string, an
+// integer, a [fmt.Stringer] or a [16]byte (UUID), keyed "user:ID" (42 and
+// "42" are one user; long IDs hashed); anything else, or no value, gives
+// ratelimit.ErrMissingKey (401, with a problem detail naming the type).
 func KeyByValue(name string) KeyFunc {
 	return func(c *gin.Context) (string, error) {
 		v, _ := c.Get(name)

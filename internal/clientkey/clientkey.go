@@ -23,6 +23,44 @@ var (
 	ErrNoClientIP = fmt.Errorf("%w: no valid client IP", ErrBadRequest)
 )
 
+// Error is a refusal of a request that explains itself safely. Its text,
+// for logs, names the cause and the value at fault; Detail, for the
+// client, is one sentence that quotes no header value, no key and no
+// secret, only header names, type names, numbers and policy names.
+type Error struct {
+	Err       error  // the full error, wrapping ErrMissingKey or ErrBadRequest
+	Kind      Kind   // the kind of refusal
+	Detail    string // what was wrong, safe to show the client
+	Challenge string // for a missing key: the WWW-Authenticate challenge; "" for the default
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Kind names a kind of refusal, so that the first of each kind is logged
+// where a developer sees it.
+type Kind uint8
+
+// The kinds of refusal.
+const (
+	KindMissingKey     Kind = iota // no identity in the request
+	KindEmptyKey                   // a key function returned an empty key
+	KindClientIP                   // no usable client address
+	KindCost                       // the cost function failed, or the cost is negative
+	KindCostAboveBurst             // a cost above a policy's burst
+	KindBadRequest                 // another ErrBadRequest
+	NumKinds
+)
+
+var kindNames = [NumKinds]string{"missing-key", "empty-key", "client-ip", "cost", "cost-above-burst", "bad-request"}
+
+func (k Kind) String() string {
+	if k < NumKinds {
+		return kindNames[k]
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
 // hashedLen is the length of Hash's digest: 16 bytes of SHA-256 in
 // unpadded base64url.
 var hashedLen = base64.RawURLEncoding.EncodedLen(16)
@@ -48,24 +86,89 @@ func Hash(prefix, v string) string {
 // MaxUserIDLen is the longest user ID that User keeps as is.
 const MaxUserIDLen = 128
 
-// User returns the key of the user ID v: "user:ID" for a non-empty string
-// or [fmt.Stringer], "user#:" and the Hash of the ID when it is longer than
-// MaxUserIDLen, and ErrMissingKey for anything else.
+// The refusals of User that quote no value.
+var (
+	errNoUser = &Error{
+		Err:       fmt.Errorf("%w: no user ID in the request's context", ErrMissingKey),
+		Kind:      KindMissingKey,
+		Detail:    "the request carries no user ID in its context",
+		Challenge: "Bearer",
+	}
+	errEmptyUser = &Error{
+		Err:       fmt.Errorf("%w: the user ID in the request's context is empty", ErrMissingKey),
+		Kind:      KindMissingKey,
+		Detail:    "the user ID in the request's context is empty",
+		Challenge: "Bearer",
+	}
+)
+
+// User returns the key of the user ID v, "user:" and the ID, for the types
+// of ID that authentication libraries store: a string; an integer of any
+// size, in decimal (so 42 and "42" are one ID, "user:42"); a [fmt.Stringer];
+// or a [16]byte, such as a UUID, in the canonical 8-4-4-4-12 lowercase hex
+// form. An ID longer than MaxUserIDLen is hashed: "user#:" and its Hash. No
+// value, an empty ID or another type gives an *Error wrapping ErrMissingKey
+// whose Detail names the type, never the value.
 func User(v any) (string, error) {
 	var id string
 	switch v := v.(type) {
+	case nil:
+		return "", errNoUser
 	case string:
 		id = v
-	case fmt.Stringer:
+	case int:
+		id = strconv.FormatInt(int64(v), 10)
+	case int8:
+		id = strconv.FormatInt(int64(v), 10)
+	case int16:
+		id = strconv.FormatInt(int64(v), 10)
+	case int32:
+		id = strconv.FormatInt(int64(v), 10)
+	case int64:
+		id = strconv.FormatInt(v, 10)
+	case uint:
+		id = strconv.FormatUint(uint64(v), 10)
+	case uint8:
+		id = strconv.FormatUint(uint64(v), 10)
+	case uint16:
+		id = strconv.FormatUint(uint64(v), 10)
+	case uint32:
+		id = strconv.FormatUint(uint64(v), 10)
+	case uint64:
+		id = strconv.FormatUint(v, 10)
+	case uintptr:
+		id = strconv.FormatUint(uint64(v), 10)
+	case fmt.Stringer: // before [16]byte: a UUID type's String is its canonical form
 		id = v.String()
+	case [16]byte:
+		id = uuid(v)
+	default:
+		detail := fmt.Sprintf("the user ID in the request's context is a %T, not a string, integer, fmt.Stringer or [16]byte", v)
+		return "", &Error{Err: fmt.Errorf("%w: %s", ErrMissingKey, detail), Kind: KindMissingKey, Detail: detail, Challenge: "Bearer"}
 	}
 	switch {
 	case id == "":
-		return "", ErrMissingKey
+		return "", errEmptyUser
 	case len(id) > MaxUserIDLen:
 		return Hash("user#:", id), nil
 	}
 	return "user:" + id, nil
+}
+
+// uuid formats b as 8-4-4-4-12 lowercase hex digits.
+func uuid(b [16]byte) string {
+	const hex = "0123456789abcdef"
+	var buf [36]byte
+	j := 0
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			buf[j] = '-'
+			j++
+		}
+		buf[j], buf[j+1] = hex[c>>4], hex[c&0xf]
+		j += 2
+	}
+	return string(buf[:])
 }
 
 // IPv6Bits checks the IPv6Prefix field of ratelimit.IPOptions and returns
@@ -97,11 +200,15 @@ func Addr(a netip.Addr, bits int) string {
 
 // IP returns the key of the address s, with or without a port (see
 // ParseAddr), grouped by bits as by Addr. An address that cannot be parsed
-// gives an error wrapping ErrNoClientIP.
+// gives an *Error wrapping ErrNoClientIP.
 func IP(s string, bits int) (string, error) {
 	a, ok := ParseAddr(s)
 	if !ok {
-		return "", fmt.Errorf("%w: %q", ErrNoClientIP, Clip(s))
+		return "", &Error{
+			Err:    fmt.Errorf("%w: %q", ErrNoClientIP, Clip(s)),
+			Kind:   KindClientIP,
+			Detail: "the request's client address is not an IP address",
+		}
 	}
 	return Addr(a, bits), nil
 }

@@ -42,12 +42,66 @@ func TestIPv6Bits(t *testing.T) {
 	}
 }
 
+type stringer string
+
+func (s stringer) String() string { return string(s) }
+
+// User takes the types of ID that authentication libraries store, and one
+// ID is one key whatever its type.
 func TestUser(t *testing.T) {
-	k, err := clientkey.User("u-42")
-	require.NoError(t, err)
-	assert.Equal(t, "user:u-42", k)
-	for _, v := range []any{nil, "", 42} {
-		_, err := clientkey.User(v)
-		assert.ErrorIs(t, err, clientkey.ErrMissingKey, "%v", v)
+	uuid := [16]byte{0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x12, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x14, 0x17, 0x40, 0x00}
+	for _, tc := range []struct {
+		v    any
+		want string
+	}{
+		{"u-42", "user:u-42"},
+		{"42", "user:42"},
+		{42, "user:42"},
+		{int8(-42), "user:-42"},
+		{int16(42), "user:42"},
+		{int32(42), "user:42"},
+		{int64(42), "user:42"},
+		{uint(42), "user:42"},
+		{uint8(42), "user:42"},
+		{uint16(42), "user:42"},
+		{uint32(42), "user:42"},
+		{uint64(18446744073709551615), "user:18446744073709551615"},
+		{uintptr(42), "user:42"},
+		{stringer("42"), "user:42"},
+		{uuid, "user:123e4567-e89b-12d3-a456-426614174000"},
+	} {
+		got, err := clientkey.User(tc.v)
+		require.NoError(t, err, "User(%T %v)", tc.v, tc.v)
+		assert.Equal(t, tc.want, got, "User(%T %v)", tc.v, tc.v)
 	}
+	for _, tc := range []struct {
+		v      any
+		detail string
+	}{
+		{nil, "the request carries no user ID in its context"},
+		{"", "the user ID in the request's context is empty"},
+		{stringer(""), "the user ID in the request's context is empty"},
+		{map[string]int{"sk_secret": 1}, "the user ID in the request's context is a map[string]int, not a string, integer, fmt.Stringer or [16]byte"},
+		{4.2, "the user ID in the request's context is a float64, not a string, integer, fmt.Stringer or [16]byte"},
+		{[]byte("alice"), "the user ID in the request's context is a []uint8, not a string, integer, fmt.Stringer or [16]byte"},
+	} {
+		_, err := clientkey.User(tc.v)
+		require.ErrorIs(t, err, clientkey.ErrMissingKey, "User(%T)", tc.v)
+		var ce *clientkey.Error
+		require.ErrorAs(t, err, &ce, "User(%T)", tc.v)
+		assert.Equal(t, tc.detail, ce.Detail, "User(%T)", tc.v)
+		assert.Equal(t, clientkey.KindMissingKey, ce.Kind, "User(%T)", tc.v)
+		assert.Equal(t, "Bearer", ce.Challenge, "User(%T)", tc.v)
+		assert.NotContains(t, err.Error(), "sk_secret", "never the value")
+	}
+}
+
+// IP's refusal explains itself without the address it could not parse.
+func TestIPDetail(t *testing.T) {
+	_, err := clientkey.IP("sk_secret", 0)
+	var ce *clientkey.Error
+	require.ErrorAs(t, err, &ce)
+	assert.ErrorIs(t, err, clientkey.ErrBadRequest)
+	assert.Equal(t, "the request's client address is not an IP address", ce.Detail)
+	assert.Equal(t, clientkey.KindClientIP, ce.Kind)
 }
