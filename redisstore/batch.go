@@ -34,6 +34,7 @@ const maxBatch = 256
 //
 // The zero value is ready to use.
 type batcher struct {
+	dials *dialWatch // set by New, before any call
 	mu    sync.Mutex
 	busy  bool    // a round trip is in flight
 	queue []*call // calls waiting for it to end
@@ -85,7 +86,7 @@ func (b *batcher) next(p processor) {
 // queue is empty.
 func (b *batcher) flush(p processor, batch []*call) {
 	for {
-		exec(p, batch)
+		exec(p, b.dials, batch)
 		clear(batch)
 		b.mu.Lock()
 		if len(b.queue) == 0 {
@@ -117,7 +118,7 @@ func (b *batcher) take(spare []*call) []*call {
 // callers. A call whose caller has given up is not sent. Script calls that
 // meet NOSCRIPT (a Redis restarted, or SCRIPT FLUSH) are sent again as
 // EVAL, which loads the script, in a second round trip.
-func exec(p processor, batch []*call) {
+func exec(p processor, dials *dialWatch, batch []*call) {
 	live := batch[:0]
 	var deadline time.Time
 	for _, c := range batch {
@@ -139,6 +140,8 @@ func exec(p processor, batch []*call) {
 	// caller's values (for tracing hooks, say).
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(live[0].ctx), deadline)
 	defer cancel()
+	ctx, done := dials.watch(ctx)
+	defer done()
 	groups := split(p, live)
 	cmds := make([]*redis.Cmd, len(groups))
 	for i, g := range groups {
@@ -164,6 +167,9 @@ func exec(p processor, batch []*call) {
 		}
 	}
 	for i, g := range groups {
+		if err := cmds[i].Err(); err != nil {
+			cmds[i].SetErr(cause(ctx, err))
+		}
 		settle(cmds[i], g...)
 		for _, c := range g {
 			close(c.done)

@@ -23,6 +23,21 @@
 // [github.com/tokenfair/ratelimit/failover.Store] to choose what
 // happens while Redis is unavailable.
 //
+// A Redis that cannot be reached at all fails a call at once, with the
+// cause: the error of a call through a *redis.Client (standalone, or a
+// failover client) whose connection is refused, or whose host name does not
+// resolve, is the dial's error (it wraps syscall.ECONNREFUSED, or a
+// *net.DNSError), within milliseconds. go-redis dials on a goroutine of its
+// own and retries a failed dial (Options.DialerRetries, 5 times, 100 ms
+// apart), and the command waiting for the connection would learn nothing
+// until its deadline, then report only "context deadline exceeded"; so New
+// adds a hook to a *redis.Client that sees every dial, and a failed dial
+// ends the store's calls in flight with its error. A wrong password is
+// Redis's own error (WRONGPASS), at once, on any client. On a
+// *redis.ClusterClient or a *redis.Ring, which dial many servers, New adds
+// no hook, and a refused node may cost a call its deadline: DialerRetries: 1
+// and MaxRetries: -1 in the client's options shorten that.
+//
 // Keys are PREFIX + POLICY + ":" + KEY, with the prefix "ratelimit:" by
 // default. Policy names never contain ":", so no two policies' keys collide.
 // A KEY longer than 128 bytes is replaced by "#" and its SHA-256 (after its
@@ -71,6 +86,7 @@ type Store struct {
 	now      func() time.Time // nil: the Redis server's clock
 	batching bool
 	batch    batcher
+	dials    *dialWatch // on a *redis.Client: fails calls at once when a dial fails
 }
 
 // processor is what every go-redis client (Client, ClusterClient, Ring,
@@ -127,7 +143,9 @@ type Options struct {
 // *redis.Client (standalone, or a failover client for Sentinel), a
 // *redis.ClusterClient, a *redis.Ring, or any redis.Scripter, configured by
 // opts (nil for the defaults). It returns an error naming the field at
-// fault. New does no I/O.
+// fault. New does no I/O; to a *redis.Client it adds a hook (see the
+// package documentation) that passes every dial and command through
+// unchanged.
 func New(client redis.Scripter, opts *Options) (*Store, error) {
 	var o Options
 	if opts != nil {
@@ -149,6 +167,8 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 	}
 	s := &Store{client: client, prefix: o.Prefix, timeout: o.Timeout, now: o.Clock, batching: o.Batching}
 	s.proc, _ = client.(processor)
+	s.dials = watchDials(client)
+	s.batch.dials = s.dials
 	return s, nil
 }
 
@@ -247,6 +267,8 @@ var (
 func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	ctx, done := s.dials.watch(ctx)
+	defer done()
 	// EVALSHA sha numkeys key… m now-s now-n (kind inc-s inc-n bound-s bound-n)…
 	n := len(reqs)
 	c := &call{ctx: ctx, n: n, args: make([]any, 3+n, 6+6*n)}
@@ -271,7 +293,7 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, results []rat
 	}
 	reply, err := s.decide(c)
 	if err != nil {
-		return fmt.Errorf("redisstore: %w", err)
+		return fmt.Errorf("redisstore: %w", cause(ctx, err))
 	}
 	if len(reply) != 3*n {
 		return fmt.Errorf("redisstore: malformed reply %v", reply)
@@ -412,6 +434,8 @@ func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err,
 func (s *Store) Acquire(ctx context.Context, key string, limit int64, lease time.Duration) (string, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	ctx, done := s.dials.watch(ctx)
+	defer done()
 	var b [16]byte
 	rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
@@ -422,7 +446,7 @@ func (s *Store) Acquire(ctx context.Context, key string, limit int64, lease time
 	ms := max(lease.Milliseconds(), 1)
 	n, err := slotsScript.Run(ctx, s.client, []string{s.slotsKey(key)}, limit, ms, token, now).Int64()
 	if err != nil {
-		return "", false, fmt.Errorf("redisstore: %w", err)
+		return "", false, fmt.Errorf("redisstore: %w", cause(ctx, err))
 	}
 	return token, n == 1, nil
 }
@@ -431,8 +455,10 @@ func (s *Store) Acquire(ctx context.Context, key string, limit int64, lease time
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	ctx, done := s.dials.watch(ctx)
+	defer done()
 	if err := releaseScript.Run(ctx, s.client, []string{s.slotsKey(key)}, token).Err(); err != nil {
-		return fmt.Errorf("redisstore: %w", err)
+		return fmt.Errorf("redisstore: %w", cause(ctx, err))
 	}
 	return nil
 }

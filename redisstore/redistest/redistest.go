@@ -6,6 +6,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os/exec"
@@ -68,7 +69,8 @@ func (s *Server) start() {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := c.Ping(ctx).Err()
 		cancel()
-		if err == nil {
+		var reply redis.Error // such as NOAUTH: the server is up
+		if err == nil || errors.As(err, &reply) {
 			return
 		}
 		if time.Now().After(deadline) {
