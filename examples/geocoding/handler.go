@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -136,19 +138,10 @@ func newStore(cfg config, m *metrics.Metrics) (ratelimit.Store, func(), error) {
 	if cfg.store == "memory" {
 		return local, func() {}, nil
 	}
-	opts, err := redis.ParseURL(cfg.redisURL)
+	opts, err := redisOptions(cfg.redisURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("-redis-url: %w", err)
+		return nil, nil, err
 	}
-	// Deadlines must cut socket reads short, and a dead Redis must cost
-	// little: a paused server costs one call's deadline, then the failover
-	// stops asking it until a probe succeeds.
-	opts.ContextTimeoutEnabled = true
-	opts.DialTimeout = 250 * time.Millisecond
-	opts.ReadTimeout = 250 * time.Millisecond
-	opts.WriteTimeout = 250 * time.Millisecond
-	opts.PoolTimeout = 250 * time.Millisecond
-	opts.MaxRetries = -1
 	client := redis.NewClient(opts)
 	cleanup := func() {
 		client.Close()
@@ -167,6 +160,63 @@ func newStore(cfg config, m *metrics.Metrics) (ratelimit.Store, func(), error) {
 		return nil, nil, err
 	}
 	return store, cleanup, nil
+}
+
+// redisOptions returns the client options of -redis-url. Deadlines must
+// cut socket reads short, and a dead Redis must cost little: a paused
+// server costs one call's deadline, a refused connection fails at once
+// (one dial, no retries), then the failover stops asking it until a probe
+// succeeds.
+func redisOptions(url string) (*redis.Options, error) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("-redis-url: %w", err)
+	}
+	opts.ContextTimeoutEnabled = true
+	opts.DialTimeout = 250 * time.Millisecond
+	opts.DialerRetries = 1
+	opts.ReadTimeout = 250 * time.Millisecond
+	opts.WriteTimeout = 250 * time.Millisecond
+	opts.PoolTimeout = 250 * time.Millisecond
+	opts.MaxRetries = -1
+	return opts, nil
+}
+
+// pingTimeout bounds the start-up check of Redis.
+const pingTimeout = time.Second
+
+// storeAttrs returns the log attributes that name the store of cfg: the
+// kind and, for Redis, its address, never its password.
+func storeAttrs(cfg config) []any {
+	if cfg.store != "redis" {
+		return []any{"store", cfg.store}
+	}
+	opts, err := redis.ParseURL(cfg.redisURL)
+	if err != nil { // newHandler has reported it
+		return []any{"store", cfg.store}
+	}
+	return []any{"store", cfg.store, "redis", opts.Addr, "db", opts.DB}
+}
+
+// pingRedis checks once, with -store redis, that Redis answers, and logs
+// where it is and why not if it does not. The server starts either way:
+// while Redis is unavailable, -on-store-error decides.
+func pingRedis(ctx context.Context, cfg config, logger *slog.Logger) {
+	if cfg.store != "redis" {
+		return
+	}
+	opts, err := redisOptions(cfg.redisURL)
+	if err != nil { // newHandler has reported it
+		return
+	}
+	client := redis.NewClient(opts)
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := client.Ping(ctx).Err(); err != nil {
+		logger.Warn("geocoding: Redis is unreachable; serving with -on-store-error "+cfg.onStoreError.String()+" until it answers",
+			"redis", opts.Addr, "db", opts.DB, "err", err)
+	}
 }
 
 // geocodeResult is the body of a successful GET /geocode.

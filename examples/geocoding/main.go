@@ -84,8 +84,11 @@
 // echolimit (whose refusals take Echo's error path to its default error
 // handler), and the same handlers write the 400, 404 and 405 answers.
 //
-// The server logs to standard error and shuts down gracefully, within five
-// seconds, on SIGINT or SIGTERM.
+// The server logs to standard error, naming its store (memory, or redis and
+// the address, never the password) on its start-up line, and shuts down
+// gracefully, within five seconds, on SIGINT or SIGTERM. With -store redis
+// it pings Redis once at start-up; if Redis does not answer, it logs the
+// address and the cause and serves anyway, as -on-store-error says.
 package main
 
 import (
@@ -156,6 +159,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer cleanup()
 
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	pingRedis(ctx, cfg, logger)
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		logger.Error("geocoding: cannot listen", "addr", cfg.addr, "err", err)
@@ -171,8 +175,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	logger.Info("geocoding: listening on http://"+ln.Addr().String(),
-		"key", cfg.key, "rate", cfg.rate, "burst", cfg.burst, "headers", cfg.headers)
+	logger.Info("geocoding: listening on http://"+ln.Addr().String(), append(storeAttrs(cfg),
+		"key", cfg.key, "rate", cfg.rate, "burst", cfg.burst, "headers", cfg.headers)...)
 
 	select {
 	case err := <-served:

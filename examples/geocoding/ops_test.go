@@ -63,6 +63,13 @@ func TestMetricsEndToEnd(t *testing.T) {
 // and returns its base URL.
 func startServer(t *testing.T, args ...string) string {
 	t.Helper()
+	base, _ := startServerLog(t, args...)
+	return base
+}
+
+// startServerLog is startServer that also returns the server's log.
+func startServerLog(t *testing.T, args ...string) (string, *syncBuffer) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stderr := &syncBuffer{}
 	done := make(chan int, 1)
@@ -78,12 +85,12 @@ func startServer(t *testing.T, args ...string) string {
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		if _, rest, ok := strings.Cut(stderr.String(), "listening on "); ok {
-			return strings.TrimSuffix(strings.Fields(rest)[0], `"`)
+			return strings.TrimSuffix(strings.Fields(rest)[0], `"`), stderr
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatalf("the server did not start: %s", stderr.String())
-	return ""
+	return "", nil
 }
 
 func TestSkipPath(t *testing.T) {

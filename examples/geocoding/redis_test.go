@@ -1,11 +1,14 @@
 package main
 
 import (
+	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit/redisstore/redistest"
 )
@@ -49,4 +52,62 @@ func TestRedisFailureModes(t *testing.T) {
 	assert.Equal(t, "1", w.Header().Get("Retry-After"))
 	assert.Equal(t, "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity", decode(t, w)["type"])
 	assert.Equal(t, append(repeat(200, 5), 429), statuses(local, req, 6), "local: half of the burst of 10 on each of 2 instances")
+}
+
+// listeningLine returns the line of log that says the server listens.
+func listeningLine(t *testing.T, log string) string {
+	t.Helper()
+	for line := range strings.Lines(log) {
+		if strings.Contains(line, "geocoding: listening on ") {
+			return line
+		}
+	}
+	t.Fatalf("no listening line in the log:\n%s", log)
+	return ""
+}
+
+// TestStartupLogNamesStore: the start-up line says which store the server
+// uses, and where Redis is, without its password; a Redis that answers
+// draws no warning.
+func TestStartupLogNamesStore(t *testing.T) {
+	_, log := startServerLog(t)
+	assert.Contains(t, listeningLine(t, log.String()), " store=memory ")
+
+	srv := redistest.Start(t, "--requirepass", "s3cret")
+	_, log = startServerLog(t, "-store", "redis", "-redis-url", "redis://:s3cret@"+srv.Addr+"/2")
+	line := listeningLine(t, log.String())
+	assert.Contains(t, line, " store=redis redis="+srv.Addr+" db=2 ")
+	assert.NotContains(t, log.String(), "s3cret")
+	assert.NotContains(t, log.String(), "unreachable")
+}
+
+// TestStartupRedisUnreachable: with nothing listening on Redis's port, the
+// server says so at start-up, with the address (not the password) and the
+// cause, then serves as -on-store-error says: closed answers 503 at once.
+func TestStartupRedisUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+
+	base, log := startServerLog(t, "-store", "redis", "-redis-url", "redis://:s3cret@"+addr+"/0", "-on-store-error", "closed")
+	assert.Contains(t, log.String(), `level=WARN msg="geocoding: Redis is unreachable; serving with -on-store-error closed until it answers" redis=`+addr+" db=0 ")
+	assert.Contains(t, log.String(), "connect: connection refused")
+	assert.NotContains(t, log.String(), "s3cret")
+	assert.Contains(t, listeningLine(t, log.String()), " store=redis redis="+addr+" ")
+
+	client := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
+	defer client.CloseIdleConnections()
+	req, err := http.NewRequest(http.MethodGet, base+"/geocode?q=paris", nil)
+	require.NoError(t, err)
+	req.Header.Set(apiKeyHeader, "alice")
+	start := time.Now()
+	resp, err := client.Do(req)
+	elapsed := time.Since(start)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	// The store's deadline is 100 ms; a refused connection fails before.
+	assert.Less(t, elapsed, 80*time.Millisecond, "the first 503 took %v", elapsed)
+	t.Logf("time to the first 503: %v", elapsed)
 }
