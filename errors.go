@@ -29,8 +29,8 @@ var (
 	// turn in a LeakyShape queue (the client left). DefaultErrorHandler
 	// answers 503 and does not log it.
 	ErrWaitAbandoned = errors.New("ratelimit: request left the queue before its turn")
-	// ErrPanic wraps the value of a panic in a key, cost or LimiterFor
-	// function. DefaultErrorHandler answers 500.
+	// ErrPanic wraps the value of a panic in a key, cost, Skip or
+	// LimiterFor function. DefaultErrorHandler answers 500.
 	ErrPanic = errors.New("ratelimit: panic while deciding")
 )
 

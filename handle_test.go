@@ -321,3 +321,58 @@ func rateLimitLines(lines []string) []string {
 
 // discardLogger is a logger that writes nothing.
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// handBuiltStore answers every request as allowed with a Result it builds
+// itself, without the Policy, as a decorating store might.
+type handBuiltStore struct{}
+
+func (handBuiltStore) Take(context.Context, *ratelimit.Policy, string, int64) (ratelimit.Result, error) {
+	return ratelimit.Result{Allowed: true, Remaining: 4}, nil
+}
+
+// A store that leaves Result.Policy nil gets the policy it was asked about
+// filled in: the middleware answers with its header fields, never panics.
+func TestStoreResultWithoutPolicy(t *testing.T) {
+	lim, err := ratelimit.New(handBuiltStore{}, ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5)})
+	require.NoError(t, err)
+	res, err := lim.Take(context.Background(), "k", 1)
+	require.NoError(t, err)
+	require.NotNil(t, res.Policy)
+	assert.Equal(t, "api", res.Policy.Name)
+
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, nil)
+	require.NoError(t, err)
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("X-Client", "c")
+	m.Handle(w, r, func() int { return http.StatusOK })
+	assert.Equal(t, []string{`"api";r=4`}, w.Header()["RateLimit"])
+
+	two, err := ratelimit.New(handBuiltStore{}, ratelimit.Policy{Name: "a", Limit: ratelimit.PerSecond(5)}, ratelimit.Policy{Name: "b", Limit: ratelimit.PerDay(5)})
+	require.NoError(t, err)
+	res, err = two.Take(context.Background(), "k", 1)
+	require.NoError(t, err)
+	for i, r := range res.Results() {
+		assert.Same(t, &two.Policies()[i], r.Policy, "the Result of policy %d", i)
+	}
+}
+
+// A panic in Options.Skip is answered like one in the key function: 500,
+// through the error handler with ErrPanic, and the handler never runs.
+func TestSkipPanics(t *testing.T) {
+	lim, err := ratelimit.New(handBuiltStore{}, ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
+	require.NoError(t, err)
+	var got error
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{
+		Skip:    func(*http.Request) bool { panic("boom") },
+		OnError: func(w http.ResponseWriter, r *http.Request, err error) { got = err; w.WriteHeader(500) },
+	})
+	require.NoError(t, err)
+	w := httptest.NewRecorder()
+	ran := false
+	m.Handle(w, httptest.NewRequest("GET", "/", nil), func() int { ran = true; return 200 })
+	assert.False(t, ran)
+	assert.Equal(t, 500, w.Code)
+	assert.ErrorIs(t, got, ratelimit.ErrPanic)
+	assert.ErrorContains(t, got, "boom")
+}

@@ -153,21 +153,21 @@ func intField(n int64) []string {
 // counts r and waits t (0: no t), made the first time each is sent.
 type quotaCache [32][5]atomic.Pointer[[]string]
 
-// quotaField returns the RateLimit value `"name";r=R;t=T` of p, without t
-// when hasT is false.
-func (p *Policy) quotaField(r, t int64, hasT bool) []string {
+// quotaField returns the RateLimit value `"name";r=R;t=T`, without t when
+// hasT is false, from c when it holds it (c may be nil).
+func quotaField(c *quotaCache, name string, r, t int64, hasT bool) []string {
 	if !hasT {
 		t = 0 // t ≥ 1 when present
 	}
 	var slot *atomic.Pointer[[]string]
-	if c := p.quotas; c != nil && r < int64(len(c)) && t < int64(len(c[0])) {
+	if c != nil && r < int64(len(c)) && t < int64(len(c[0])) {
 		slot = &c[r][t]
 		if v := slot.Load(); v != nil {
 			return *v
 		}
 	}
 	f := new(fieldValue)
-	b := appendPolicyItem(f.buf[:0], p.Name)
+	b := appendPolicyItem(f.buf[:0], name)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, r, 10)
 	if hasT {
@@ -191,14 +191,15 @@ type fieldValue struct {
 
 // writeHeaders sets the rate-limit header fields of format f that describe
 // res, replacing any earlier value of those fields. policies is the
-// RateLimit-Policy value of the limiter (see policyField), made once. It
+// RateLimit-Policy value of the limiter (see policyField), made once, and
+// quotas the cache of res.Policy's RateLimit values (nil for none). It
 // writes nothing for HeadersNone or an unknown format.
-func writeHeaders(h http.Header, f HeaderFormat, res Result, policies []string) {
+func writeHeaders(h http.Header, f HeaderFormat, res Result, policies []string, quotas *quotaCache) {
 	p := res.Policy
 	switch f {
 	case HeadersIETF:
 		t, hasT := quotaSeconds(res)
-		set(h, quotaKey, p.quotaField(sfInteger(res.Remaining), t, hasT))
+		set(h, quotaKey, quotaField(quotas, p.Name, sfInteger(res.Remaining), t, hasT))
 		set(h, policyKey, policies)
 	case HeadersLegacy, HeadersX:
 		keys := &legacyKeys

@@ -157,8 +157,8 @@ func TestWriteHeaders(t *testing.T) {
 func checkHeaders(t *testing.T, f HeaderFormat, res Result, want map[string]string) {
 	t.Helper()
 	h := http.Header{"Content-Type": {"text/plain"}}
-	writeHeaders(h, f, res, field(res))
-	writeHeaders(h, f, res, field(res))
+	writeHeaders(h, f, res, field(res), nil)
+	writeHeaders(h, f, res, field(res), nil)
 	for _, name := range allRateLimitFields {
 		got := h[name]
 		if v, ok := want[name]; ok {
@@ -189,14 +189,14 @@ func TestWriteHeadersReplacesEarlierValues(t *testing.T) {
 			h[name] = append(h[name], "stale")
 			h[name] = append(h[name], "stale2")
 		}
-		writeHeaders(h, f, res, field(res))
+		writeHeaders(h, f, res, field(res), nil)
 		assert.Len(t, h, len(allRateLimitFields), "writeHeaders(%v) fields = %v", f, h)
 		// The same fields set with h.Add, in the spelling it gives them:
 		hc := http.Header{}
 		for _, name := range allRateLimitFields {
 			hc.Add(name, "stale")
 		}
-		writeHeaders(hc, f, res, field(res))
+		writeHeaders(hc, f, res, field(res), nil)
 		for _, name := range own {
 			assert.NotContains(t, hc, http.CanonicalHeaderKey(name), "writeHeaders(%v) left the canonical %s", f, name)
 			assert.Len(t, hc[name], 1, "writeHeaders(%v): %s", f, name)
@@ -221,20 +221,18 @@ func TestWriteHeadersReplacesEarlierValues(t *testing.T) {
 func TestWriteHeadersAddAfterwards(t *testing.T) {
 	for _, tc := range headerCases {
 		res := tc.res
-		if p, err := res.Policy.validate(); assert.NoError(t, err, "%s", tc.name) {
-			res.Policy = &p // with its RateLimit cache, as New makes it
-		}
+		quotas := new(quotaCache) // the RateLimit values cached, as a Limiter has them
 		for f, own := range formatFields {
 			for _, added := range own {
 				h := http.Header{}
-				writeHeaders(h, f, res, field(res))
+				writeHeaders(h, f, res, field(res), quotas)
 				fresh := h.Clone()
 				want := h.Clone()
 				h[added] = append(h[added], "extra")
 				want[added] = append(want[added], "extra")
 				assert.Equal(t, want, h, "%s: writeHeaders(%v); append to %s", tc.name, f, added)
 				next := http.Header{}
-				writeHeaders(next, f, res, field(res))
+				writeHeaders(next, f, res, field(res), quotas)
 				assert.Equal(t, fresh, next, "%s: writeHeaders(%v) after an append to %s", tc.name, f, added)
 			}
 		}
@@ -274,7 +272,7 @@ func TestHeaderNamesAsTheDraftsSpellThem(t *testing.T) {
 	var names []string
 	for _, f := range []HeaderFormat{HeadersIETF, HeadersLegacy, HeadersX} {
 		h := http.Header{}
-		writeHeaders(h, f, res, field(res))
+		writeHeaders(h, f, res, field(res), nil)
 		for k := range h {
 			names = append(names, k)
 		}
@@ -287,24 +285,22 @@ func TestHeaderNamesAsTheDraftsSpellThem(t *testing.T) {
 // The RateLimit values that a policy made by New caches (small r and t) are
 // the ones it would make afresh, with and without t, and stay per policy.
 func TestQuotaFieldCache(t *testing.T) {
-	cached := map[string]*Policy{}
-	for _, name := range []string{"a", "b"} {
-		p, err := Policy{Name: name, Limit: PerSecond(5).WithBurst(50)}.validate()
-		require.NoError(t, err)
-		require.NotNil(t, p.quotas, "precondition: validate makes the cache")
-		cached[name] = &p
-	}
+	lim, err := New(nopStore{}, Policy{Name: "a", Limit: PerSecond(5).WithBurst(50)}, Policy{Name: "b", Limit: PerSecond(5).WithBurst(50)})
+	require.NoError(t, err)
+	assert.Nil(t, lim.quotasOf(&Policy{Name: "a"}), "not one of the limiter's policies")
 	for round := range 2 { // the second round reads what the first one stored
-		for name, p := range cached {
-			fresh := &Policy{Name: name, Limit: p.Limit} // no cache
+		for i := range lim.Policies() {
+			p := &lim.Policies()[i]
+			c := lim.quotasOf(p)
+			require.NotNil(t, c, "the cache of %q", p.Name)
 			for r := int64(0); r <= 40; r++ {
 				for tt := int64(0); tt <= 7; tt++ {
 					for _, hasT := range []bool{false, true} {
 						if hasT && tt == 0 {
 							continue // t ≥ 1 when present
 						}
-						want := fresh.quotaField(r, tt, hasT)
-						assert.Equal(t, want, p.quotaField(r, tt, hasT), "round %d: %q.quotaField(%d, %d, %v)", round, name, r, tt, hasT)
+						want := quotaField(nil, p.Name, r, tt, hasT)
+						assert.Equal(t, want, quotaField(c, p.Name, r, tt, hasT), "round %d: %q: quotaField(%d, %d, %v)", round, p.Name, r, tt, hasT)
 					}
 				}
 			}
@@ -314,7 +310,7 @@ func TestQuotaFieldCache(t *testing.T) {
 
 func TestWriteHeadersUnknownFormat(t *testing.T) {
 	h := http.Header{}
-	writeHeaders(h, HeadersNone+1, headerCases[1].res, field(headerCases[1].res))
+	writeHeaders(h, HeadersNone+1, headerCases[1].res, field(headerCases[1].res), nil)
 	assert.Empty(t, h, "writeHeaders(HeaderFormat(4)) wrote fields")
 }
 
@@ -326,7 +322,7 @@ func TestRetryAfterNotBeforeT(t *testing.T) {
 			continue
 		}
 		h := http.Header{}
-		writeHeaders(h, HeadersIETF, tc.res, field(tc.res))
+		writeHeaders(h, HeadersIETF, tc.res, field(tc.res), nil)
 		items, err := parseSFList(h["RateLimit"][0])
 		require.NoError(t, err, "%s: RateLimit %q", tc.name, h["RateLimit"][0])
 		require.Len(t, items, 1)
@@ -362,7 +358,7 @@ func TestRetryAfterSeconds(t *testing.T) {
 func TestIETFHeadersAreSFLists(t *testing.T) {
 	for _, tc := range headerCases {
 		h := http.Header{}
-		writeHeaders(h, HeadersIETF, tc.res, field(tc.res))
+		writeHeaders(h, HeadersIETF, tc.res, field(tc.res), nil)
 		for _, f := range []struct {
 			name     string
 			required []string
@@ -476,7 +472,7 @@ func BenchmarkWriteHeaders(b *testing.B) {
 				h := make(http.Header, 8)
 				n := 0
 				for pb.Next() {
-					writeHeaders(h, f, res, field(res))
+					writeHeaders(h, f, res, field(res), nil)
 					n++
 				}
 				if want := len(formatFields[f]); n > 0 && len(h) != want {
@@ -588,7 +584,7 @@ func FuzzHeaders(f *testing.F) {
 		res := Result{Allowed: allowed, Policy: pol(name, Per(1, time.Duration(interval)).WithBurst(burst)),
 			Remaining: remaining, ResetAfter: time.Duration(resetAfter), RetryAfter: time.Duration(retryAfter)}
 		h := http.Header{}
-		writeHeaders(h, HeadersIETF, res, field(res))
+		writeHeaders(h, HeadersIETF, res, field(res), nil)
 		policies, err := parseSFList(h["RateLimit-Policy"][0])
 		if err != nil || len(policies) != 1 || policies[0].name != name || policies[0].params["q"] != min(burst, maxSFInteger) || policies[0].params["w"] < 1 {
 			t.Fatalf("RateLimit-Policy %q: %v %+v", h["RateLimit-Policy"][0], err, policies)
@@ -602,7 +598,7 @@ func FuzzHeaders(f *testing.F) {
 		}
 		for _, format := range []HeaderFormat{HeadersLegacy, HeadersX} {
 			h := http.Header{}
-			writeHeaders(h, format, res, nil)
+			writeHeaders(h, format, res, nil, nil)
 			for k, v := range h {
 				if n, err := strconv.ParseInt(v[0], 10, 64); err != nil || n < 0 {
 					t.Fatalf("%v: %s: %q", format, k, v)

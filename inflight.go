@@ -115,7 +115,8 @@ func (f *inflight) releaseShared(ctx context.Context, s SlotStore, held sharedSl
 }
 
 // list adds the concurrency limit to the List of RateLimit-Policy, in the
-// IETF format, on the same field line so that h.Get sees it too.
+// IETF format, on the same field line, so that a client that reads only
+// the first line of the field sees it too.
 func (f *inflight) list(h map[string][]string, format HeaderFormat) {
 	if v := h[policyKey]; format == HeadersIETF && len(v) == 1 {
 		h[policyKey] = []string{v[0] + "," + f.item}

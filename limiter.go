@@ -17,13 +17,14 @@ import (
 type Limiter struct {
 	store    Store
 	policies []Policy
-	all      []int       // indexes of every policy
-	enforce  []int       // indexes of the enforcing policies
-	dryRun   []int       // indexes of the dry-run policies
-	refused  *lists      // the lists of a refusal by the only policy
-	names    []string    // every policy's name
-	single   *Policy     // the only policy, if it is enforced; else nil
-	fields   [2][]string // RateLimit-Policy values: enforcing policies, all policies
+	all      []int        // indexes of every policy
+	enforce  []int        // indexes of the enforcing policies
+	dryRun   []int        // indexes of the dry-run policies
+	refused  *lists       // the lists of a refusal by the only policy
+	names    []string     // every policy's name
+	single   *Policy      // the only policy, if it is enforced; else nil
+	quotas   []quotaCache // each policy's RateLimit values sent
+	fields   [2][]string  // RateLimit-Policy values: enforcing policies, all policies
 }
 
 // New returns a Limiter that enforces policies with state kept in store.
@@ -60,8 +61,20 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 		l.single = &l.policies[0]
 	}
 	l.refused = &lists{violated: l.names[:1:1]}
+	l.quotas = make([]quotaCache, len(l.policies))
 	l.fields = [2][]string{policyField(l.policies, false), policyField(l.policies, true)}
 	return l, nil
+}
+
+// quotasOf returns the cache of p's RateLimit values, or nil when p is not
+// one of the limiter's policies.
+func (l *Limiter) quotasOf(p *Policy) *quotaCache {
+	for i := range l.policies {
+		if &l.policies[i] == p {
+			return &l.quotas[i]
+		}
+	}
+	return nil
 }
 
 // Policies returns the limiter's policies, with defaults filled in. The
@@ -90,6 +103,9 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int64) (res Result,
 	}
 	if res, err = l.store.Take(ctx, p, key, cost); err != nil {
 		return Result{}, storeError(err)
+	}
+	if res.Policy == nil { // a store that builds its own Results
+		res.Policy = p
 	}
 	if !res.Allowed {
 		res.lists = l.refused
@@ -152,6 +168,9 @@ func (l *Limiter) takeMany(ctx context.Context, key string, cost int64) (Result,
 		if c != cost { // a look: would the cost have fit?
 			res.Allowed = cost <= p.Limit.burst && res.Remaining >= cost
 		}
+		if res.Policy == nil {
+			res.Policy = p
+		}
 		results[i] = res
 	}
 	return l.combine(results, allowed), nil
@@ -171,6 +190,9 @@ func (l *Limiter) takeAll(ctx context.Context, idx []int, key string, cost int64
 			all := true
 			for k, i := range idx {
 				results[i] = out[k]
+				if results[i].Policy == nil {
+					results[i].Policy = &l.policies[i]
+				}
 				all = all && out[k].Allowed
 			}
 			return all, nil
@@ -184,6 +206,9 @@ func (l *Limiter) takeAll(ctx context.Context, idx []int, key string, cost int64
 		if err != nil {
 			l.giveBackSome(ctx, idx[:k], key, cost, results)
 			return false, err
+		}
+		if res.Policy == nil {
+			res.Policy = &l.policies[i]
 		}
 		results[i] = res
 		all = all && res.Allowed

@@ -77,9 +77,16 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *Options) (*Middleware, error) 
 // does not count. With Options.MaxInFlight, the request holds a slot while
 // next runs, released when next returns or panics.
 func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() (status int)) {
-	if m.cfg.Skip != nil && m.cfg.Skip(r) {
-		next()
-		return
+	if m.cfg.Skip != nil {
+		skip, err := m.skip(r)
+		if err != nil {
+			m.cfg.OnError(w, r, err)
+			return
+		}
+		if skip {
+			next()
+			return
+		}
 	}
 	var start time.Time
 	if m.cfg.Observe != nil {
@@ -170,11 +177,12 @@ func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
 	case res.Degraded:
 		return
 	case m.cfg.DryRunHeaders && res.Results() != nil:
-		writeHeaders(h, m.cfg.Headers, res.Results()[binding(res.Results(), lim.all)], lim.fields[1])
+		b := res.Results()[binding(res.Results(), lim.all)]
+		writeHeaders(h, m.cfg.Headers, b, lim.fields[1], lim.quotasOf(b.Policy))
 	case len(lim.enforce) == 0 && !m.cfg.DryRunHeaders:
 		return
 	default:
-		writeHeaders(h, m.cfg.Headers, res, lim.fields[0])
+		writeHeaders(h, m.cfg.Headers, res, lim.fields[0], lim.quotasOf(res.Policy))
 	}
 	if m.cfg.inflight != nil {
 		m.cfg.inflight.list(h, m.cfg.Headers)
@@ -185,6 +193,17 @@ func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, res Result) {
 	w.Header()["Retry-After"] = intField(retryAfterSeconds(res.RetryAfter))
 	m.cfg.OnDeny(w, r, res)
+}
+
+// skip reports whether Options.Skip exempts r; a panic in it becomes an
+// error wrapping ErrPanic.
+func (m *Middleware) skip(r *http.Request) (skip bool, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: in Skip: %v", ErrPanic, p)
+		}
+	}()
+	return m.cfg.Skip(r), nil
 }
 
 // decide finds the limiter, key and cost of r and takes the decision. A
@@ -521,6 +540,10 @@ func appendJSONString(b []byte, s string) []byte {
 				b = append(b, '\\', 'r')
 			case '\t':
 				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
 			default:
 				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
 			}

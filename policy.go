@@ -93,8 +93,6 @@ type Policy struct {
 	// it alone would refuse is reported in Result.DryRunViolated. The
 	// default enforces the policy.
 	DryRun bool
-
-	quotas *quotaCache // the RateLimit values sent, made by New
 }
 
 // globalKey is the key under which a Global policy keeps its one bucket.
@@ -125,7 +123,6 @@ func (p Policy) validate() (Policy, error) {
 	case p.MaxDelay < 0 || p.MaxDelay > p.Limit.span():
 		return p, fmt.Errorf("ratelimit: policy %q: MaxDelay %v outside [0, %v]", p.Name, p.MaxDelay, p.Limit.span())
 	}
-	p.quotas = new(quotaCache)
 	return p, nil
 }
 

@@ -296,8 +296,11 @@ func (f *Store) share(p *ratelimit.Policy, cost int64) *ratelimit.Policy {
 	s.Limit = ratelimit.Per(1, iv).WithBurst(burst)
 	s.Immediate = p.Immediate / n
 	s.MaxDelay = min(p.MaxDelay, time.Duration(burst)*iv)
-	if burst == max(p.Limit.Burst()/n, 1) && f.nShares.Add(1) <= maxShares {
-		f.shares.Store(*p, &s)
+	if burst == max(p.Limit.Burst()/n, 1) && f.nShares.Load() < maxShares {
+		if prev, loaded := f.shares.LoadOrStore(*p, &s); loaded {
+			return prev.(*ratelimit.Policy)
+		}
+		f.nShares.Add(1)
 	}
 	return &s
 }

@@ -207,9 +207,10 @@ func (s *Store) lockAll(fps, locked []uint64) []uint64 {
 
 // store records state for fp, held at slot i (-1 if none), forgetting it
 // when it carries no information (state at or before now) and making room
-// at the cap. Then it tidies a few slots of the shard, after inserting a
-// key and on every tidyEvery-th call, so that keys nobody asks about any
-// more are dropped as others are written. The shard is locked.
+// at the cap (an insert that would grow the table first drops the full
+// buckets). On every tidyEvery-th call it also tidies a few slots of the
+// shard, so that keys nobody asks about any more are dropped as others are
+// written. The shard is locked.
 func (sh *shard) store(fp uint64, i int, state, now int64, perShard int) {
 	sh.writes++
 	switch {
