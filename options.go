@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -84,7 +85,8 @@ type Options struct {
 	// "warning" naming its kind: "one-key" (nearly all requests have the
 	// same key, usually a proxy's address) and "shared-policy-name" (the
 	// Middleware's limiters use one store and one policy name with
-	// different limits). Default: slog.Default().
+	// different limits). Default: slog.Default(), as it is when a line is
+	// logged.
 	Logger *slog.Logger
 	// Quiet lists the warning kinds not to log. Default: none.
 	Quiet []string
@@ -107,9 +109,6 @@ func newConfig(o *Options) (config, error) {
 	if c.OnDeny == nil {
 		c.OnDeny = denyProblem
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
 	c.errors = errorAnswers{log: c.Logger, challenge: c.Challenge, storeLines: &logSpacing{every: storeLinesEvery}, refusals: new(refusals)}
 	if c.OnError == nil {
 		c.OnError = c.errors.answer
@@ -131,7 +130,7 @@ func newConfig(o *Options) (config, error) {
 		return c, fmt.Errorf("ratelimit: Options.Slots without MaxInFlight or MaxInFlightTotal")
 	}
 	var err error
-	if c.quiet, err = newQuiet("Options.Quiet", c.Quiet, []string{warnOneKey, warnSharedPolicyName}); err != nil {
+	if c.quiet, err = newQuiet("Options.Quiet", slices.Clone(c.Quiet), []string{warnOneKey, warnSharedPolicyName}); err != nil {
 		return c, err
 	}
 	if c.MaxInFlight > 0 || c.MaxInFlightTotal > 0 {

@@ -34,8 +34,12 @@ func newQuiet(field string, kinds, valid []string) (quiet, error) {
 	return kinds, nil
 }
 
-// warn logs a misconfiguration warning of kind to l.
+// warn logs a misconfiguration warning of kind to l, or to slog.Default()
+// when l is nil.
 func warn(l *slog.Logger, kind, msg string, args ...any) {
+	if l == nil {
+		l = slog.Default()
+	}
 	l.Warn(msg, append([]any{"warning", kind}, args...)...)
 }
 
