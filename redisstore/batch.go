@@ -140,8 +140,9 @@ func exec(p processor, dials *dialWatch, batch []*call) {
 	// caller's values (for tracing hooks, say).
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(live[0].ctx), deadline)
 	defer cancel()
-	ctx, done := dials.watch(ctx)
-	defer done()
+	var w watcher
+	dials.watch(&w, ctx, cancel)
+	defer dials.done(&w)
 	groups := split(p, live)
 	cmds := make([]*redis.Cmd, len(groups))
 	for i, g := range groups {
@@ -166,9 +167,10 @@ func exec(p processor, dials *dialWatch, batch []*call) {
 			pipeline(ctx, p, again)
 		}
 	}
+	dials.done(&w)
 	for i, g := range groups {
 		if err := cmds[i].Err(); err != nil {
-			cmds[i].SetErr(cause(ctx, err))
+			cmds[i].SetErr(w.cause(err))
 		}
 		settle(cmds[i], g...)
 		for _, c := range g {

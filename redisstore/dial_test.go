@@ -2,9 +2,14 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -184,4 +189,81 @@ func TestRefusedThenRestarted(t *testing.T) {
 	srv.Restart()
 	_, err = s.Take(context.Background(), policy, "k", 1)
 	assert.NoError(t, err)
+}
+
+// TestLocalDialFailurePasses: a dial attempt that fails for a reason of
+// the local host (EMFILE: out of file descriptors) or for no definitive
+// reason ends no call: go-redis retries the dial, and the calls in flight
+// succeed, as they do through go-redis alone.
+func TestLocalDialFailurePasses(t *testing.T) {
+	for name, dialErr := range map[string]error{
+		"EMFILE":    &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)},
+		"synthetic": errors.New("a dial failure that says nothing of the server"),
+		"timeout":   &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded},
+	} {
+		for _, batching := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/batching=%v", name, batching), func(t *testing.T) {
+				srv := redistest.Start(t)
+				// The first dial waits until a second has begun, or 200 ms
+				// (batched, the second call queues behind the first instead
+				// of dialing), so that both calls are in flight, then fails.
+				var dials atomic.Int32
+				second := make(chan struct{})
+				var d net.Dialer
+				c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 4,
+					Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+						switch dials.Add(1) {
+						case 1:
+							select {
+							case <-second:
+							case <-time.After(200 * time.Millisecond):
+							}
+							return nil, dialErr
+						case 2:
+							close(second)
+						}
+						return d.DialContext(ctx, network, addr)
+					}})
+				t.Cleanup(func() { c.Close() })
+				s := newStore(t, c, &redisstore.Options{Timeout: dialDeadline, Batching: batching})
+				var wg sync.WaitGroup
+				errs := make([]error, 2)
+				for i := range errs {
+					wg.Go(func() { _, errs[i] = s.Take(context.Background(), policy, "k"+strconv.Itoa(i), 1) })
+				}
+				wg.Wait()
+				for i, err := range errs {
+					assert.NoError(t, err, "call %d", i)
+				}
+				assert.GreaterOrEqual(t, dials.Load(), int32(2), "go-redis dialed again after the failure")
+			})
+		}
+	}
+}
+
+// TestManyStoresOneClientFailFast: each of several stores made on one
+// client (each with a hook of its own) fails fast, concurrently too.
+func TestManyStoresOneClientFailFast(t *testing.T) {
+	c := defaultClient(t, refusedAddr(t))
+	stores := make([]*redisstore.Store, 5)
+	for i := range stores {
+		stores[i] = newStore(t, c, &redisstore.Options{Timeout: dialDeadline, Batching: i%2 == 1})
+	}
+	for i, s := range stores {
+		start := time.Now()
+		_, err := s.Take(context.Background(), policy, "k", 1)
+		assert.Less(t, time.Since(start), fast, "store %d", i)
+		assert.ErrorIs(t, err, syscall.ECONNREFUSED, "store %d", i)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 4*len(stores))
+	start := time.Now()
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = stores[i%len(stores)].Take(context.Background(), policy, "k", 1) })
+	}
+	wg.Wait()
+	assert.Less(t, time.Since(start), 2*fast)
+	for _, err := range errs {
+		assert.ErrorIs(t, err, syscall.ECONNREFUSED)
+	}
 }

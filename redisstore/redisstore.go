@@ -31,8 +31,11 @@
 // own and retries a failed dial (Options.DialerRetries, 5 times, 100 ms
 // apart), and the command waiting for the connection would learn nothing
 // until its deadline, then report only "context deadline exceeded"; so New
-// adds a hook to a *redis.Client that sees every dial, and a failed dial
-// ends the store's calls in flight with its error. A wrong password is
+// adds a hook to a *redis.Client that sees every dial, and a dial that says
+// the server is not there (refused, or a name that does not exist) ends the
+// store's calls in flight with its error. Other dial failures, such as a
+// local shortage of file descriptors or ports, or a timeout, are left to
+// go-redis's retries and end no call. A wrong password is
 // Redis's own error (WRONGPASS), at once, on any client. On a
 // *redis.ClusterClient or a *redis.Ring, which dial many servers, New adds
 // no hook, and a refused node may cost a call its deadline: DialerRetries: 1
@@ -146,6 +149,13 @@ type Options struct {
 // fault. New does no I/O; to a *redis.Client it adds a hook (see the
 // package documentation) that passes every dial and command through
 // unchanged.
+//
+// go-redis cannot remove a hook, so every New on a *redis.Client adds one
+// for the client's life, and each dial passes through all of them. Make
+// one Store per client, when the application starts, and share it: a Store
+// is safe for concurrent use, and its options (Prefix, Timeout, Batching)
+// are fixed, so there is no reason for a Store per request. Several
+// Stores on one client each fail fast.
 func New(client redis.Scripter, opts *Options) (*Store, error) {
 	var o Options
 	if opts != nil {
@@ -267,11 +277,11 @@ var (
 func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	ctx, done := s.dials.watch(ctx)
-	defer done()
 	// EVALSHA sha numkeys key… m now-s now-n (kind inc-s inc-n bound-s bound-n)…
 	n := len(reqs)
 	c := &call{ctx: ctx, n: n, args: make([]any, 3+n, 6+6*n)}
+	s.dials.watch(&c.watch, ctx, cancel)
+	defer s.dials.done(&c.watch)
 	c.args[0], c.args[1], c.args[2] = argEvalSha, argSHA, n
 	c.args = append(c.args, n, argNone, argNone)
 	if s.now != nil {
@@ -292,8 +302,9 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, results []rat
 		c.args = append(c.args, kind, inc/1e9, inc%1e9, bound/1e9, bound%1e9)
 	}
 	reply, err := s.decide(c)
+	s.dials.done(&c.watch)
 	if err != nil {
-		return fmt.Errorf("redisstore: %w", cause(ctx, err))
+		return fmt.Errorf("redisstore: %w", c.watch.cause(err))
 	}
 	if len(reply) != 3*n {
 		return fmt.Errorf("redisstore: malformed reply %v", reply)
@@ -338,6 +349,7 @@ type call struct {
 	reply []any           // once decided: per key allowed, ahead-s, ahead-n
 	err   error           // or why it could not be
 	done  chan struct{}   // for a queued call: closed once reply or err is set
+	watch watcher         // the caller's, ending ctx on a refused dial (see dialWatch)
 }
 
 func (c *call) keys() []any { return c.args[3 : 3+c.n] }
@@ -434,8 +446,9 @@ func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err,
 func (s *Store) Acquire(ctx context.Context, key string, limit int64, lease time.Duration) (string, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	ctx, done := s.dials.watch(ctx)
-	defer done()
+	var w watcher
+	s.dials.watch(&w, ctx, cancel)
+	defer s.dials.done(&w)
 	var b [16]byte
 	rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
@@ -445,8 +458,9 @@ func (s *Store) Acquire(ctx context.Context, key string, limit int64, lease time
 	}
 	ms := max(lease.Milliseconds(), 1)
 	n, err := slotsScript.Run(ctx, s.client, []string{s.slotsKey(key)}, limit, ms, token, now).Int64()
+	s.dials.done(&w)
 	if err != nil {
-		return "", false, fmt.Errorf("redisstore: %w", cause(ctx, err))
+		return "", false, fmt.Errorf("redisstore: %w", w.cause(err))
 	}
 	return token, n == 1, nil
 }
@@ -455,10 +469,13 @@ func (s *Store) Acquire(ctx context.Context, key string, limit int64, lease time
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	ctx, done := s.dials.watch(ctx)
-	defer done()
-	if err := releaseScript.Run(ctx, s.client, []string{s.slotsKey(key)}, token).Err(); err != nil {
-		return fmt.Errorf("redisstore: %w", cause(ctx, err))
+	var w watcher
+	s.dials.watch(&w, ctx, cancel)
+	defer s.dials.done(&w)
+	err := releaseScript.Run(ctx, s.client, []string{s.slotsKey(key)}, token).Err()
+	s.dials.done(&w)
+	if err != nil {
+		return fmt.Errorf("redisstore: %w", w.cause(err))
 	}
 	return nil
 }
