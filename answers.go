@@ -1,0 +1,313 @@
+package ratelimit
+
+// How a request that may not proceed is answered: the 429 problem body,
+// the answers to errors, and their log lines.
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tokenfair/ratelimit/internal/clientkey"
+)
+
+// denyProblem is the default Options.OnDeny: 429 with the quota-exceeded
+// problem body.
+func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
+	writeProblem(w, http.StatusTooManyRequests, problemQuotaExceeded, "Quota Exceeded",
+		"Too many requests; retry after "+strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10)+" s.",
+		res.Violated())
+}
+
+// DefaultErrorHandler answers a request that could not be decided with a
+// problem body that never contains the error's text, but a "detail" that
+// says what was wrong without quoting any header value, key or secret: the
+// Detail of the refusals of this module's key and cost checks ("the request
+// carries no X-API-Key header"), or a generic sentence for other errors.
+//   - ErrMissingKey: 401 Unauthorized, with the WWW-Authenticate challenge
+//     of the key function that failed (KeyByAPIKey: ApiKey in="header",
+//     name="X-API-Key"), or Bearer;
+//   - ErrBadRequest: 400 Bad Request;
+//   - ErrStore: 503 with Retry-After: 1 and the temporary-reduced-capacity
+//     problem type;
+//   - ErrWaitAbandoned: 503 with Retry-After: 1;
+//   - anything else (ErrPanic included): 500 Internal Server Error.
+//
+// Errors are logged with slog.Default. The first 400 or 401 of each kind
+// (a missing key, an unusable client address, a bad cost, ...) in the
+// process is logged at the warning level, with the "refusal" kind, the
+// detail, the method and the path, so that a misconfigured key function is
+// seen; later ones at the debug level. 500s are logged at the error level;
+// ErrWaitAbandoned (the client left) is not logged. Store failures are
+// logged at most once every 10 seconds, with the number left unlogged
+// since the last line ("suppressed"): during an outage every request fails
+// the same way. (A Middleware whose Options.OnError is nil answers the same
+// way, logging to Options.Logger, the first refusal of each kind of that
+// Middleware, and spacing its own lines.)
+func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	errorAnswers{storeLines: &defaultStoreLines, refusals: &defaultRefusals}.answer(w, r, err)
+}
+
+// defaultStoreLines spaces out DefaultErrorHandler's log lines about store
+// failures, and defaultRefusals notes the kinds of refusal it has logged.
+var (
+	defaultStoreLines = logSpacing{every: storeLinesEvery}
+	defaultRefusals   refusals
+)
+
+// storeLinesEvery is the least time between two log lines about store
+// failures.
+const storeLinesEvery = 10 * time.Second
+
+// errorAnswers is DefaultErrorHandler with its own logger, challenge and
+// log state.
+type errorAnswers struct {
+	log        *slog.Logger // nil: slog.Default() at the time of the line
+	challenge  string       // of a 401, instead of the error's; "": the error's
+	storeLines *logSpacing
+	refusals   *refusals
+}
+
+// problem is how DefaultErrorHandler answers an error.
+type problem struct {
+	status             int
+	typ, title, detail string
+	challenge          string         // of a 401
+	kind               clientkey.Kind // of a 400 or 401
+	retryAfter         bool
+}
+
+// describe returns the answer to err.
+func describe(err error) problem {
+	var ce *clientkey.Error // nil unless err explains itself
+	errors.As(err, &ce)
+	switch {
+	case errors.Is(err, ErrMissingKey):
+		p := problem{status: http.StatusUnauthorized, typ: "about:blank", title: "Missing Credentials",
+			detail: "the request carries no credentials by which to limit it", challenge: "Bearer", kind: clientkey.KindMissingKey}
+		if ce != nil {
+			p.detail, p.kind = ce.Detail, ce.Kind
+			if ce.Challenge != "" {
+				p.challenge = ce.Challenge
+			}
+		}
+		return p
+	case errors.Is(err, ErrBadRequest):
+		p := problem{status: http.StatusBadRequest, typ: "about:blank", title: "Bad Request",
+			detail: "the request cannot be rate-limited as it is", kind: clientkey.KindBadRequest}
+		if ce != nil {
+			p.detail, p.kind = ce.Detail, ce.Kind
+		}
+		if errors.Is(err, errCostExceedsBurst) {
+			p.title, p.kind = "Request Cost Exceeds Capacity", clientkey.KindCostAboveBurst
+			if ce == nil {
+				p.detail = "the request's cost is above the burst of a policy"
+			}
+		}
+		return p
+	case errors.Is(err, ErrStore):
+		return problem{status: http.StatusServiceUnavailable, typ: problemReducedCapacity, title: "Temporary Reduced Capacity",
+			detail: "the rate limit cannot be checked for now; retry after 1 s", retryAfter: true}
+	case errors.Is(err, ErrWaitAbandoned):
+		return problem{status: http.StatusServiceUnavailable, typ: "about:blank", title: "Service Unavailable",
+			detail: "the request left the queue before its turn", retryAfter: true}
+	}
+	return problem{status: http.StatusInternalServerError, typ: "about:blank", title: "Internal Server Error",
+		detail: "the rate limit could not be checked"}
+}
+
+// answer is DefaultErrorHandler, logging and answering as a says.
+func (a errorAnswers) answer(w http.ResponseWriter, r *http.Request, err error) {
+	p := describe(err)
+	log := a.logger()
+	switch {
+	case p.status < 500:
+		a.logRefusal(log, r, err, p)
+	case !errors.Is(err, ErrWaitAbandoned):
+		args := []any{"method", r.Method, "path", r.URL.Path, "status", p.status, "err", err}
+		suppressed, ok := int64(0), true
+		if errors.Is(err, ErrStore) {
+			suppressed, ok = a.storeLines.take(time.Now())
+		}
+		if ok {
+			if suppressed > 0 {
+				args = append(args, "suppressed", suppressed)
+			}
+			log.ErrorContext(r.Context(), "ratelimit: cannot decide request", args...)
+		}
+	}
+	h := w.Header()
+	if p.retryAfter {
+		h.Set("Retry-After", "1")
+	}
+	if p.status == http.StatusUnauthorized {
+		if a.challenge != "" {
+			p.challenge = a.challenge
+		}
+		h.Set("WWW-Authenticate", p.challenge)
+	}
+	writeProblem(w, p.status, p.typ, p.title, p.detail, nil)
+}
+
+func (a errorAnswers) logger() *slog.Logger {
+	if a.log != nil {
+		return a.log
+	}
+	return slog.Default()
+}
+
+// logRefusal logs the refusal p of err, a 400 or 401: at the warning level
+// if it is the first of its kind, with the detail that quotes no value,
+// else at the debug level, with the error, which may quote the value at
+// fault (a forwarding header's entry, clipped), never an API key or user ID.
+func (a errorAnswers) logRefusal(log *slog.Logger, r *http.Request, err error, p problem) {
+	if a.refusals.first(p.kind) {
+		log.WarnContext(r.Context(), "ratelimit: refused a request that cannot be limited (the first of its kind)",
+			"refusal", p.kind.String(), "status", p.status, "detail", p.detail, "method", r.Method, "path", r.URL.Path)
+		return
+	}
+	log.DebugContext(r.Context(), "ratelimit: cannot decide request", "method", r.Method, "path", r.URL.Path, "status", p.status, "err", err)
+}
+
+// noteRefusal logs err, for a Middleware whose own OnError answers it, if
+// it is the first refusal of its kind.
+func (a errorAnswers) noteRefusal(r *http.Request, err error) {
+	p := describe(err)
+	if p.status >= 500 || !a.refusals.first(p.kind) {
+		return
+	}
+	a.logger().WarnContext(r.Context(), "ratelimit: refused a request that cannot be limited (the first of its kind)",
+		"refusal", p.kind.String(), "status", p.status, "detail", p.detail, "method", r.Method, "path", r.URL.Path)
+}
+
+// refusals notes the kinds of refusal already logged.
+type refusals struct {
+	seen [clientkey.NumKinds]atomic.Bool
+}
+
+// first reports whether k is seen for the first time, and notes it. After
+// the first, it only reads.
+func (s *refusals) first(k clientkey.Kind) bool {
+	if k >= clientkey.NumKinds {
+		return false
+	}
+	return !s.seen[k].Load() && s.seen[k].CompareAndSwap(false, true)
+}
+
+// logSpacing lets one log line through per period and counts the others.
+type logSpacing struct {
+	every      time.Duration
+	next       atomic.Int64 // Unix nanoseconds before which lines are only counted
+	suppressed atomic.Int64
+}
+
+// take reports whether a line may be logged at now, and how many were
+// suppressed since the last one.
+func (l *logSpacing) take(now time.Time) (suppressed int64, ok bool) {
+	next := l.next.Load()
+	if now.UnixNano() < next || !l.next.CompareAndSwap(next, now.UnixNano()+int64(l.every)) {
+		l.suppressed.Add(1)
+		return 0, false
+	}
+	return l.suppressed.Swap(0), true
+}
+
+const (
+	problemQuotaExceeded   = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	problemReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
+
+// writeProblem writes an RFC 9457 problem body. Every string is escaped as
+// encoding/json escapes it (HTML characters included), so that an adapter
+// that re-encodes the body, such as Echo's error handler, writes the same
+// bytes.
+func writeProblem(w http.ResponseWriter, status int, typ, title, detail string, violated []string) {
+	b := make([]byte, 0, 256)
+	b = append(b, `{"type":`...)
+	b = appendJSONString(b, typ)
+	b = append(b, `,"title":`...)
+	b = appendJSONString(b, title)
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	if detail != "" {
+		b = append(b, `,"detail":`...)
+		b = appendJSONString(b, detail)
+	}
+	if len(violated) > 0 {
+		b = append(b, `,"violated-policies":[`...)
+		for i, name := range violated {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, name)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, "}\n"...)
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// appendJSONString appends s as a JSON string, escaped as encoding/json
+// escapes it: quotes, backslashes, control characters, <, >, &, U+2028
+// and U+2029, and invalid UTF-8 as U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
