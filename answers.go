@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/tokenfair/ratelimit/internal/clientkey"
+	"github.com/tokenfair/ratelimit/internal/jsontext"
 )
 
 // denyProblem is the default Options.OnDeny: 429 with the quota-exceeded
@@ -228,14 +228,14 @@ const (
 func writeProblem(w http.ResponseWriter, status int, typ, title, detail string, violated []string) {
 	b := make([]byte, 0, 256)
 	b = append(b, `{"type":`...)
-	b = appendJSONString(b, typ)
+	b = jsontext.AppendString(b, typ, true)
 	b = append(b, `,"title":`...)
-	b = appendJSONString(b, title)
+	b = jsontext.AppendString(b, title, true)
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(status), 10)
 	if detail != "" {
 		b = append(b, `,"detail":`...)
-		b = appendJSONString(b, detail)
+		b = jsontext.AppendString(b, detail, true)
 	}
 	if len(violated) > 0 {
 		b = append(b, `,"violated-policies":[`...)
@@ -243,7 +243,7 @@ func writeProblem(w http.ResponseWriter, status int, typ, title, detail string, 
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, name)
+			b = jsontext.AppendString(b, name, true)
 		}
 		b = append(b, ']')
 	}
@@ -254,60 +254,4 @@ func writeProblem(w http.ResponseWriter, status int, typ, title, detail string, 
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	w.Write(b)
-}
-
-// appendJSONString appends s as a JSON string, escaped as encoding/json
-// escapes it: quotes, backslashes, control characters, <, >, &, U+2028
-// and U+2029, and invalid UTF-8 as U+FFFD.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,21 +59,4 @@ func TestMiddlewareStoreErrorLinesAreItsOwn(t *testing.T) {
 	cb.OnError(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil), down)
 	assert.Equal(t, 1, strings.Count(a.String(), "connection refused"), a.String())
 	assert.Equal(t, 1, strings.Count(b.String(), "connection refused"), b.String())
-}
-
-// appendJSONString writes what encoding/json writes for any string, so
-// that a framework that re-encodes the body sends the very same bytes.
-func FuzzAppendJSONString(f *testing.F) {
-	for _, s := range []string{"", "plain", "q\"b\\s", "\b\f\n\r\t\x00\x1f", "<a&b>", "\u2028\u2029", "bad \xff utf8", "chan<- int"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		want, err := json.Marshal(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := appendJSONString(nil, s); string(got) != string(want) {
-			t.Fatalf("appendJSONString(%q) = %s, want %s", s, got, want)
-		}
-	})
 }

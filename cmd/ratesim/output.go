@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/jsontext"
 )
 
 // formats are the values of -format.
@@ -96,7 +97,7 @@ func (o *output) write(t int64, key string, cost int64, res ratelimit.Result) er
 		b = append(b, `{"time":`...)
 		b = appendSeconds(b, t)
 		b = append(b, `,"key":`...)
-		b = appendJSONString(b, key)
+		b = jsontext.AppendString(b, key, false)
 		b = append(b, `,"cost":`...)
 		b = strconv.AppendInt(b, cost, 10)
 		b = append(b, `,"allowed":`...)
@@ -199,55 +200,5 @@ func appendCSVField(b []byte, s string) []byte {
 		}
 		b = append(b, s[i])
 	}
-	return append(b, '"')
-}
-
-// appendJSONString appends s as a JSON string, as encoding/json writes it
-// except that <, > and & are not escaped: control characters escaped,
-// invalid UTF-8 replaced by U+FFFD, and U+2028 and U+2029 escaped.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= ' ' && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			switch r {
-			case utf8.RuneError:
-				b = append(b, `\ufffd`...)
-			default:
-				b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-			}
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
 	return append(b, '"')
 }

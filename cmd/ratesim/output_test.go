@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/jsontext"
 )
 
 // parseCSV reads ratesim's CSV output with encoding/csv into one map per
@@ -54,7 +55,7 @@ func TestCSVQuoting(t *testing.T) {
 func TestJSONStrings(t *testing.T) {
 	for _, k := range awkwardKeys {
 		var got string
-		b := appendJSONString(nil, k)
+		b := jsontext.AppendString(nil, k, false)
 		require.NoError(t, json.Unmarshal(b, &got), "%s", b)
 		marshalled, err := json.Marshal(k)
 		require.NoError(t, err)
