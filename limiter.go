@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
+
+	"github.com/tokenfair/ratelimit/internal/clientkey"
 )
 
 // Limiter applies one or more policies to keys, keeping their state in a
@@ -98,10 +101,7 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int64) (res Result,
 	if p == nil || key == "" || cost < 0 || cost > p.Limit.burst {
 		return l.takeChecked(ctx, key, cost)
 	}
-	if p.Global {
-		key = globalKey
-	}
-	if res, err = l.store.Take(ctx, p, key, cost); err != nil {
+	if res, err = l.store.Take(ctx, p, l.key(0, key), cost); err != nil {
 		return Result{}, storeError(err)
 	}
 	if res.Policy == nil { // a store that builds its own Results
@@ -130,21 +130,31 @@ func storeError(err error) error {
 	return fmt.Errorf("%w: %w", ErrStore, err)
 }
 
-// check returns the error for a key or cost that Take cannot decide.
+// check returns the error for a key or cost that Take cannot decide, with
+// a detail that is safe to show the client.
 func (l *Limiter) check(key string, cost int64) error {
 	switch {
 	case key == "":
-		return fmt.Errorf("%w: the key function returned an empty key", ErrMissingKey)
+		return errEmptyKey
 	case cost < 0:
-		return fmt.Errorf("%w: negative cost %d", ErrBadRequest, cost)
+		return &clientkey.Error{Err: fmt.Errorf("%w: negative cost %d", ErrBadRequest, cost), Kind: clientkey.KindCost,
+			Detail: "the request's cost, " + strconv.FormatInt(cost, 10) + ", is negative"}
 	}
 	for _, i := range l.enforce {
 		if p := &l.policies[i]; cost > p.Limit.burst {
-			return fmt.Errorf("%w: %w: cost %d, policy %q has burst %d", ErrBadRequest, errCostExceedsBurst, cost, p.Name, p.Limit.burst)
+			return &clientkey.Error{
+				Err:    fmt.Errorf("%w: %w: cost %d, policy %q has burst %d", ErrBadRequest, errCostExceedsBurst, cost, p.Name, p.Limit.burst),
+				Kind:   clientkey.KindCostAboveBurst,
+				Detail: fmt.Sprintf("the request's cost, %d, is above the burst of policy %q, %d", cost, p.Name, p.Limit.burst),
+			}
 		}
 	}
 	return nil
 }
+
+// errEmptyKey is the refusal of an empty key.
+var errEmptyKey = &clientkey.Error{Err: fmt.Errorf("%w: the key function returned an empty key", ErrMissingKey),
+	Kind: clientkey.KindEmptyKey, Detail: "the key function returned an empty key"}
 
 // takeMany is Take for a Limiter of several policies, or only dry-run ones.
 func (l *Limiter) takeMany(ctx context.Context, key string, cost int64) (Result, error) {

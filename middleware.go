@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/tokenfair/ratelimit/internal/clientkey"
@@ -223,42 +222,15 @@ func (m *Middleware) decide(r *http.Request) (lim *Limiter, key string, cost int
 	if key, err = m.key(r); err != nil {
 		return lim, "", 0, Result{}, err
 	}
-	if key == "" {
-		return lim, "", 0, Result{}, errEmptyKey
-	}
 	cost = 1
 	if m.cfg.Cost != nil {
 		if cost, err = m.cfg.Cost(r); err != nil {
 			return lim, key, 0, Result{}, &clientkey.Error{Err: fmt.Errorf("%w: the cost function failed: %w", ErrBadRequest, err),
 				Kind: clientkey.KindCost, Detail: "the cost function failed"}
 		}
-		if cost < 0 {
-			detail := "the request's cost, " + strconv.FormatInt(cost, 10) + ", is negative"
-			return lim, key, 0, Result{}, &clientkey.Error{Err: fmt.Errorf("%w: negative cost %d", ErrBadRequest, cost),
-				Kind: clientkey.KindCost, Detail: detail}
-		}
 	}
-	res, err = lim.Take(r.Context(), key, cost)
-	if err != nil && errors.Is(err, errCostExceedsBurst) {
-		err = costAboveBurst(lim, cost, err)
-	}
+	res, err = lim.Take(r.Context(), key, cost) // it refuses an empty key and a bad cost
 	return lim, key, cost, res, err
-}
-
-// errEmptyKey is the refusal of an empty key from the key function.
-var errEmptyKey = &clientkey.Error{Err: fmt.Errorf("%w: the key function returned an empty key", ErrMissingKey),
-	Kind: clientkey.KindEmptyKey, Detail: "the key function returned an empty key"}
-
-// costAboveBurst describes err, lim's refusal of a cost above the burst of
-// one of its policies, with the first such policy, as Take checks them.
-func costAboveBurst(lim *Limiter, cost int64, err error) error {
-	for _, i := range lim.enforce {
-		if p := &lim.policies[i]; cost > p.Limit.burst {
-			detail := fmt.Sprintf("the request's cost, %d, is above the burst of policy %q, %d", cost, p.Name, p.Limit.burst)
-			return &clientkey.Error{Err: err, Kind: clientkey.KindCostAboveBurst, Detail: detail}
-		}
-	}
-	return err
 }
 
 // sleep waits for d or until ctx ends, and returns ctx's error in the latter
