@@ -91,6 +91,16 @@ func (l *Limiter) key(i int, key string) string {
 	return key
 }
 
+// take has the store decide key under policy i. A Result a store built
+// without its Policy gets the one it was asked about.
+func (l *Limiter) take(ctx context.Context, i int, key string, cost int64) (res Result, err error) {
+	p := &l.policies[i]
+	if res, err = l.store.Take(ctx, p, l.key(i, key), cost); err == nil && res.Policy == nil {
+		res.Policy = p
+	}
+	return res, err
+}
+
 // Take spends cost tokens from key's bucket under every policy if each
 // holds them. A cost of 0 reports the state without spending. It returns
 // an error wrapping ErrMissingKey for an empty key, ErrBadRequest for a
@@ -101,10 +111,11 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int64) (res Result,
 	if p == nil || key == "" || cost < 0 || cost > p.Limit.burst {
 		return l.takeChecked(ctx, key, cost)
 	}
+	// l.take(ctx, 0, key, cost), by hand: the call would not be inlined.
 	if res, err = l.store.Take(ctx, p, l.key(0, key), cost); err != nil {
 		return Result{}, storeError(err)
 	}
-	if res.Policy == nil { // a store that builds its own Results
+	if res.Policy == nil {
 		res.Policy = p
 	}
 	if !res.Allowed {
@@ -169,7 +180,7 @@ func (l *Limiter) takeMany(ctx context.Context, key string, cost int64) (Result,
 		if !allowed || cost > p.Limit.burst {
 			c = 0 // the request does not happen, or could never pass: only look
 		}
-		res, err := l.store.Take(ctx, p, l.key(i, key), c)
+		res, err := l.take(ctx, i, key, c)
 		if err != nil {
 			// A dry-run policy never refuses, not even when its store fails.
 			results[i] = Result{Allowed: true, Policy: p, Degraded: true}
@@ -177,9 +188,6 @@ func (l *Limiter) takeMany(ctx context.Context, key string, cost int64) (Result,
 		}
 		if c != cost { // a look: would the cost have fit?
 			res.Allowed = cost <= p.Limit.burst && res.Remaining >= cost
-		}
-		if res.Policy == nil {
-			res.Policy = p
 		}
 		results[i] = res
 	}
@@ -212,13 +220,10 @@ func (l *Limiter) takeAll(ctx context.Context, idx []int, key string, cost int64
 	}
 	all := true
 	for k, i := range idx {
-		res, err := l.store.Take(ctx, &l.policies[i], l.key(i, key), cost)
+		res, err := l.take(ctx, i, key, cost)
 		if err != nil {
 			l.giveBackSome(ctx, idx[:k], key, cost, results)
 			return false, err
-		}
-		if res.Policy == nil {
-			res.Policy = &l.policies[i]
 		}
 		results[i] = res
 		all = all && res.Allowed
@@ -239,7 +244,7 @@ func (l *Limiter) giveBackSome(ctx context.Context, idx []int, key string, cost 
 	ctx = context.WithoutCancel(ctx)
 	for _, i := range idx {
 		if r := results[i]; r.Allowed && !r.Degraded && cost <= l.policies[i].Limit.burst {
-			_, _ = l.store.Take(ctx, &l.policies[i], l.key(i, key), -cost)
+			_, _ = l.take(ctx, i, key, -cost)
 		}
 	}
 }
