@@ -88,38 +88,28 @@ func (f *HeaderFormat) UnmarshalText(text []byte) error {
 	return enumUnmarshal("header format", headerFormatNames[:], (*uint8)(f), text)
 }
 
-// Field names as the drafts spell them. They are assigned to the header map
-// directly, so they go out in this spelling (h.Set would canonicalise
-// "RateLimit-Policy" to "Ratelimit-Policy"); h.Get canonicalises too, so
-// read them back with the map index, h["RateLimit"]. A client reading the
-// response canonicalises as it always does; HTTP/2 lowercases every name.
-const (
-	policyKey = "RateLimit-Policy"
-	quotaKey  = "RateLimit"
-)
+// fieldName is a field's name as the drafts spell it, and as h.Set spells
+// it. The first is assigned to the header map directly, so it goes out in
+// that spelling (h.Get canonicalises, so read it back with the map index,
+// h["RateLimit"]; a client reading the response canonicalises as it always
+// does, and HTTP/2 lowercases every name). The second is deleted first, so
+// that a value set that way earlier (by another middleware, or a proxied
+// upstream) is replaced rather than sent twice.
+type fieldName struct{ draft, canonical string }
 
 var (
-	legacyKeys = [...]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
-	xKeys      = [...]string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
+	policyKey  = fieldName{"RateLimit-Policy", "Ratelimit-Policy"}
+	quotaKey   = fieldName{"RateLimit", "Ratelimit"}
+	legacyKeys = [...]fieldName{{"RateLimit-Limit", "Ratelimit-Limit"}, {"RateLimit-Remaining", "Ratelimit-Remaining"}, {"RateLimit-Reset", "Ratelimit-Reset"}}
+	xKeys      = [...]fieldName{{"X-RateLimit-Limit", "X-Ratelimit-Limit"}, {"X-RateLimit-Remaining", "X-Ratelimit-Remaining"}, {"X-RateLimit-Reset", "X-Ratelimit-Reset"}}
 )
 
-// canonical maps each field name to the spelling h.Set gives it, so that a
-// value set that way earlier (by another middleware, or a proxied upstream)
-// is replaced rather than sent twice.
-var canonical = func() map[string]string {
-	m := map[string]string{}
-	for _, k := range append(append([]string{policyKey, quotaKey}, legacyKeys[:]...), xKeys[:]...) {
-		m[k] = http.CanonicalHeaderKey(k)
-	}
-	return m
-}()
-
-// set replaces the field named key, in whichever spelling it was set.
-func set(h http.Header, key string, v []string) {
+// set replaces the field f, in whichever spelling it was set.
+func set(h http.Header, f fieldName, v []string) {
 	if len(h) > 0 {
-		delete(h, canonical[key])
+		delete(h, f.canonical)
 	}
-	h[key] = v
+	h[f.draft] = v
 }
 
 // maxSFInteger is the largest Integer a Structured Field may carry (RFC 9651

@@ -607,3 +607,10 @@ func FuzzHeaders(f *testing.F) {
 		}
 	})
 }
+
+// Each field's second spelling is the one h.Set gives it.
+func TestFieldNamesCanonical(t *testing.T) {
+	for _, f := range append(append([]fieldName{policyKey, quotaKey}, legacyKeys[:]...), xKeys[:]...) {
+		assert.Equal(t, http.CanonicalHeaderKey(f.draft), f.canonical, "%s", f.draft)
+	}
+}

@@ -118,7 +118,7 @@ func (f *inflight) releaseShared(ctx context.Context, s SlotStore, held sharedSl
 // IETF format, on the same field line, so that a client that reads only
 // the first line of the field sees it too.
 func (f *inflight) list(h map[string][]string, format HeaderFormat) {
-	if v := h[policyKey]; format == HeadersIETF && len(v) == 1 {
-		h[policyKey] = []string{v[0] + "," + f.item}
+	if v := h[policyKey.draft]; format == HeadersIETF && len(v) == 1 {
+		h[policyKey.draft] = []string{v[0] + "," + f.item}
 	}
 }
