@@ -1,6 +1,6 @@
 // Package memorystore is the in-process [ratelimit.Store]: a sharded hash
-// table with one lock per shard, 16 bytes per key and no allocation per
-// decision.
+// table, 16 bytes per key, that decides a key it holds without a lock and
+// without allocating.
 //
 // A bucket is found by a 64-bit fingerprint of its policy name and key
 // (maphash, with a seed drawn when the store is made); the key itself is not
@@ -11,30 +11,43 @@
 // the fingerprint and the bucket's state (one int64), in open-addressing
 // tables of plain integers that the garbage collector never scans.
 //
+// A decision stays exact without a lock because a bucket's whole state is
+// that one int64: it reads the state, decides, and swaps the new state in
+// with a compare-and-swap, which fails if another decision changed the
+// state meanwhile; it then decides again on the newer state, so no update
+// is lost and two requests never spend the same token. Inserting a key,
+// dropping one and replacing a table take the shard's lock, and never move
+// a key within a table or reuse a slot: a dropped key's slot is marked
+// dead for good (by a compare-and-swap too, so a decision in flight either
+// lands before or fails and looks again under the lock), and a rebuild
+// kills each slot as it copies its state into a new table. So a
+// compare-and-swap can only ever change the key it was meant for.
+//
 // Memory is bounded in two ways, and the store starts no goroutine for
-// either. A key whose bucket is full again carries no information, so it is
-// dropped: when a decision leaves it full, and, for keys nobody asks about
-// any more, as other keys are written. A shard's table about to grow first
-// drops every key whose bucket is full, and grows only if it is still more
-// than half full, so idle keys never make it grow (and the sweep, amortised,
-// costs a few slots per insert). On every 64th decision the shard also
-// looks at the next 8 slots from a cursor, drops the full ones and shrinks
-// the table when it is less than 1/8 full: a bounded amount of work per
-// call that goes round the whole table as the shard is written. (A shard
-// nobody writes to keeps what it holds; a store nobody uses is freed like
-// any other value.)
+// either. A key whose bucket has been full again for a second carries no
+// information worth its slot, so it is dropped: a shard's table about to
+// fill past 3/4 is rebuilt without those keys (and without its dead slots),
+// and grows only if it is still more than half full, so idle keys never
+// make it grow. And at most once per millisecond of the store's clock, a
+// decision on a shard looks at the next 8 slots from a cursor, drops the
+// keys full for a second and shrinks the table when less than 1/8 of it is
+// live: a bounded amount of work that goes round the whole table as the
+// shard is used. (A shard nobody uses keeps what it holds; a store nobody
+// uses is freed like any other value.)
 //
 // And the number of keys is capped ([Options].MaxKeys, default 1 048 576):
-// to admit a new key into a full shard the store first drops any expired
-// keys among a sample of that shard, else evicts the sampled key whose
-// bucket is closest to full. An evicted key starts again with a full bucket,
-// so at the cap a flood of unique keys can at worst hand a few clients back
-// the few tokens their buckets were missing; it can never grow memory or
-// refuse service. Size the cap above the number of clients active within
-// the time an empty bucket of your limit takes to fill (burst × interval).
+// to admit a new key into a full shard the store first drops any keys with
+// a full bucket among a sample of that shard, else evicts the sampled key
+// whose bucket is closest to full. An evicted key starts again with a full
+// bucket, so at the cap a flood of unique keys can at worst hand a few
+// clients back the few tokens their buckets were missing; it can never grow
+// memory or refuse service. Size the cap above the number of clients
+// active within the time an empty bucket of your limit takes to fill
+// (burst × interval).
 //
 // Time comes from a monotonic clock (wall-clock jumps do not affect
-// decisions) unless [Options].Clock injects another.
+// decisions) unless [Options].Clock injects another, whose times must lie
+// between the years 1678 and 2262, as for [time.Time.UnixNano].
 package memorystore
 
 import (
@@ -43,7 +56,6 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/tokenfair/ratelimit"
@@ -62,13 +74,6 @@ type Store struct {
 
 var _ ratelimit.BatchStore = (*Store)(nil)
 
-type shard struct {
-	mu sync.Mutex
-	table
-	writes uint64         // calls to store, to tidy on every tidyEvery-th
-	_      [128 - 56]byte // 128 bytes: no two shards share a cache line, or an adjacent pair of them
-}
-
 // Options configures a Store. A nil *Options, like the zero Options, gives
 // every field its default.
 type Options struct {
@@ -83,8 +88,9 @@ type Options struct {
 	// happens at the cap.
 	MaxKeys int
 
-	// Shards is the number of independently locked shards, rounded down to
-	// a power of two and to at most MaxKeys. Zero means 256.
+	// Shards is the number of shards, each with its own table and the lock
+	// that inserts take, rounded down to a power of two and to at most
+	// MaxKeys. Zero means 256.
 	Shards int
 }
 
@@ -141,24 +147,67 @@ func (s *Store) shardIndex(fp uint64) uint64 { return fp >> s.shift & uint64(len
 func (s *Store) shard(fp uint64) *shard { return &s.shards[s.shardIndex(fp)] }
 
 // Take implements [ratelimit.Store]. It never fails and does not allocate
-// for a key it already holds.
-func (s *Store) Take(_ context.Context, p *ratelimit.Policy, key string, cost int64) (res ratelimit.Result, err error) {
+// for a key it already holds, and it decides a key it holds without a lock.
+func (s *Store) Take(_ context.Context, p *ratelimit.Policy, key string, cost int64) (res ratelimit.Result, _ error) {
 	fp := s.fingerprint(p.Name, key)
 	sh := s.shard(fp)
-	sh.mu.Lock()
 	now := s.now()
-	old, i := sh.get(fp)
-	var next int64
-	res, next = p.Decide(old, now, cost)
-	sh.store(fp, i, next, now, s.perShard)
-	sh.mu.Unlock()
-	return res, nil
+	if sl := sh.tab.Load().lookup(fp); sl != nil {
+		// Read the state, decide, and swap the new state in if the state is
+		// still the one read; else decide again on the newer one.
+		for {
+			old := sl.state.Load()
+			if old == dead || old == busy {
+				break // the key moved or a batch holds it: look under the lock
+			}
+			var next int64
+			res, next = p.Decide(old, now, cost)
+			if next == old || swap(&sl.state, old, next) {
+				if now >= sh.tidyAt.Load() && sh.mu.TryLock() {
+					sh.tidy(now)
+					sh.mu.Unlock()
+				}
+				return res, nil
+			}
+		}
+	}
+	return s.takeLocked(sh, p, fp, now, cost), nil
+}
+
+// takeLocked is Take for a key that the lock-free path did not find live:
+// it looks again under the shard's lock, and inserts the key if it is not
+// there.
+func (s *Store) takeLocked(sh *shard, p *ratelimit.Policy, fp uint64, now, cost int64) (res ratelimit.Result) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sl := sh.tab.Load().lookup(fp); sl != nil {
+		// Under the lock no slot dies or is busy, but decisions without the
+		// lock may still change this one.
+		for {
+			old := sl.state.Load()
+			var next int64
+			res, next = p.Decide(old, now, cost)
+			if next == old || swap(&sl.state, old, next) {
+				break
+			}
+		}
+	} else {
+		var next int64
+		if res, next = p.Decide(0, now, cost); next > now { // else the bucket is full: nothing to keep
+			sh.insert(fp, next, now, s.perShard)
+		}
+	}
+	if now >= sh.tidyAt.Load() {
+		sh.tidy(now)
+	}
+	return res
 }
 
 // TakeAll implements [ratelimit.BatchStore]: it locks the shards of every
-// key (in shard order, so concurrent batches cannot deadlock), decides each
-// request at one instant, and writes the new states only if all were
-// allowed.
+// key (in shard order, so concurrent batches cannot deadlock), takes the
+// slot of each key held so that no decision changes it meanwhile, decides
+// each request at one instant, and writes the new states only if all were
+// allowed. Requests on the same bucket are decided one after the other.
 func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
 	var fpBuf [8]uint64
 	fps := fpBuf[:0]
@@ -167,28 +216,64 @@ func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []r
 	}
 	var lockBuf [8]uint64
 	locked := s.lockAll(fps, lockBuf[:0])
+	defer func() {
+		for _, i := range locked {
+			s.shards[i].mu.Unlock()
+		}
+	}()
 	now := s.now()
+	var slotBuf [8]*slot
+	var stateBuf, heldBuf [8]int64
+	slots, states, held := slotBuf[:0], stateBuf[:0], heldBuf[:0]
 	all := true
-	var stateBuf [8]int64
-	states := stateBuf[:0]
-	for i, r := range reqs {
-		old, _ := s.shard(fps[i]).get(fps[i])
+	for i, fp := range fps {
+		// The state before request i: the one an earlier request of the
+		// batch on the same bucket left, or the one held.
+		var sl *slot
+		old := int64(0)
+		if j := slices.Index(fps[:i], fp); j >= 0 {
+			old = states[j]
+		} else if sl = s.shard(fp).tab.Load().lookup(fp); sl != nil {
+			old = sl.claim()
+		}
 		var next int64
-		results[i], next = r.Policy.Decide(old, now, r.Cost)
-		states = append(states, next)
+		results[i], next = reqs[i].Policy.Decide(old, now, reqs[i].Cost)
+		for j := range i {
+			if fps[j] == fp {
+				states[j] = next // the last request on a bucket writes it
+			}
+		}
+		slots, states, held = append(slots, sl), append(states, next), append(held, old)
 		all = all && results[i].Allowed
+	}
+	// Let go of the held slots first, then insert: an insert may rebuild
+	// the table, which needs every slot free.
+	for i, sl := range slots {
+		switch {
+		case sl != nil && all:
+			sl.state.Store(states[i])
+		case sl != nil:
+			sl.state.Store(held[i])
+		}
 	}
 	if all {
 		for i, fp := range fps {
-			sh := s.shard(fp)
-			_, at := sh.get(fp)
-			sh.store(fp, at, states[i], now, s.perShard)
+			if slots[i] == nil && states[i] > now && slices.Index(fps[:i], fp) < 0 {
+				s.shard(fp).insert(fp, states[i], now, s.perShard)
+			}
 		}
 	}
-	for _, i := range locked {
-		s.shards[i].mu.Unlock()
-	}
 	return nil
+}
+
+// claim marks the live slot sl busy and returns its state; the caller holds
+// its shard's lock and stores a state back before letting it go.
+func (sl *slot) claim() int64 {
+	for {
+		if st := sl.state.Load(); sl.state.CompareAndSwap(st, busy) {
+			return st
+		}
+	}
 }
 
 // lockAll locks the distinct shards of fps in ascending order and returns
@@ -205,43 +290,13 @@ func (s *Store) lockAll(fps, locked []uint64) []uint64 {
 	return locked
 }
 
-// store records state for fp, held at slot i (-1 if none), forgetting it
-// when it carries no information (state at or before now) and making room
-// at the cap (an insert that would grow the table first drops the full
-// buckets). On every tidyEvery-th call it also tidies a few slots of the
-// shard, so that keys nobody asks about any more are dropped as others are
-// written. The shard is locked.
-func (sh *shard) store(fp uint64, i int, state, now int64, perShard int) {
-	sh.writes++
-	switch {
-	case state <= now:
-		if i >= 0 {
-			sh.remove(i)
-		}
-	case i >= 0:
-		sh.slots[i].state = state
-	default:
-		if sh.n >= perShard {
-			sh.evict(fp, now)
-		}
-		sh.insert(fp, state, now)
-	}
-	if sh.writes%tidyEvery == 0 {
-		sh.tidy(now)
-	}
-}
-
-// tidyEvery is how often (in calls to store) a shard tidies when no key is
-// inserted. A power of two.
-const tidyEvery = 64
-
 // Len returns the number of keys held.
 func (s *Store) Len() int {
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += sh.n
+		n += sh.live
 		sh.mu.Unlock()
 	}
 	return n

@@ -68,16 +68,19 @@ func TestOptions(t *testing.T) {
 
 func TestFullBucketsAreDropped(t *testing.T) {
 	c := new(storetest.Clock)
-	s := newStore(t, &Options{Clock: c.Now})
+	s := newStore(t, &Options{Clock: c.Now, Shards: 1})
 	ctx := context.Background()
 	_, _ = s.Take(ctx, &p, "peek", 0)
 	assert.Equal(t, 0, s.Len(), "a peek at a new key stores nothing")
-	_, _ = s.Take(ctx, &p, "a", 1)
-	_, _ = s.Take(ctx, &p, "b", 10)
+	_, _ = s.Take(ctx, &p, "a", 1)  // full again in 200 ms
+	_, _ = s.Take(ctx, &p, "b", 10) // full again in 2 s
 	assert.Equal(t, 2, s.Len())
 	c.Advance(200 * time.Millisecond)
 	_, _ = s.Take(ctx, &p, "a", 0)
-	assert.Equal(t, 1, s.Len(), "a key touched when full again is dropped")
+	assert.Equal(t, 2, s.Len(), "a key full again is kept for a while")
+	c.Advance(time.Duration(keepFull))
+	_, _ = s.Take(ctx, &p, "b", 0) // one tidy goes round the small table
+	assert.Equal(t, 1, s.Len(), "a key full for keepFull is dropped")
 }
 
 // roomy never refuses in these tests, and a request leaves its bucket short
@@ -86,19 +89,23 @@ var roomy = ratelimit.Policy{Name: "roomy", Limit: ratelimit.PerSecond(1000).Wit
 
 // TestIdleKeysAreDroppedByLaterWrites: keys nobody asks about any more are
 // dropped, and the tables that held them shrink, as other requests are
-// decided: whether they insert keys, touch held ones or store nothing. No
-// sweep is called and the store has no goroutine that could run one.
+// decided while time passes: whether they insert keys, touch held ones or
+// store nothing. No sweep is called and the store has no goroutine that
+// could run one.
 func TestIdleKeysAreDroppedByLaterWrites(t *testing.T) {
 	ctx := context.Background()
 	busy := make([]string, 64)
 	for i := range busy {
 		busy[i] = fmt.Sprint("busy-", i)
 	}
+	const step = 10 * time.Microsecond // between writes: a shard tidies at most once a millisecond
 	for _, tc := range []struct {
 		name string
 		take func(s *Store, i int)
 		held func(writes int) int // keys the writes themselves leave held
 	}{
+		// A new key is held for its millisecond and keepFull after, longer
+		// than the test takes.
 		{"new keys", func(s *Store, i int) { _, _ = s.Take(ctx, &roomy, fmt.Sprint("new-", i), 1) }, func(n int) int { return n }},
 		{"a few busy keys", func(s *Store, i int) { _, _ = s.Take(ctx, &roomy, busy[i%len(busy)], 1) }, func(n int) int { return min(n, len(busy)) }},
 		{"peeks at new keys", func(s *Store, i int) { _, _ = s.Take(ctx, &roomy, fmt.Sprint("peek-", i), 0) }, func(int) int { return 0 }},
@@ -111,23 +118,25 @@ func TestIdleKeysAreDroppedByLaterWrites(t *testing.T) {
 				_, _ = s.Take(ctx, &p, fmt.Sprint("idle-", i), 1)
 			}
 			require.Equal(t, idle, s.Len())
-			c.Advance(time.Second) // every idle bucket is full again
+			c.Advance(time.Second + time.Duration(keepFull)) // every idle bucket full for keepFull
 			writes := 0
 			for ; writes < maxWrites && s.Len() > tc.held(writes); writes++ {
+				c.Advance(step)
 				tc.take(s, writes)
 			}
+			require.Less(t, time.Duration(writes)*step, time.Duration(keepFull), "the writes' own keys would go too")
 			require.Equal(t, tc.held(writes), s.Len(), "idle keys still held after %d writes", writes)
 			t.Logf("%d idle keys dropped after %d writes", idle, writes)
 			for i := range s.shards {
 				sh := &s.shards[i]
-				assert.LessOrEqual(t, len(sh.slots), max(minSlots, 8*sh.n), "shard %d shrank: %d slots for %d keys", i, len(sh.slots), sh.n)
+				assert.LessOrEqual(t, len(sh.tab.Load().slots), max(minSlots, 8*sh.live), "shard %d shrank: %d slots for %d keys", i, len(sh.tab.Load().slots), sh.live)
 			}
 		})
 	}
 }
 
 // TestTidyKeepsLiveKeys: dropping idle keys and shrinking the table around
-// them keeps the key still in use, and its state.
+// them keeps the key still in use, and its state to the nanosecond.
 func TestTidyKeepsLiveKeys(t *testing.T) {
 	c := new(storetest.Clock)
 	s := newStore(t, &Options{Clock: c.Now, Shards: 1})
@@ -135,16 +144,20 @@ func TestTidyKeepsLiveKeys(t *testing.T) {
 	for i := range 5000 {
 		_, _ = s.Take(ctx, &p, strconv.Itoa(i), 1)
 	}
-	c.Advance(time.Second)
+	c.Advance(time.Second + time.Duration(keepFull))
 	_, _ = s.Take(ctx, &p, "live", 10) // full again in 2 s
-	c.Advance(100 * time.Millisecond)
+	const step = 100 * time.Microsecond
+	elapsed := time.Duration(0)
 	for i := 0; i < 1_000_000 && s.Len() > 1; i++ {
+		c.Advance(step)
+		elapsed += step
 		_, _ = s.Take(ctx, &p, "live", 0)
 	}
 	require.Equal(t, 1, s.Len())
-	assert.Equal(t, minSlots, len(s.shards[0].slots), "the table shrank")
-	res, _ := s.Take(ctx, &p, "live", 1)
-	assert.False(t, res.Allowed, "the live key survived the copy")
+	require.Less(t, elapsed, 2*time.Second, "the live key would be full")
+	assert.Equal(t, minSlots, len(s.shards[0].tab.Load().slots), "the table shrank")
+	res, _ := s.Take(ctx, &p, "live", 0)
+	assert.Equal(t, 2*time.Second-elapsed, res.ResetAfter, "the live key's state survived the moves")
 }
 
 // TestNoGoroutine: a store starts no goroutine, so stores made, used and

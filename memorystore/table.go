@@ -1,174 +1,112 @@
 package memorystore
 
-// table is an open-addressing hash table from a 64-bit fingerprint of
-// (policy, key) to that bucket's state: 16 bytes a slot, no pointers (so the
-// garbage collector never scans it), linear probing, and deletion by
-// shifting the following entries back, so there are no tombstones and a
-// lookup stops at the first empty slot. The caller holds the shard's lock.
+import (
+	"math"
+	"sync/atomic"
+)
+
+// A table is an open-addressing hash table from a 64-bit fingerprint of
+// (policy, key) to that bucket's state: 16 bytes a slot, no pointers (so
+// the garbage collector never scans it), linear probing. A decision reads
+// it and changes a state without a lock; only its shard's owner of the lock
+// fills a slot or kills one. A slot is never reused and an entry never
+// moves within a table: a key that is dropped leaves a dead slot behind,
+// and the dead slots go when the shard rebuilds its table into a new one.
+// So a slot that held a key's live state holds that key's state until it
+// dies, and a compare-and-swap on it can only ever change that key.
 type table struct {
-	slots []slot // a power of two long, or empty
-	n     int    // occupied slots
-	next  int    // where tidy looks next (taken modulo len(slots))
+	slots []slot // a power of two long
+	mask  uint64
 }
 
 // slot holds one bucket. A fingerprint of 0 marks an empty slot
-// (fingerprints are never 0).
+// (fingerprints are never 0). Its state is the bucket's state, or one of
+// the two sentinels below.
 type slot struct {
-	fp    uint64
-	state int64
+	fp    atomic.Uint64
+	state atomic.Int64
 }
+
+// The sentinel states: no bucket's state, which is a time in Unix
+// nanoseconds after 1678.
+const (
+	// dead marks a slot whose key was dropped, or moved into a new table:
+	// a state never comes back to it.
+	dead = math.MinInt64
+	// busy marks a slot held by a batch (TakeAll) until it lets go, under
+	// its shard's lock.
+	busy = math.MinInt64 + 1
+)
 
 const (
 	minSlots = 8
-	// A table grows when it would be more than 3/4 full, and tidy shrinks
-	// it when it is less than 1/8 full.
+	// A table is rebuilt when one more entry would fill more than 3/4 of
+	// its slots (live or dead), or when less than 1/8 of them are live, and
+	// a rebuilt table is at most half full.
 	maxLoadNum, maxLoadDen = 3, 4
 )
 
-// find returns the index of fp's slot, and whether fp is there; if not, the
-// index is where it would go. The table must not be full.
-func (t *table) find(fp uint64) (int, bool) {
-	mask := uint64(len(t.slots) - 1)
-	for i := fp & mask; ; i = (i + 1) & mask {
-		switch t.slots[i].fp {
+func newTable(n int) *table {
+	return &table{slots: make([]slot, n), mask: uint64(n - 1)}
+}
+
+// lookup returns fp's live slot, or nil if the table holds none or a batch
+// holds it. It takes no lock. t may be nil.
+func (t *table) lookup(fp uint64) *slot {
+	if t == nil {
+		return nil
+	}
+	for i := fp & t.mask; ; i = (i + 1) & t.mask {
+		s := &t.slots[i]
+		switch s.fp.Load() {
 		case fp:
-			return int(i), true
+			if st := s.state.Load(); st != dead {
+				if st == busy {
+					return nil
+				}
+				return s
+			}
 		case 0:
-			return int(i), false
+			return nil
 		}
 	}
 }
 
-// get returns fp's state and slot index, or 0 (a full bucket) and -1.
-func (t *table) get(fp uint64) (int64, int) {
-	if len(t.slots) == 0 {
-		return 0, -1
+// put fills the first empty slot of fp's probe sequence with state; fp has
+// no live slot in t. The state is written before the fingerprint, so a
+// lookup that sees the fingerprint sees the state. The caller owns t (holds
+// its shard's lock, or has not published it yet).
+func (t *table) put(fp uint64, state int64) {
+	i := fp & t.mask
+	for t.slots[i].fp.Load() != 0 {
+		i = (i + 1) & t.mask
 	}
-	if i, ok := t.find(fp); ok {
-		return t.slots[i].state, i
-	}
-	return 0, -1
+	t.slots[i].state.Store(state)
+	t.slots[i].fp.Store(fp)
 }
 
-// insert adds fp, which is not in the table, with state.
-func (t *table) insert(fp uint64, state, now int64) {
-	if (t.n+1)*maxLoadDen > len(t.slots)*maxLoadNum {
-		// Before growing, drop the buckets that are full again; grow only
-		// if the table is still more than half full, so that a sweep is
-		// followed by at least a quarter of the table's inserts before the
-		// next one.
-		t.dropFull(now)
-		if t.n*2 > len(t.slots) || len(t.slots) == 0 {
-			t.resize(max(minSlots, 2*len(t.slots)))
+// kill makes s dead if its state is still at most limit (a limit of
+// math.MaxInt64 kills any live state) and returns the state it had; ok is
+// false if the state was above the limit or s was already dead. A decision
+// that changes s meanwhile makes the swap fail, and kill looks again.
+func (s *slot) kill(limit int64) (state int64, ok bool) {
+	for {
+		st := s.state.Load()
+		if st == dead || st > limit {
+			return st, false
 		}
-	}
-	i, _ := t.find(fp)
-	t.slots[i] = slot{fp, state}
-	t.n++
-}
-
-// remove empties slot i and moves back the entries after it that would
-// otherwise be cut off from their home slot.
-func (t *table) remove(i int) {
-	mask := len(t.slots) - 1
-	for j := (i + 1) & mask; t.slots[j].fp != 0; j = (j + 1) & mask {
-		// The entry at j may fill the hole at i unless its home slot lies
-		// cyclically in (i, j].
-		home := int(t.slots[j].fp) & mask
-		if (j-home)&mask >= (j-i)&mask {
-			t.slots[i] = t.slots[j]
-			i = j
-		}
-	}
-	t.slots[i] = slot{}
-	t.n--
-}
-
-// resize moves every entry into a table of n slots (a power of two).
-func (t *table) resize(n int) {
-	old := t.slots
-	t.slots = make([]slot, n)
-	for _, s := range old {
-		if s.fp != 0 {
-			i, _ := t.find(s.fp)
-			t.slots[i] = s
+		if s.state.CompareAndSwap(st, dead) {
+			return st, true
 		}
 	}
 }
 
-// evictSample is how many keys a full shard looks at to make room.
-const evictSample = 8
-
-// evict makes room for one key: it drops the expired keys among a sample of
-// the entries from slot from on, or else the sampled key whose bucket is
-// closest to full (the smallest state). from should be random (the new key's
-// fingerprint is), so that the sample is.
-func (t *table) evict(from uint64, now int64) {
-	var expired [evictSample]uint64
-	dropped, seen := 0, 0
-	victim, oldest := uint64(0), int64(0)
-	mask, sample := uint64(len(t.slots)-1), min(evictSample, t.n)
-	for i := from & mask; seen < sample; i = (i + 1) & mask {
-		s := t.slots[i]
-		switch {
-		case s.fp == 0:
-			continue
-		case s.state <= now:
-			expired[dropped] = s.fp
-			dropped++
-		case victim == 0 || s.state < oldest:
-			victim, oldest = s.fp, s.state
-		}
-		seen++
+// size returns the number of slots for a table that holds n entries at
+// most half full.
+func size(n int) int {
+	s := minSlots
+	for s < 2*n {
+		s *= 2
 	}
-	if dropped == 0 {
-		expired[0], dropped = victim, 1
-	}
-	for _, fp := range expired[:dropped] {
-		i, _ := t.find(fp)
-		t.remove(i)
-	}
-}
-
-// tidySlots is how many slots one call to tidy looks at.
-const tidySlots = 8
-
-// dropFull drops every entry whose bucket is full at now.
-func (t *table) dropFull(now int64) {
-	for i := 0; i < len(t.slots); {
-		if s := t.slots[i]; s.fp != 0 && s.state <= now {
-			t.remove(i) // an entry from further on may now be at i: look again
-			continue
-		}
-		i++
-	}
-}
-
-// tidy looks at the next slots from where the last call stopped, dropping
-// the entries whose bucket is full at now, and shrinks the table if it is
-// less than 1/8 full. Each call takes tidySlots steps, a step being a move
-// to the next slot or a drop (after which the slot is looked at again), so
-// successive calls go round the whole table in (len(slots)+drops)/tidySlots
-// calls.
-func (t *table) tidy(now int64) {
-	mask := len(t.slots) - 1
-	if mask < 0 {
-		return
-	}
-	i := t.next & mask
-	for range tidySlots {
-		if s := t.slots[i]; s.fp != 0 && s.state <= now {
-			t.remove(i) // an entry from further on may now be at i: look again
-			continue
-		}
-		i = (i + 1) & mask
-	}
-	t.next = i
-	if n := len(t.slots); n > minSlots && t.n*8 < n {
-		size := minSlots
-		for (t.n+1)*maxLoadDen*2 > size*maxLoadNum { // leave room to grow
-			size *= 2
-		}
-		t.resize(size)
-	}
+	return s
 }
