@@ -41,15 +41,17 @@ func newClock(_ testing.TB, l limit) func(string) bool {
 	}
 }
 
-// decisionPeers are the rows of BenchmarkDecision: the clock baseline, then
-// the peers.
-var decisionPeers = append([]peer{{clock, newClock}}, peers...)
+// decisionPeers are the rows of BenchmarkDecision: the clock baseline, the
+// peers, and x/time/rate keyed in a sync.Map as well as in a map under a
+// mutex.
+var decisionPeers = append(append([]peer{{clock, newClock}}, peers...), peer{"x-time-rate-sync-map", newXTimeRateSyncMap})
 
 // BenchmarkDecision measures one decision of each peer in one process:
 //
 //   - one-key: every request under one key, all allowed;
 //   - 100k-keys: 100 000 keys (all seen once before timing) cycled, all allowed;
 //   - parallel-1k-keys: GOMAXPROCS goroutines over 1 000 keys, all allowed;
+//   - parallel-one-key: GOMAXPROCS goroutines on one hot key, all allowed;
 //   - all-denied: one key whose quota is spent before timing, all refused.
 //
 // Each scenario has a clock row too, the baseline: one bare time.Since.
@@ -110,6 +112,25 @@ func BenchmarkDecision(b *testing.B) {
 						}
 						if i += 7; i >= len(ks) {
 							i -= len(ks)
+						}
+					}
+				})
+				if refused.Load() != 0 {
+					b.Fatalf("%s refused %d of %d", p.name, refused.Load(), b.N)
+				}
+			})
+		}
+	})
+	b.Run("parallel-one-key", func(b *testing.B) {
+		for _, p := range decisionPeers {
+			b.Run(p.name, func(b *testing.B) {
+				allow := p.new(b, allowAll)
+				var refused atomic.Int64
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if !allow("ak:one") {
+							refused.Add(1)
 						}
 					}
 				})

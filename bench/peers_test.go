@@ -130,6 +130,20 @@ func newXTimeRate(_ testing.TB, l limit) func(string) bool {
 	return newXRate(l).allow
 }
 
+// newXTimeRateSyncMap keys golang.org/x/time/rate the other way users do:
+// one Limiter per key in a sync.Map, made on a key's first request.
+func newXTimeRateSyncMap(_ testing.TB, l limit) func(string) bool {
+	x := newXRate(l)
+	var m sync.Map
+	return func(key string) bool {
+		lim, ok := m.Load(key)
+		if !ok {
+			lim, _ = m.LoadOrStore(key, rate.NewLimiter(x.limit, x.burst))
+		}
+		return lim.(*rate.Limiter).Allow()
+	}
+}
+
 func newUlule(tb testing.TB, l limit) func(string) bool {
 	lim := ulule.New(ulemem.NewStore(), ulule.Rate{Period: l.per, Limit: int64(l.n)})
 	ctx := context.Background()

@@ -32,10 +32,23 @@ import (
 //   - in a round of give-backs, the state moved back by exactly their sum,
 //     and no further than full.
 //
+// It runs twice: as the store is, where a shard whose decisions race takes
+// its lock for a while, and with that off, so that every decision on a
+// held key races by compare-and-swap alone.
+//
 // A lost update (two decisions that read the same state and both write)
 // breaks the state or the admitted count: built with -tags lostupdate, the
 // store's compare-and-swap is a plain store, and this test must fail.
 func TestConcurrentDecisionsAreExact(t *testing.T) {
+	t.Run("as-is", testConcurrentDecisions)
+	t.Run("lock-free", func(t *testing.T) {
+		defer func(d int64) { contended = d }(contended)
+		contended = 0
+		testConcurrentDecisions(t)
+	})
+}
+
+func testConcurrentDecisions(t *testing.T) {
 	const (
 		rounds, workers, opsPerWorker = 300, 4, 60
 		burst                         = 50

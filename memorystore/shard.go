@@ -10,9 +10,10 @@ import (
 // decision and written only when the table is replaced or tidied; the
 // second is written by the holders of its lock.
 type shard struct {
-	tab    atomic.Pointer[table] // nil until the first key
-	tidyAt atomic.Int64          // the store's time from which a decision tidies
-	_      [48]byte
+	tab         atomic.Pointer[table] // nil until the first key
+	tidyAt      atomic.Int64          // the store's time from which a decision tidies
+	lockedUntil atomic.Int64          // the store's time until which decisions take the lock
+	_           [40]byte
 
 	mu         sync.Mutex // held to fill, kill or replace slots
 	live, used int        // live slots, and slots filled (live or dead), in tab
