@@ -1,9 +1,12 @@
 // Package redisstore is a [ratelimit.Store] in Redis, so that many instances
 // of a service enforce one quota together.
 //
-// Every decision is one round trip: an embedded Lua script that reads the
-// bucket's state, decides and writes it back atomically, run with EVALSHA
-// (and EVAL when the server does not have the script yet). With
+// Every decision is at most one round trip: an embedded Lua script that
+// reads the bucket's state, decides and writes it back atomically, run with
+// EVALSHA (and EVAL when the server does not have the script yet). A key
+// whose last answer left it no token is refused locally, without a round
+// trip, while that answer alone refuses the request (the refusal cache,
+// Options.NoRefusalCache: it never admits anything). With
 // Options.Batching, concurrent decisions share round trips and script calls,
 // so there are fewer of both than decisions. The script reads the Redis
 // server's clock (TIME), so the clocks of the application's hosts never
@@ -90,6 +93,7 @@ type Store struct {
 	batching bool
 	batch    batcher
 	dials    *dialWatch // on a *redis.Client: fails calls at once when a dial fails
+	refusals *refusals  // nil with Options.NoRefusalCache
 }
 
 // processor is what every go-redis client (Client, ClusterClient, Ring,
@@ -134,6 +138,17 @@ type Options struct {
 	// send every decision alone. TakeAll batches too; Acquire and Release
 	// never do. Default: false, every decision goes alone.
 	Batching bool
+	// NoRefusalCache turns the refusal cache off, so that every decision
+	// asks Redis. The cache keeps, for the keys whose last answer left no
+	// token (at most 16 384 of them), the time their bucket is full again
+	// at the earliest, and refuses locally, without a round trip, the
+	// requests that this bound alone refuses: the same refusal Redis would
+	// give, with a RetryAfter that may be earlier than Redis's, never later.
+	// It never admits a request. Its one inexactness: tokens given back by
+	// another instance (a response that does not count, a multi-policy
+	// refusal's refund) may make room before the bound says so, until the
+	// next answer from Redis. Default: false, the cache is on.
+	NoRefusalCache bool
 	// SkipContextTimeoutCheck lets New accept a client created without
 	// ContextTimeoutEnabled. Calls then still carry a deadline, but
 	// go-redis does not apply it to socket reads: a hung Redis holds
@@ -176,6 +191,9 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 		o.Timeout = 100 * time.Millisecond
 	}
 	s := &Store{client: client, prefix: o.Prefix, timeout: o.Timeout, now: o.Clock, batching: o.Batching}
+	if !o.NoRefusalCache {
+		s.refusals = newRefusals(o.Clock)
+	}
 	s.proc, _ = client.(processor)
 	s.dials = watchDials(client)
 	s.batch.dials = s.dials
@@ -196,26 +214,61 @@ func contextTimeoutEnabled(c redis.Scripter) bool {
 	return true
 }
 
-// Take implements [ratelimit.Store] in one round trip.
+// Take implements [ratelimit.Store] in one round trip, or none when the
+// refusal cache already refuses the request.
 func (s *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+	if s.refusals != nil && cost > 0 {
+		if res, ok := s.refusals.refuse(p, key, cost); ok {
+			return res, nil
+		}
+	}
 	var res [1]ratelimit.Result
-	if err := s.run(ctx, []ratelimit.Request{{Policy: p, Key: key, Cost: cost}}, res[:]); err != nil {
+	if err := s.take(ctx, []ratelimit.Request{{Policy: p, Key: key, Cost: cost}}, res[:]); err != nil {
 		return ratelimit.Result{}, err
 	}
 	return res[0], nil
 }
 
-// TakeAll implements [ratelimit.BatchStore] in one round trip. On a
-// *redis.ClusterClient the keys must hash to one slot (give per-client keys
-// a hash tag such as "{client-42}"; a Global policy's key is in a slot of
-// its own); on a *redis.Ring they never are known to share a shard. In those
-// cases TakeAll returns ratelimit.ErrNotAtomic and the Limiter takes the
-// policies one at a time, giving back what a refusal left spent.
+// TakeAll implements [ratelimit.BatchStore] in one round trip, or none when
+// the refusal cache already refuses one of the requests (the results of the
+// others then come from what the cache knows of them, which may show more
+// tokens than they have). On a *redis.ClusterClient the keys must hash to
+// one slot (give per-client keys a hash tag such as "{client-42}"; a Global
+// policy's key is in a slot of its own); on a *redis.Ring they never are
+// known to share a shard. In those cases TakeAll returns
+// ratelimit.ErrNotAtomic and the Limiter takes the policies one at a time,
+// giving back what a refusal left spent.
 func (s *Store) TakeAll(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
 	if !s.oneNode(reqs) {
 		return ratelimit.ErrNotAtomic
 	}
-	return s.run(ctx, reqs, results)
+	if s.refusals != nil && s.refusals.refuseAll(reqs, results) {
+		return nil
+	}
+	return s.take(ctx, reqs, results)
+}
+
+// take runs reqs in Redis and keeps what the answers say in the refusal
+// cache.
+func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
+	if s.refusals == nil {
+		return s.run(ctx, reqs, results)
+	}
+	sent := s.refusals.now()
+	for _, r := range reqs {
+		if r.Cost < 0 {
+			s.refusals.forget(r.Policy, r.Key)
+		}
+	}
+	if err := s.run(ctx, reqs, results); err != nil {
+		return err
+	}
+	for i, r := range reqs {
+		if r.Cost >= 0 {
+			s.refusals.record(r.Policy, r.Key, sent, results[i])
+		}
+	}
+	return nil
 }
 
 // oneNode reports whether the keys of reqs are sure to live on one node.

@@ -35,6 +35,7 @@ type config struct {
 	count          string
 	skipPath       string
 	maxInflight    int
+	refusalCache   bool
 
 	// clock, when not nil, is the time source of the store instead of the
 	// system's monotonic clock. Only tests set it; main leaves it nil.
@@ -64,6 +65,7 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.StringVar(&cfg.count, "count", "all", "which responses spend the budget: all, failed or successful")
 	fs.StringVar(&cfg.skipPath, "skip-path", "", "path `prefix` that is never limited nor counted")
 	fs.IntVar(&cfg.maxInflight, "max-inflight", 0, "concurrent requests per client (0: no limit)")
+	fs.BoolVar(&cfg.refusalCache, "refusal-cache", true, "with -store redis, refuse locally what the store's last answer already refuses")
 	return fs
 }
 

@@ -146,7 +146,7 @@ func newStore(cfg config, m *metrics.Metrics) (ratelimit.Store, func(), error) {
 	cleanup := func() {
 		client.Close()
 	}
-	shared, err := redisstore.New(client, &redisstore.Options{Prefix: "geocoding:", Clock: cfg.clock})
+	shared, err := redisstore.New(client, &redisstore.Options{Prefix: "geocoding:", Clock: cfg.clock, NoRefusalCache: !cfg.refusalCache})
 	if err != nil {
 		cleanup()
 		return nil, nil, err

@@ -75,6 +75,8 @@
 //	-count           all|failed|successful: responses that spend the budget [all]
 //	-skip-path       path prefix never limited nor counted [none]
 //	-max-inflight    concurrent requests per client [0: no limit]
+//	-refusal-cache   with -store redis, refuse locally what the store's last
+//	                 answer already refuses [true]
 //
 // Invalid values are refused with a message naming the flag, and the exit
 // status 2.

@@ -460,6 +460,7 @@ func TestFlagDefaults(t *testing.T) {
 		"count":           "all",
 		"skip-path":       "",
 		"max-inflight":    "0",
+		"refusal-cache":   "true",
 	}
 	var cfg config
 	fs := newFlagSet(&cfg)
@@ -533,7 +534,7 @@ func TestRunAcceptedFlags(t *testing.T) {
 		fs := newFlagSet(&cfg)
 		require.NoError(t, fs.Parse([]string{"-on-store-error", "open", "-instances", "1", "-dry-run=false",
 			"-count", "all", "-global-rate", "0", "-global-burst", "0", "-max-inflight", "0", "-skip-path", "",
-			"-redis-url", "redis://example:6379/1", "-key", "ip", "-headers", "none", "-framework", "gin"}))
+			"-refusal-cache=false", "-redis-url", "redis://example:6379/1", "-key", "ip", "-headers", "none", "-framework", "gin"}))
 		assert.NoError(t, cfg.check())
 	})
 

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -110,4 +112,44 @@ func TestStartupRedisUnreachable(t *testing.T) {
 	// The store's deadline is 100 ms; a refused connection fails before.
 	assert.Less(t, elapsed, 80*time.Millisecond, "the first 503 took %v", elapsed)
 	t.Logf("time to the first 503: %v", elapsed)
+}
+
+// TestRedisRefusalCache: with -store redis, a client's refused requests
+// are refused without asking Redis once its answer left no token, with the
+// same status, header fields and body as Redis's own refusal (each server's
+// test clock feeds the script, so the two agree to the nanosecond);
+// -refusal-cache=false asks Redis every time.
+func TestRedisRefusalCache(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client()
+	scripts := func() int64 {
+		info, err := admin.Info(context.Background(), "commandstats").Result()
+		require.NoError(t, err)
+		n := int64(0)
+		for line := range strings.SplitSeq(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+			if ok && (name == "cmdstat_evalsha" || name == "cmdstat_eval") { // the decisions
+				calls, _, _ := strings.Cut(rest, ",")
+				v, err := strconv.ParseInt(calls, 10, 64)
+				require.NoError(t, err)
+				n += v
+			}
+		}
+		return n
+	}
+	url := "redis://" + srv.Addr + "/0"
+	cached, _ := newTestHandler(t, "-store", "redis", "-redis-url", url)
+	direct, _ := newTestHandler(t, "-store", "redis", "-redis-url", url, "-refusal-cache=false")
+	req := request{target: "/geocode?q=paris", apiKey: "alice"}
+	assert.Equal(t, repeat(200, 10), statuses(cached, req, 10))
+	before := scripts()
+	local := serve(cached, req)
+	assert.Equal(t, 429, local.Code)
+	assert.Equal(t, repeat(429, 5), statuses(cached, req, 5))
+	assert.Equal(t, before, scripts(), "refused without asking Redis")
+	remote := serve(direct, req)
+	assert.Equal(t, before+1, scripts(), "-refusal-cache=false asks Redis")
+	assert.Equal(t, remote.Code, local.Code)
+	assert.Equal(t, remote.Header(), local.Header())
+	assert.Equal(t, remote.Body.String(), local.Body.String())
 }

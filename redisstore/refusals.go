@@ -1,0 +1,113 @@
+package redisstore
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+// refusals is the store's local refusal cache: for the keys whose last
+// answer left them short of tokens, a lower bound of the bucket's state
+// (the time it is full again, on this instance's clock). While that bound
+// alone refuses a request, the store refuses it without asking Redis: the
+// state only grows as requests spend tokens, so a bucket that the bound
+// refuses, Redis refuses too. (Tokens given back by another instance may
+// make room sooner; the next answer corrects the bound.)
+//
+// It is a direct-mapped table of immutable entries: a key's entry replaces
+// whatever its slot held, so memory is fixed, and losing an entry only
+// sends a request to Redis. Safe for concurrent use; a lookup neither locks
+// nor allocates.
+type refusals struct {
+	seed  maphash.Seed
+	slots [refusalSlots]atomic.Pointer[refusal]
+	now   func() int64 // this instance's clock, in nanoseconds
+}
+
+// refusalSlots is the number of keys the cache holds at most.
+const refusalSlots = 1 << 14
+
+// A refusal is what the cache knows of one bucket: its state is at least
+// until.
+type refusal struct {
+	fp    uint64 // of the policy's name and the key
+	until int64
+}
+
+func newRefusals(clock func() time.Time) *refusals {
+	c := &refusals{seed: maphash.MakeSeed()}
+	if clock != nil {
+		c.now = func() int64 { return clock().UnixNano() }
+	} else {
+		epoch := time.Now()
+		c.now = func() int64 { return int64(time.Since(epoch)) }
+	}
+	return c
+}
+
+func (c *refusals) fingerprint(policy, key string) uint64 {
+	return maphash.String(c.seed, key) ^ maphash.String(c.seed, policy)*0x9e3779b97f4a7c15
+}
+
+// bound returns the lower bound the cache holds for the state of key's
+// bucket under p, or 0 (a full bucket) if it holds none.
+func (c *refusals) bound(p *ratelimit.Policy, key string) int64 {
+	fp := c.fingerprint(p.Name, key)
+	if e := c.slots[fp%refusalSlots].Load(); e != nil && e.fp == fp {
+		return e.until
+	}
+	return 0
+}
+
+// refuse reports whether the bound the cache holds for key under p refuses
+// a request of cost now, with the refusal the algorithm gives for that
+// bound: its RetryAfter is at most the exact one.
+func (c *refusals) refuse(p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, bool) {
+	until := c.bound(p, key)
+	if until == 0 {
+		return ratelimit.Result{}, false
+	}
+	res, _ := p.Decide(until, c.now(), cost)
+	return res, !res.Allowed
+}
+
+// refuseAll reports whether the cache refuses one of reqs, a batch of
+// requests of no negative cost, deciding each at one instant on what it
+// knows; results then hold those decisions.
+func (c *refusals) refuseAll(reqs []ratelimit.Request, results []ratelimit.Result) bool {
+	for _, r := range reqs {
+		if r.Cost < 0 {
+			return false
+		}
+	}
+	now := c.now()
+	refused := false
+	for i, r := range reqs {
+		results[i], _ = r.Policy.Decide(c.bound(r.Policy, r.Key), now, r.Cost)
+		refused = refused || !results[i].Allowed
+	}
+	return refused
+}
+
+// record keeps what res, Redis's answer to a request sent at sent (on the
+// cache's clock), says of key's bucket under p: if it leaves no token, the
+// bucket's state is at least sent + res.ResetAfter from then on.
+func (c *refusals) record(p *ratelimit.Policy, key string, sent int64, res ratelimit.Result) {
+	if res.Allowed && res.Remaining > 0 {
+		return // the next request of cost 1 would be allowed: nothing to refuse
+	}
+	fp := c.fingerprint(p.Name, key)
+	c.slots[fp%refusalSlots].Store(&refusal{fp: fp, until: sent + int64(res.ResetAfter)})
+}
+
+// forget drops the bound of key under p: a give-back lowers the state
+// below it.
+func (c *refusals) forget(p *ratelimit.Policy, key string) {
+	fp := c.fingerprint(p.Name, key)
+	slot := &c.slots[fp%refusalSlots]
+	if e := slot.Load(); e != nil && e.fp == fp {
+		slot.CompareAndSwap(e, nil)
+	}
+}
