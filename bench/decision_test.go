@@ -124,6 +124,11 @@ func BenchmarkDecision(b *testing.B) {
 	b.Run("parallel-one-key", func(b *testing.B) {
 		for _, p := range decisionPeers {
 			b.Run(p.name, func(b *testing.B) {
+				if p.name == "throttled" {
+					// Its in-memory GCRA gives up on a hot key after 10
+					// failed compare-and-swaps, with an error.
+					b.Skip("throttled fails on one key shared by every goroutine: \"Failed to store updated rate limit data ... after 10 attempts\"")
+				}
 				allow := p.new(b, allowAll)
 				var refused atomic.Int64
 				b.ReportAllocs()

@@ -2,9 +2,7 @@ package bench
 
 import (
 	"context"
-
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,7 +135,7 @@ func BenchmarkRedis(b *testing.B) {
 				take := peer.new(b, c, redisLimit)
 				ctx := context.Background()
 				take(ctx, "warm-up") // loads the script
-				before := commandCalls(b, c)
+				before := redistest.Commands(b, c)
 				trips.n.Store(0)
 				var allowed atomic.Int64
 				b.ReportAllocs()
@@ -164,7 +162,7 @@ func BenchmarkRedis(b *testing.B) {
 					b.Fatalf("%s allowed %d of %d", peer.name, allowed.Load(), b.N)
 				}
 				b.ReportMetric(float64(trips.n.Load())/float64(b.N), "round-trips/op")
-				b.ReportMetric(float64(commandCalls(b, c)-before-1)/float64(b.N), "redis-commands/op")
+				b.ReportMetric(float64(redistest.Commands(b, c)-before-1)/float64(b.N), "redis-commands/op")
 			})
 		}
 	}
@@ -188,30 +186,6 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		r.n.Add(1)
 		return next(ctx, cmds)
 	}
-}
-
-// commandCalls returns the number of commands the server has executed,
-// from INFO commandstats, not counting INFO itself.
-func commandCalls(b *testing.B, c *redis.Client) int64 {
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total int64
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") {
-			continue
-		}
-		// cmdstat_evalsha:calls=12,usec=...
-		_, rest, _ := strings.Cut(line, ":calls=")
-		calls, _, _ := strings.Cut(rest, ",")
-		n, err := strconv.ParseInt(calls, 10, 64)
-		if err != nil {
-			b.Fatalf("INFO commandstats line %q: %v", line, err)
-		}
-		total += n
-	}
-	return total
 }
 
 // TestRedisPeers checks each Redis decision wrapper against a real
@@ -249,6 +223,59 @@ func TestRedisPeers(t *testing.T) {
 			if !take(ctx, b) {
 				t.Fatalf("request 1 of key %s refused, want allowed", b)
 			}
+		})
+	}
+}
+
+// deniedPeers are the rows of BenchmarkRedisDenied: the bare INCR floor,
+// ours with its refusal cache and without, and redis_rate.
+var deniedPeers = []redisPeer{
+	redisPeers[0],
+	{"tokenfair", tokenfairRedis(redisstore.Options{})},
+	{"tokenfair-no-refusal-cache", tokenfairRedis(redisstore.Options{NoRefusalCache: true})},
+	redisPeers[3],
+}
+
+// floods numbers the keys of BenchmarkRedisDenied's runs.
+var floods atomic.Int64
+
+// BenchmarkRedisDenied measures a denied flood: 8×GOMAXPROCS goroutines
+// sending one key's requests, the key's quota (one an hour) spent before
+// timing, so that every decision timed is a refusal (the incr floor allows
+// and counts each). It reports the commands Redis ran per decision.
+func BenchmarkRedisDenied(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, peer := range deniedPeers {
+		b.Run("parallel/"+peer.name, func(b *testing.B) {
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 64})
+			defer c.Close()
+			take := peer.new(b, c, denyAll)
+			ctx := context.Background()
+			key := "flood-" + strconv.FormatInt(floods.Add(1), 10) // a fresh quota for each run
+			if !take(ctx, key) {
+				b.Fatalf("%s refused the first request", peer.name)
+			}
+			before := redistest.Commands(b, c)
+			var refused atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if !take(ctx, key) {
+						refused.Add(1)
+					}
+				}
+			})
+			b.StopTimer()
+			want := int64(b.N) // every request refused
+			if peer.name == baseline {
+				want = 0 // the floor allows every one
+			}
+			if refused.Load() != want {
+				b.Fatalf("%s refused %d of %d", peer.name, refused.Load(), b.N)
+			}
+			b.ReportMetric(float64(redistest.Commands(b, c)-before)/float64(b.N), "redis-commands/op")
 		})
 	}
 }

@@ -3,8 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,36 +18,12 @@ import (
 )
 
 // commands returns the number of commands Redis has run (the scripts'
-// own included), INFO aside.
-func commands(t *testing.T, c *redis.Client) int64 {
-	t.Helper()
-	return countCommands(t, c, func(name string) bool { return name != "cmdstat_info" })
-}
+// own included).
+func commands(t *testing.T, c *redis.Client) int64 { return redistest.Commands(t, c) }
 
 // scripts returns the number of script calls Redis has run: one per
 // decision or batch that reached it.
-func scripts(t *testing.T, c *redis.Client) int64 {
-	t.Helper()
-	return countCommands(t, c, func(name string) bool { return name == "cmdstat_evalsha" || name == "cmdstat_eval" })
-}
-
-func countCommands(t *testing.T, c *redis.Client, count func(name string) bool) int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	require.NoError(t, err)
-	n := int64(0)
-	for line := range strings.SplitSeq(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok || !count(name) {
-			continue
-		}
-		calls, _, _ := strings.Cut(rest, ",")
-		v, err := strconv.ParseInt(calls, 10, 64)
-		require.NoError(t, err, "INFO commandstats line %q", line)
-		n += v
-	}
-	return n
-}
+func scripts(t *testing.T, c *redis.Client) int64 { return redistest.Commands(t, c, "evalsha", "eval") }
 
 // TestRefusalCache: once Redis's answer leaves a key without a token, the
 // store refuses the key's requests locally, with exactly the refusal Redis

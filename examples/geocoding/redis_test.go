@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,21 +120,7 @@ func TestStartupRedisUnreachable(t *testing.T) {
 func TestRedisRefusalCache(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client()
-	scripts := func() int64 {
-		info, err := admin.Info(context.Background(), "commandstats").Result()
-		require.NoError(t, err)
-		n := int64(0)
-		for line := range strings.SplitSeq(info, "\n") {
-			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-			if ok && (name == "cmdstat_evalsha" || name == "cmdstat_eval") { // the decisions
-				calls, _, _ := strings.Cut(rest, ",")
-				v, err := strconv.ParseInt(calls, 10, 64)
-				require.NoError(t, err)
-				n += v
-			}
-		}
-		return n
-	}
+	scripts := func() int64 { return redistest.Commands(t, admin, "evalsha", "eval") } // the decisions
 	url := "redis://" + srv.Addr + "/0"
 	cached, _ := newTestHandler(t, "-store", "redis", "-redis-url", url)
 	direct, _ := newTestHandler(t, "-store", "redis", "-redis-url", url, "-refusal-cache=false")

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -159,4 +160,31 @@ func StartCluster(t testing.TB, n int) (*redis.ClusterClient, []*Server) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	return c, servers
+}
+
+// Commands returns how many commands the server of c has run (INFO
+// commandstats: the commands that scripts run count too, INFO itself does
+// not), or, given names such as "evalsha", how many of those.
+func Commands(tb testing.TB, c *redis.Client, names ...string) int64 {
+	tb.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var n int64
+	for line := range strings.SplitSeq(info, "\n") {
+		// cmdstat_evalsha:calls=12,usec=...
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		name, isCommand := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCommand || name == "info" || len(names) > 0 && !slices.Contains(names, name) {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		v, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			tb.Fatalf("redistest: INFO commandstats line %q: %v", line, err)
+		}
+		n += v
+	}
+	return n
 }
