@@ -21,7 +21,11 @@
 // dead for good (by a compare-and-swap too, so a decision in flight either
 // lands before or fails and looks again under the lock), and a rebuild
 // kills each slot as it copies its state into a new table. So a
-// compare-and-swap can only ever change the key it was meant for.
+// compare-and-swap can only ever change the key it was meant for. When two
+// decisions do race for one bucket, the decisions on that shard take its
+// lock for the next millisecond: on a hot key a queue on a lock costs less
+// than swaps that keep failing. A batch ([Store.TakeAll]) holds the slots
+// of its keys under their shards' locks until it has decided them all.
 //
 // Memory is bounded in two ways, and the store starts no goroutine for
 // either. A key whose bucket has been full again for a second carries no

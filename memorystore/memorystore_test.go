@@ -237,3 +237,23 @@ func TestTakeDoesNotAllocate(t *testing.T) {
 func TestShardIs128Bytes(t *testing.T) {
 	assert.Equal(t, uintptr(128), unsafe.Sizeof(shard{}), "shard padding")
 }
+
+// TestTakeAllSameBucketTwice: two requests of one batch on one bucket are
+// decided one after the other, so both spend, and the batch is refused
+// when the second no longer fits.
+func TestTakeAllSameBucketTwice(t *testing.T) {
+	s := newStore(t, &Options{Clock: new(storetest.Clock).Now})
+	ctx := context.Background()
+	results := make([]ratelimit.Result, 2)
+	twice := []ratelimit.Request{{Policy: &p, Key: "k", Cost: 4}, {Policy: &p, Key: "k", Cost: 4}}
+	require.NoError(t, s.TakeAll(ctx, twice, results))
+	assert.True(t, results[0].Allowed && results[1].Allowed)
+	assert.Equal(t, int64(2), results[1].Remaining, "the second saw the first's spending")
+	then := []ratelimit.Request{{Policy: &p, Key: "k", Cost: 2}, {Policy: &p, Key: "k", Cost: 1}}
+	require.NoError(t, s.TakeAll(ctx, then, results))
+	assert.True(t, results[0].Allowed, "the 2 tokens left")
+	assert.False(t, results[1].Allowed, "none after the first")
+	res, err := s.Take(ctx, &p, "k", 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), res.Remaining, "the refused batch spent nothing")
+}

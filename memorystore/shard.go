@@ -7,8 +7,9 @@ import (
 )
 
 // shard is one part of the store. Its first cache line is read by every
-// decision and written only when the table is replaced or tidied; the
-// second is written by the holders of its lock.
+// decision and written only when the table is replaced, when the shard is
+// tidied and when two decisions race; the second is written by the holders
+// of its lock.
 type shard struct {
 	tab         atomic.Pointer[table] // nil until the first key
 	tidyAt      atomic.Int64          // the store's time from which a decision tidies
