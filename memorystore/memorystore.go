@@ -247,17 +247,16 @@ func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []r
 		// batch on the same bucket left, or the one held.
 		var sl *slot
 		old := int64(0)
-		if j := slices.Index(fps[:i], fp); j >= 0 {
-			old = states[j]
+		first := slices.Index(fps[:i], fp) // the batch's first request on this bucket, if not i
+		if first >= 0 {
+			old = states[first]
 		} else if sl = s.shard(fp).tab.Load().lookup(fp); sl != nil {
 			old = sl.claim()
 		}
 		var next int64
 		results[i], next = reqs[i].Policy.Decide(old, now, reqs[i].Cost)
-		for j := range i {
-			if fps[j] == fp {
-				states[j] = next // the last request on a bucket writes it
-			}
+		if first >= 0 {
+			states[first] = next // the first request on a bucket carries its last state
 		}
 		slots, states, held = append(slots, sl), append(states, next), append(held, old)
 		all = all && results[i].Allowed
