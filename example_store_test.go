@@ -22,7 +22,7 @@ type mapStore struct {
 	buckets map[string]int64 // bucket key → state; an absent bucket is full
 }
 
-var _ ratelimit.Store = (*mapStore)(nil)
+var _ ratelimit.ResetStore = (*mapStore)(nil)
 
 func newMapStore(now func() time.Time) *mapStore {
 	return &mapStore{now: now, buckets: make(map[string]int64)}
@@ -43,6 +43,16 @@ func (s *mapStore) Take(_ context.Context, p *ratelimit.Policy, key string, cost
 		delete(s.buckets, bucket) // the bucket is full: it carries no information
 	}
 	return res, nil
+}
+
+// Reset forgets a bucket, so that Limiter.Reset can give a client its
+// quota back: the optional ratelimit.ResetStore. A database deletes the
+// row.
+func (s *mapStore) Reset(_ context.Context, p *ratelimit.Policy, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.buckets, bucketKey(p.Name, key))
+	return nil
 }
 
 // bucketKey names the bucket of key under a policy. Policy names never
