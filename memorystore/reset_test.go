@@ -1,0 +1,124 @@
+package memorystore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/storetest"
+)
+
+// Reset kills the bucket's slot, which is never used again, and the key
+// comes back in a slot of its own, full.
+func TestResetKillsTheSlot(t *testing.T) {
+	c := new(storetest.Clock)
+	s := newStore(t, &Options{Clock: c.Now, Shards: 1})
+	ctx := context.Background()
+	_, _ = s.Take(ctx, &p, "a", 4)
+	_, _ = s.Take(ctx, &p, "b", 2)
+	require.Equal(t, 2, s.Len())
+	sh := &s.shards[0]
+	fp := s.fingerprint(p.Name, "a")
+	old := sh.tab.Load().lookup(fp)
+	require.NotNil(t, old)
+
+	require.NoError(t, s.Reset(ctx, &p, "a"))
+	assert.Equal(t, 1, s.Len(), "a dropped")
+	assert.Equal(t, int64(dead), old.state.Load(), "a's slot is dead")
+	assert.Nil(t, sh.tab.Load().lookup(fp))
+	assert.Equal(t, 2, sh.used, "a dead slot stays filled until a rebuild")
+
+	res, _ := s.Take(ctx, &p, "a", 1)
+	assert.Equal(t, int64(9), res.Remaining, "a starts full")
+	assert.NotSame(t, old, sh.tab.Load().lookup(fp), "in a new slot")
+	res, _ = s.Take(ctx, &p, "b", 0)
+	assert.Equal(t, int64(8), res.Remaining, "b untouched")
+
+	require.NoError(t, s.Reset(ctx, &p, "never-seen"))
+	require.NoError(t, newStore(t, nil).Reset(ctx, &p, "k"), "a shard without a table")
+	assert.Equal(t, 2, s.Len())
+}
+
+// TestResetUnderConcurrentTraffic resets buckets, some of them while other
+// goroutines decide on them, under decisions on many other keys of the
+// same shard, whose inserts grow the table and whose dead slots make it
+// rebuild, all against a clock that stands still: every other key must
+// have spent exactly what it was admitted, so no reset changed or lost
+// another key's state. It runs as the store is and with the contended
+// lock off, so that decisions race by compare-and-swap alone.
+func TestResetUnderConcurrentTraffic(t *testing.T) {
+	t.Run("as-is", testResetUnderConcurrentTraffic)
+	t.Run("lock-free", func(t *testing.T) {
+		defer func(d int64) { contended = d }(contended)
+		contended = 0
+		testResetUnderConcurrentTraffic(t)
+	})
+}
+
+func testResetUnderConcurrentTraffic(t *testing.T) {
+	const (
+		keys, workers, rounds = 300, 4, 6
+		burst                 = 1000
+		resets                = 400
+	)
+	c := new(storetest.Clock)
+	s := newStore(t, &Options{Clock: c.Now, Shards: 1})
+	pol := &ratelimit.Policy{Name: "p", Limit: ratelimit.PerHour(burst)}
+	ctx := context.Background()
+	var admitted [keys]atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				for i := range keys {
+					k := (i*7 + w + r) % keys
+					if res, _ := s.Take(ctx, pol, fmt.Sprint("key-", k), 1); res.Allowed {
+						admitted[k].Add(1)
+					}
+				}
+			}
+		}()
+	}
+	// A bucket that one goroutine spends from while another resets it.
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for range resets {
+			_, _ = s.Take(ctx, pol, "shared", 3)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for i := range resets {
+			_ = s.Reset(ctx, pol, "shared")
+			// Buckets spent and reset at once: each leaves a dead slot.
+			victim := fmt.Sprint("victim-", i)
+			_, _ = s.Take(ctx, pol, victim, 5)
+			_ = s.Reset(ctx, pol, victim)
+		}
+	}()
+	wg.Wait()
+
+	for k := range keys {
+		key := fmt.Sprint("key-", k)
+		require.Equal(t, int64(workers*rounds), admitted[k].Load(), "%s: admitted", key)
+		res, _ := s.Take(ctx, pol, key, 0)
+		require.Equal(t, burst-admitted[k].Load(), res.Remaining, "%s: tokens left", key)
+	}
+	for i := range resets {
+		res, _ := s.Take(ctx, pol, fmt.Sprint("victim-", i), 0)
+		require.Equal(t, int64(burst), res.Remaining, "victim-%d: reset after its one take", i)
+	}
+	require.NoError(t, s.Reset(ctx, pol, "shared"))
+	assert.Equal(t, keys, s.Len(), "the other keys, and only they")
+	res, _ := s.Take(ctx, pol, "shared", 0)
+	assert.Equal(t, int64(burst), res.Remaining)
+}
