@@ -1,0 +1,38 @@
+package failover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+var _ ratelimit.ResetStore = (*Store)(nil)
+
+// Reset implements [ratelimit.ResetStore]: it forgets key's bucket under p
+// in the primary store and, in Local mode, in the Local store too, so that
+// the key starts full whichever store decides next. It asks the primary
+// even while degraded, and its answer counts as any call's does (OnError,
+// and the switch between healthy and degraded). It returns the primary's
+// error, joined with the Local store's if that failed too, or an error
+// naming a store that is not a ResetStore.
+func (f *Store) Reset(ctx context.Context, p *ratelimit.Policy, key string) error {
+	primary, ok := f.primary.(ratelimit.ResetStore)
+	if !ok {
+		return fmt.Errorf("failover: Reset: the primary store, a %T, cannot forget a key: it does not implement ratelimit.ResetStore", f.primary)
+	}
+	var localErr error
+	if f.cfg.Mode == Local {
+		if local, ok := f.cfg.Local.(ratelimit.ResetStore); ok {
+			if err := local.Reset(ctx, f.share(p, 0), key); err != nil {
+				localErr = fmt.Errorf("failover: the Local store: %w", err)
+			}
+		} else {
+			localErr = fmt.Errorf("failover: Reset: the Local store, a %T, cannot forget a key: it does not implement ratelimit.ResetStore", f.cfg.Local)
+		}
+	}
+	err := primary.Reset(ctx, p, key)
+	f.failed(ctx, err)
+	return errors.Join(err, localErr)
+}
