@@ -52,3 +52,37 @@ func Example() {
 	// ratelimit_decisions_total{outcome="limited",policy="api"} 1
 	// ratelimit_keys{store="memory"} 1
 }
+
+// Count the decisions that leave a client fewer than half its burst: with a
+// burst of 4, those that leave 1 or 0 tokens.
+func ExampleMetrics_SetNearLimit() {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		panic(err)
+	}
+	if err := m.SetNearLimit(0.5); err != nil {
+		panic(err)
+	}
+	store, _ := memorystore.New(nil)
+	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(4)})
+	mw, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.Options{Observe: m.Observe})
+	h := nethttp.Middleware(mw)(http.NotFoundHandler())
+
+	for range 5 { // 3, 2, 1 and 0 tokens left, then a refusal
+		r := httptest.NewRequest("GET", "/geocode", nil)
+		r.Header.Set("X-API-Key", "k")
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	w := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	for _, line := range strings.Split(w.Body.String(), "\n") {
+		if strings.HasPrefix(line, "ratelimit_near_limit_total{") {
+			fmt.Println(line)
+		}
+	}
+	fmt.Println(m.SetNearLimit(1.5))
+	// Output:
+	// ratelimit_near_limit_total{policy="api"} 2
+	// metrics: SetNearLimit(1.5): the fraction of the burst must be in (0, 1]
+}

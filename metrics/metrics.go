@@ -2,6 +2,7 @@
 // health of its store, as Prometheus metrics:
 //
 //	ratelimit_decisions_total{policy, outcome}   counter
+//	ratelimit_near_limit_total{policy}           counter, allowed decisions that left few tokens
 //	ratelimit_decision_duration_seconds          histogram
 //	ratelimit_shaping_delay_seconds              histogram
 //	ratelimit_store_degraded                     gauge, 1 while a failover.Store's primary fails
@@ -18,6 +19,12 @@
 // the policy "inflight". Labels never carry a client's key, so the number
 // of series stays small.
 //
+// ratelimit_near_limit_total shows pressure before refusals: a decision is
+// counted for each policy whose outcome is "allowed" and which left fewer
+// than a fraction of its burst, 0.2 unless SetNearLimit says otherwise.
+// Refusals, dry-run refusals, fallback decisions, decisions of a request
+// that another policy refused, and the "inflight" policy are never counted.
+//
 // Wire it up with the fields of ratelimit.Options (Observe: m.Observe, and Logger:
 // m.Logger(h) to count the warnings), of ratelimit.IPOptions (Logger), and
 // of failover.Options (OnError: m.OnError, OnHealthChange:
@@ -30,6 +37,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -55,7 +63,10 @@ type Metrics struct {
 	degraded    prometheus.Gauge
 	storeErrors prometheus.Counter
 	warnings    *prometheus.CounterVec
+	nearLimit   *prometheus.CounterVec
 	reg         prometheus.Registerer
+
+	nearFraction atomic.Uint64 // of SetNearLimit, in 1e-18ths
 }
 
 // New registers the metrics with reg and returns them.
@@ -87,9 +98,14 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "ratelimit_warnings_total",
 			Help: "Misconfiguration warnings logged by the middleware or KeyByIP, by kind.",
 		}, []string{"kind"}),
+		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_near_limit_total",
+			Help: "Allowed rate-limit decisions that left fewer tokens than the near-limit fraction of the policy's burst, by policy.",
+		}, []string{"policy"}),
 		reg: reg,
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.duration, m.delay, m.degraded, m.storeErrors, m.warnings} {
+	m.nearFraction.Store(defaultNearLimit)
+	for _, c := range []prometheus.Collector{m.decisions, m.duration, m.delay, m.degraded, m.storeErrors, m.warnings, m.nearLimit} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -103,7 +119,8 @@ const inFlightPolicy = "inflight"
 
 // Observe is a ratelimit.Options.Observe function: it counts the decision once for
 // each of the policies of ev.Limiter, or, for a request refused for want
-// of an in-flight slot, once for the policy "inflight".
+// of an in-flight slot, once for the policy "inflight"; and, for an allowed
+// request, once for each policy near its limit (see SetNearLimit).
 func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 	var policies []ratelimit.Policy
 	if ev.Limiter != nil {
@@ -128,8 +145,21 @@ func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 	if res.Delay > 0 {
 		m.delay.Observe(res.Delay.Seconds())
 	}
+	near := m.nearFraction.Load()
 	for i := range policies {
-		m.decisions.WithLabelValues(policies[i].Name, outcome(policies[i].Name, res)).Inc()
+		p := &policies[i]
+		o := outcome(p.Name, res)
+		m.decisions.WithLabelValues(p.Name, o).Inc()
+		if o != Allowed || !res.Allowed {
+			continue
+		}
+		own := res // a Limiter of one policy has no Results
+		if all := res.Results(); all != nil {
+			own = all[i]
+		}
+		if !own.Degraded && nearLimit(own.Remaining, p.Limit.Burst(), near) {
+			m.nearLimit.WithLabelValues(p.Name).Inc()
+		}
 	}
 }
 
