@@ -24,8 +24,10 @@ func noClientIP(detail string, err error) error {
 	return &clientkey.Error{Err: err, Kind: clientkey.KindClientIP, Detail: detail}
 }
 
-// IPOptions configures [KeyByIP]. A nil *IPOptions, like the zero value,
-// keys every request by its TCP peer's address.
+// IPOptions configures [KeyByIP], and how a [Middleware] finds the client
+// of a request for the address lists Options.Block and Safe (as
+// Options.ClientIP). A nil *IPOptions, like the zero value, takes every
+// request's TCP peer for its client.
 type IPOptions struct {
 	// TrustedProxies lists the reverse proxies and load balancers in front
 	// of the server, whose forwarding header (see Header) is believed when
@@ -54,7 +56,8 @@ type IPOptions struct {
 	// grouped.
 	IPv6Prefix int
 
-	// Logger receives the warnings of KeyByIP, with the attribute "warning"
+	// Logger receives the warnings of KeyByIP (and of a Middleware's
+	// address lists, as Options.ClientIP), with the attribute "warning"
 	// naming their kind: "wide-trusted-range", logged by KeyByIP for each
 	// trusted range that covers much of the internet, such as 0.0.0.0/0;
 	// and "forwarded-without-trusted-proxy", logged by the KeyFunc the first
@@ -92,8 +95,9 @@ type ipConfig struct {
 	peers recent[string, peerKey] // the peers seen lately, by RemoteAddr
 }
 
-// newIPConfig checks opts for KeyByIP.
-func newIPConfig(opts *IPOptions) (*ipConfig, error) {
+// newIPConfig checks opts for who, KeyByIP or Options.ClientIP, which its
+// errors name.
+func newIPConfig(who string, opts *IPOptions) (*ipConfig, error) {
 	var o IPOptions
 	if opts != nil {
 		o = *opts
@@ -106,7 +110,7 @@ func newIPConfig(opts *IPOptions) (*ipConfig, error) {
 		}
 		p, err := parseTrusted(s)
 		if err != nil {
-			return nil, fmt.Errorf("ratelimit: KeyByIP: TrustedProxies entry %q: want a CIDR prefix or an IP address", s)
+			return nil, fmt.Errorf("ratelimit: %s: TrustedProxies entry %q: want a CIDR prefix or an IP address", who, s)
 		}
 		c.trusted = append(c.trusted, p)
 	}
@@ -118,13 +122,13 @@ func newIPConfig(opts *IPOptions) (*ipConfig, error) {
 	case "X-Real-Ip":
 		c.header = headerRealIP
 	default:
-		return nil, fmt.Errorf("ratelimit: KeyByIP: Header %q: want X-Forwarded-For, Forwarded or X-Real-IP", o.Header)
+		return nil, fmt.Errorf("ratelimit: %s: Header %q: want X-Forwarded-For, Forwarded or X-Real-IP", who, o.Header)
 	}
 	var err error
 	if c.v6bits, err = clientkey.IPv6Bits(o.IPv6Prefix); err != nil {
-		return nil, fmt.Errorf("ratelimit: KeyByIP: %w", err)
+		return nil, fmt.Errorf("ratelimit: %s: %w", who, err)
 	}
-	if c.quiet, err = newQuiet("KeyByIP: Quiet", slices.Clone(o.Quiet), []string{warnWideTrustedRange, warnForwardedWithoutTrustedProxy}); err != nil {
+	if c.quiet, err = newQuiet(who+": Quiet", slices.Clone(o.Quiet), []string{warnWideTrustedRange, warnForwardedWithoutTrustedProxy}); err != nil {
 		return nil, err
 	}
 	c.checkForwarded = len(c.trusted) == 0 && !slices.Contains(c.quiet, warnForwardedWithoutTrustedProxy)
@@ -196,24 +200,13 @@ func (c *ipConfig) isTrusted(a netip.Addr) bool {
 // KeyByIP returns an error naming the field and the value at fault if opts
 // is invalid. The KeyFunc is safe for concurrent use.
 func KeyByIP(opts *IPOptions) (KeyFunc, error) {
-	c, err := newIPConfig(opts)
+	c, err := newIPConfig("KeyByIP", opts)
 	if err != nil {
 		return nil, err
 	}
-	if !slices.Contains(c.quiet, warnWideTrustedRange) {
-		for _, p := range c.trusted {
-			if p.Bits() < 8 || p.Addr().Is6() && p.Bits() < 16 {
-				c.log().Warn("ratelimit: a trusted proxy range covers much of the internet; clients there can forge their address",
-					"warning", warnWideTrustedRange, "range", p.String())
-			}
-		}
-	}
+	c.warnWide()
 	return func(r *http.Request) (string, error) {
-		if c.checkForwarded && !c.warned.Load() &&
-			(r.Header["X-Forwarded-For"] != nil || r.Header["Forwarded"] != nil) && c.warned.CompareAndSwap(false, true) {
-			c.log().WarnContext(r.Context(), "ratelimit: requests carry X-Forwarded-For or Forwarded but no proxy is trusted, so every client behind the proxy shares its address; see IPOptions.TrustedProxies",
-				"warning", warnForwardedWithoutTrustedProxy)
-		}
+		c.warnForwarded(r)
 		peer, err := c.peer(r.RemoteAddr)
 		if err != nil {
 			return "", err
@@ -227,6 +220,44 @@ func KeyByIP(opts *IPOptions) (KeyFunc, error) {
 		}
 		return clientkey.Addr(a, c.v6bits), nil
 	}, nil
+}
+
+// warnWide logs the wide-trusted-range warning for each trusted range that
+// covers much of the internet.
+func (c *ipConfig) warnWide() {
+	if slices.Contains(c.quiet, warnWideTrustedRange) {
+		return
+	}
+	for _, p := range c.trusted {
+		if p.Bits() < 8 || p.Addr().Is6() && p.Bits() < 16 {
+			c.log().Warn("ratelimit: a trusted proxy range covers much of the internet; clients there can forge their address",
+				"warning", warnWideTrustedRange, "range", p.String())
+		}
+	}
+}
+
+// warnForwarded logs the forwarded-without-trusted-proxy warning the first
+// time r carries a forwarding header while no proxy is trusted.
+func (c *ipConfig) warnForwarded(r *http.Request) {
+	if c.checkForwarded && !c.warned.Load() &&
+		(r.Header["X-Forwarded-For"] != nil || r.Header["Forwarded"] != nil) && c.warned.CompareAndSwap(false, true) {
+		c.log().WarnContext(r.Context(), "ratelimit: requests carry X-Forwarded-For or Forwarded but no proxy is trusted, so every client behind the proxy shares its address; see IPOptions.TrustedProxies",
+			"warning", warnForwardedWithoutTrustedProxy)
+	}
+}
+
+// clientAddr returns the address of r's client as KeyByIP finds it,
+// unmapped and without a zone, or KeyByIP's error.
+func (c *ipConfig) clientAddr(r *http.Request) (netip.Addr, error) {
+	c.warnForwarded(r)
+	peer, err := c.peer(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if len(c.trusted) == 0 || !c.isTrusted(peer.addr) {
+		return peer.addr, nil
+	}
+	return c.forwarded(r, peer.addr)
 }
 
 // peerKey is a TCP peer's address and its key.

@@ -178,7 +178,7 @@ func TestTrustedProxiesParsing(t *testing.T) {
 		{"::/0", "::/0"},
 	}
 	for _, tc := range tests {
-		c, err := newIPConfig(trust(tc.in))
+		c, err := newIPConfig("KeyByIP", trust(tc.in))
 		require.NoError(t, err, "TrustedProxies %q", tc.in)
 		require.Len(t, c.trusted, 1, "TrustedProxies %q", tc.in)
 		assert.Equal(t, tc.want, c.trusted[0].String(), "TrustedProxies %q = %v, want %v", tc.in, c.trusted[0], tc.want)

@@ -68,11 +68,32 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *Options) (*Middleware, error) 
 // request's place in the queue stays spent: the requests behind it keep
 // their times, and the slot is not given back.
 //
+// With Options.Block and Safe, a request from a blocked client is answered
+// 403 and a request from a safe client runs next without a decision,
+// before anything else.
+//
 // With Options.CountIf, the cost is taken before next runs, so a spent
 // budget refuses the request, and given back after it returns if its status
 // does not count. With Options.MaxInFlight, the request holds a slot while
 // next runs, released when next returns or panics.
 func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() (status int)) {
+	if m.cfg.lists != nil {
+		switch v, err := m.cfg.lists.check(r); {
+		case err != nil:
+			// As the key function's errors: KeyByIP would fail alike.
+			if m.cfg.Observe != nil {
+				m.cfg.Observe(r, Event{Limiter: m.limiter, Err: err})
+			}
+			m.fail(w, r, err)
+			return
+		case v == blocked:
+			forbid(w)
+			return
+		case v == safe:
+			next()
+			return
+		}
+	}
 	if m.cfg.Skip != nil {
 		skip, err := m.skip(r)
 		if err != nil {
@@ -101,10 +122,7 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 		m.cfg.Observe(r, Event{Limiter: lim, KeyHash: keyHash(key), Result: res, Err: err, Elapsed: time.Since(start)})
 	}
 	if err != nil {
-		if m.cfg.ownOnError {
-			m.cfg.errors.noteRefusal(r, err)
-		}
-		m.cfg.OnError(w, r, err)
+		m.fail(w, r, err)
 		return
 	}
 	if m.keys != nil {
@@ -137,6 +155,14 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 		}
 	}()
 	counted = m.cfg.CountIf(next())
+}
+
+// fail answers a request that could not be decided because of err.
+func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if m.cfg.ownOnError {
+		m.cfg.errors.noteRefusal(r, err)
+	}
+	m.cfg.OnError(w, r, err)
 }
 
 // acquire takes an in-flight slot for an allowed request (MaxInFlight)

@@ -54,6 +54,27 @@ type Options struct {
 	// internal callers): they are neither limited nor counted and get no
 	// rate-limit header fields. Default: none is skipped.
 	Skip func(r *http.Request) bool
+	// Block and Safe list clients by address: CIDR prefixes such as
+	// "203.0.113.0/24" or single addresses such as "2001:db8::7", written
+	// as in IPOptions.TrustedProxies (masked, IPv4-mapped IPv6 prefixes
+	// taken in their IPv4 form, empty entries skipped). A request from a
+	// blocked client is answered 403 Forbidden with an
+	// application/problem+json body before anything else, Skip included:
+	// it reaches no store and gets no rate-limit header fields. A request
+	// from a safe client is treated as one that Skip exempts. A client in
+	// both lists is blocked. The client is found as KeyByIP(ClientIP)
+	// finds it, whatever the key function; a request whose client cannot
+	// be found is answered as KeyByIP's error (400 by default). Default:
+	// no list.
+	Block, Safe []string
+	// ClientIP is how Block and Safe find the client of a request, as
+	// KeyByIP(ClientIP) would, whatever the key function. Behind proxies,
+	// give it the TrustedProxies and Header that KeyByIP has, or would
+	// have (with an API key, say): without them the proxy is taken for
+	// the client. Gin's and Echo's own proxy settings are not used. Its
+	// IPv6Prefix is not used; its warnings go to its Logger, or else to
+	// Logger. Default: nil, the TCP peer (RemoteAddr).
+	ClientIP *IPOptions
 	// CountIf makes only some responses spend the budget: a request is
 	// still refused when the budget is spent, but after the handler
 	// returns, its cost is given back unless CountIf(status) is true (a
@@ -96,6 +117,7 @@ type Options struct {
 type config struct {
 	Options
 	inflight   *inflight
+	lists      *addrLists // nil without Block and Safe
 	quiet      quiet
 	errors     errorAnswers // the default error handler, and the first refusals
 	ownOnError bool         // OnError is the caller's
@@ -131,6 +153,9 @@ func newConfig(o *Options) (config, error) {
 	}
 	var err error
 	if c.quiet, err = newQuiet("Options.Quiet", slices.Clone(c.Quiet), []string{warnOneKey, warnSharedPolicyName}); err != nil {
+		return c, err
+	}
+	if c.lists, err = newAddrLists(&c.Options); err != nil {
 		return c, err
 	}
 	if c.MaxInFlight > 0 || c.MaxInFlightTotal > 0 {

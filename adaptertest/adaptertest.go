@@ -28,6 +28,7 @@
 // chain and is the core's answer; the status of the response reaches
 // Options.CountIf; an in-flight slot (Options.MaxInFlight) is held while
 // next runs and released after it, also when it panics; Options.Skip; the
+// address lists (Options.Block answers 403, Options.Safe skips); the
 // rate-limit field names reach the wire as the core spells them
 // ("RateLimit-Policy", not "Ratelimit-Policy"), which a Go client, since
 // it canonicalises names, cannot see: that test reads the raw response.
@@ -77,6 +78,7 @@ func Run(t *testing.T, newHandler NewHandler) {
 		{"CountIf", testCountIf},
 		{"InFlight", testInFlight},
 		{"Skip", testSkip},
+		{"AddressLists", testAddressLists},
 		{"FieldNames", testFieldNames},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newHandler) })
@@ -417,6 +419,30 @@ func testSkip(t *testing.T, nh NewHandler) {
 		assert.Empty(t, r.Header.Get("RateLimit"), "a skipped request is not decided")
 	}
 	assert.EqualValues(t, 4, f.adapter.calls.Load())
+}
+
+// testAddressLists: the suite's clients connect from loopback addresses,
+// which one fixture blocks (403 before the key function: GET and HEAD)
+// and another treats as safe (never limited, no rate-limit fields, even
+// without a key).
+func testAddressLists(t *testing.T, nh NewHandler) {
+	loopback := []string{"127.0.0.0/8", "::1"}
+	blocked := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.Options{Block: loopback}})
+	for _, req := range []request{{client: "alice"}, {method: http.MethodHead, client: "alice"}, {}} {
+		r := blocked.send(req)
+		assertStopped(t, r, http.StatusForbidden)
+		assert.Equal(t, "application/problem+json", r.Header.Get("Content-Type"))
+		assert.Empty(t, r.Header.Get("RateLimit"), "a blocked request is not decided")
+	}
+	safe := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.Options{Safe: loopback}})
+	for _, client := range []string{"alice", "alice", "", keyError} {
+		req := request{client: client}
+		r := safe.send(req)
+		assertNextRan(t, req, r)
+		assert.Empty(t, r.Header.Get("RateLimit"), "a safe request is not decided")
+	}
+	assert.Zero(t, blocked.adapter.calls.Load())
+	assert.EqualValues(t, 4, safe.adapter.calls.Load())
 }
 
 // testFieldNames: the adapter sends the rate-limit fields under the very
