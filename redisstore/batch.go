@@ -143,30 +143,7 @@ func exec(p processor, dials *dialWatch, batch []*call) {
 	var w watcher
 	dials.watch(&w, ctx, cancel)
 	defer dials.done(&w)
-	groups := split(p, live)
-	cmds := make([]*redis.Cmd, len(groups))
-	for i, g := range groups {
-		cmds[i] = command(ctx, g)
-	}
-	if len(cmds) == 1 {
-		cmds[0] = process(ctx, p, cmds[0])
-	} else {
-		pipeline(ctx, p, cmds)
-		var retry []int
-		for i, cmd := range cmds {
-			if isNoScript(cmd.Err()) {
-				cmds[i] = evalOf(ctx, cmd)
-				retry = append(retry, i)
-			}
-		}
-		if retry != nil {
-			again := make([]*redis.Cmd, len(retry))
-			for j, i := range retry {
-				again[j] = cmds[i]
-			}
-			pipeline(ctx, p, again)
-		}
-	}
+	groups, cmds := dispatch(ctx, p, live)
 	dials.done(&w)
 	for i, g := range groups {
 		if err := cmds[i].Err(); err != nil {
@@ -177,6 +154,39 @@ func exec(p processor, dials *dialWatch, batch []*call) {
 			close(c.done)
 		}
 	}
+}
+
+// dispatch sends calls, one group each, in one round trip: in as few
+// script calls as split allows, pipelined when there are several, and again
+// as EVAL those that meet NOSCRIPT (a Redis restarted, or SCRIPT FLUSH),
+// which loads the script, in a second round trip. It returns the script
+// calls and the calls each decided.
+func dispatch(ctx context.Context, p processor, calls []*call) ([][]*call, []*redis.Cmd) {
+	groups := split(p, calls)
+	cmds := make([]*redis.Cmd, len(groups))
+	for i, g := range groups {
+		cmds[i] = command(ctx, g)
+	}
+	if len(cmds) == 1 {
+		cmds[0] = process(ctx, p, cmds[0])
+		return groups, cmds
+	}
+	pipeline(ctx, p, cmds)
+	var retry []int
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			cmds[i] = evalOf(ctx, cmd)
+			retry = append(retry, i)
+		}
+	}
+	if retry != nil {
+		again := make([]*redis.Cmd, len(retry))
+		for j, i := range retry {
+			again[j] = cmds[i]
+		}
+		pipeline(ctx, p, again)
+	}
+	return groups, cmds
 }
 
 // split divides calls into the script calls that decide them: all in one

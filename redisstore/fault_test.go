@@ -28,16 +28,19 @@ const (
 // TestFaults kills, pauses and restarts a real Redis under load, for each
 // failure mode: no call waits past its deadline, each mode answers as
 // specified while Redis is down, and the limiter is healthy again within a
-// second of Redis answering.
+// second of Redis answering. With leases, the same holds, but for the
+// tokens of a lease taken before the failure, which are spent until the
+// lease ends.
 func TestFaults(t *testing.T) {
 	for _, mode := range []failover.Mode{failover.Open, failover.Closed, failover.Local} {
-		t.Run(mode.String(), func(t *testing.T) { testFaults(t, mode) })
+		t.Run(mode.String(), func(t *testing.T) { testFaults(t, mode, 0) })
+		t.Run(mode.String()+"/leases", func(t *testing.T) { testFaults(t, mode, 30*time.Millisecond) })
 	}
 }
 
-func testFaults(t *testing.T, mode failover.Mode) {
+func testFaults(t *testing.T, mode failover.Mode, lease time.Duration) {
 	srv := redistest.Start(t)
-	primary := newStore(t, srv.Client(), &redisstore.Options{Timeout: callTimeout})
+	primary := newStore(t, srv.Client(), &redisstore.Options{Timeout: callTimeout, Lease: lease})
 	local, err := memorystore.New(nil)
 	require.NoError(t, err)
 	fo, err := failover.New(primary, &failover.Options{
@@ -49,16 +52,19 @@ func testFaults(t *testing.T, mode failover.Mode) {
 	require.NoError(t, err)
 
 	// take makes one decision and checks that it answered in time and as
-	// the mode says.
-	take := func(down bool) {
+	// the mode says. Redis is down since downAt, if not zero.
+	var downAt time.Time
+	take := func() {
 		t.Helper()
 		start := time.Now()
 		res, err := lim.Take(context.Background(), "k", 1)
 		elapsed := time.Since(start)
 		assert.Less(t, elapsed, callTimeout+slack, "a call took %v", elapsed)
 		switch {
-		case !down && err == nil && !res.Degraded:
+		case downAt.IsZero() && err == nil && !res.Degraded:
 			// healthy, or already recovered
+		case err == nil && !res.Degraded && start.Before(downAt.Add(lease)):
+			// a lease taken before the failure, not ended yet
 		case mode == failover.Closed:
 			assert.ErrorIs(t, err, ratelimit.ErrStore)
 		default:
@@ -69,14 +75,14 @@ func testFaults(t *testing.T, mode failover.Mode) {
 		}
 	}
 	// load runs take on 4 goroutines for d.
-	load := func(d time.Duration, down bool) {
+	load := func(d time.Duration) {
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for end := time.Now().Add(d); time.Now().Before(end); {
-					take(down)
+					take()
 					time.Sleep(5 * time.Millisecond)
 				}
 			}()
@@ -97,19 +103,23 @@ func testFaults(t *testing.T, mode failover.Mode) {
 		return time.Since(start)
 	}
 
-	load(200*time.Millisecond, false)
+	load(200 * time.Millisecond)
 	require.True(t, fo.Healthy())
 
+	downAt = time.Now()
 	srv.Kill()
-	load(300*time.Millisecond, true)
+	load(300 * time.Millisecond)
 	assert.False(t, fo.Healthy())
 	srv.Restart()
+	downAt = time.Time{}
 	assert.Less(t, recovered(), time.Second, "recovery after a restart")
 
+	downAt = time.Now()
 	srv.Pause()
-	load(300*time.Millisecond, true)
+	load(300 * time.Millisecond)
 	assert.False(t, fo.Healthy())
 	srv.Resume()
+	downAt = time.Time{}
 	assert.Less(t, recovered(), time.Second, "recovery after a pause")
 }
 

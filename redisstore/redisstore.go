@@ -60,6 +60,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"slices"
 	"strconv"
@@ -92,8 +93,10 @@ type Store struct {
 	now      func() time.Time // nil: the Redis server's clock
 	batching bool
 	batch    batcher
-	dials    *dialWatch // on a *redis.Client: fails calls at once when a dial fails
-	refusals *refusals  // nil with Options.NoRefusalCache
+	dials    *dialWatch   // on a *redis.Client: fails calls at once when a dial fails
+	seed     maphash.Seed // of the fingerprints the refusal cache and the leases know keys by
+	refusals *refusals    // nil with Options.NoRefusalCache
+	leases   *leases      // nil without Options.Lease
 }
 
 // processor is what every go-redis client (Client, ClusterClient, Ring,
@@ -149,6 +152,23 @@ type Options struct {
 	// refusal's refund) may make room before the bound says so, until the
 	// next answer from Redis. Default: false, the cache is on.
 	NoRefusalCache bool
+	// Lease lets the store take several tokens of a busy key from Redis in
+	// one decision and spend them locally, one request at a time, for at
+	// most Lease: a token lease. Everything admitted was taken from the
+	// shared bucket first, and the script keeps the bucket from refilling
+	// into the room of tokens leased and not yet spent, so across any
+	// number of instances nothing is ever admitted that one exact bucket
+	// would refuse. What leases cost is under-admission: tokens idle in
+	// one instance's lease while another instance's client is refused
+	// (docs/stores.md measures it). A key seen once takes its cost, as
+	// without leases; a key's leases grow with its local rate up to an
+	// eighth of the burst. What is left of a lease when it ends is given
+	// back with the key's next decision. TokenBucket and LeakyPolice
+	// policies lease; LeakyShape never does, since its queue's order is
+	// kept in Redis; TakeAll never does either. Give every instance
+	// sharing a Prefix the same Lease. Default: 0, no leases; 20 ms to
+	// 100 ms suits most services; at most 1 minute, in whole milliseconds.
+	Lease time.Duration
 	// SkipContextTimeoutCheck lets New accept a client created without
 	// ContextTimeoutEnabled. Calls then still carry a deadline, but
 	// go-redis does not apply it to socket reads: a hung Redis holds
@@ -179,6 +199,8 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 	switch {
 	case client == nil:
 		return nil, errors.New("redisstore: New: nil client")
+	case o.Lease < 0 || o.Lease > time.Minute || o.Lease%time.Millisecond != 0:
+		return nil, fmt.Errorf("redisstore: Options.Lease %v: want whole milliseconds up to 1m, or 0 for no leases", o.Lease)
 	case o.Timeout < 0:
 		return nil, fmt.Errorf("redisstore: Options.Timeout %v: want a positive timeout, or 0 for 100ms", o.Timeout)
 	case !o.SkipContextTimeoutCheck && !contextTimeoutEnabled(client):
@@ -190,9 +212,13 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 	if o.Timeout == 0 {
 		o.Timeout = 100 * time.Millisecond
 	}
-	s := &Store{client: client, prefix: o.Prefix, timeout: o.Timeout, now: o.Clock, batching: o.Batching}
+	s := &Store{client: client, prefix: o.Prefix, timeout: o.Timeout, now: o.Clock, batching: o.Batching, seed: maphash.MakeSeed()}
+	local := localClock(o.Clock)
 	if !o.NoRefusalCache {
-		s.refusals = newRefusals(o.Clock)
+		s.refusals = newRefusals(local)
+	}
+	if o.Lease > 0 {
+		s.leases = newLeases(int64(o.Lease), local)
 	}
 	s.proc, _ = client.(processor)
 	s.dials = watchDials(client)
@@ -215,13 +241,32 @@ func contextTimeoutEnabled(c redis.Scripter) bool {
 }
 
 // Take implements [ratelimit.Store] in one round trip, or none when the
-// refusal cache already refuses the request.
+// key's lease has the tokens or the refusal cache already refuses the
+// request.
 func (s *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
-	if s.refusals != nil && cost > 0 {
-		if res, ok := s.refusals.refuse(p, key, cost); ok {
+	if s.refusals == nil && s.leases == nil || cost <= 0 {
+		return s.takeOne(ctx, p, key, cost)
+	}
+	fp := fingerprint(s.seed, p.Name, key)
+	leased := s.leases != nil && p.Algorithm != ratelimit.LeakyShape
+	if leased {
+		if res, ok := s.leases.spend(fp, p, cost); ok {
 			return res, nil
 		}
 	}
+	if s.refusals != nil {
+		if res, ok := s.refusals.refuse(fp, p, cost); ok {
+			return res, nil
+		}
+	}
+	if leased {
+		return s.takeLeased(ctx, fp, p, key, cost)
+	}
+	return s.takeOne(ctx, p, key, cost)
+}
+
+// takeOne decides a request in Redis, without a lease.
+func (s *Store) takeOne(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	var res [1]ratelimit.Result
 	if err := s.take(ctx, []ratelimit.Request{{Policy: p, Key: key, Cost: cost}}, res[:]); err != nil {
 		return ratelimit.Result{}, err
@@ -242,10 +287,19 @@ func (s *Store) TakeAll(ctx context.Context, reqs []ratelimit.Request, results [
 	if !s.oneNode(reqs) {
 		return ratelimit.ErrNotAtomic
 	}
-	if s.refusals != nil && s.refusals.refuseAll(reqs, results) {
+	if s.refusals != nil && s.refusals.refuseAll(s.fingerprints(reqs), reqs, results) {
 		return nil
 	}
 	return s.take(ctx, reqs, results)
+}
+
+// fingerprints returns the fingerprints of reqs' buckets.
+func (s *Store) fingerprints(reqs []ratelimit.Request) []uint64 {
+	fps := make([]uint64, len(reqs))
+	for i, r := range reqs {
+		fps[i] = fingerprint(s.seed, r.Policy.Name, r.Key)
+	}
+	return fps
 }
 
 // take runs reqs in Redis and keeps what the answers say in the refusal
@@ -254,10 +308,19 @@ func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, results []ra
 	if s.refusals == nil {
 		return s.run(ctx, reqs, results)
 	}
+	var buf [4]uint64
+	fps := buf[:0]
+	if len(reqs) > len(buf) {
+		fps = s.fingerprints(reqs)
+	} else {
+		for _, r := range reqs {
+			fps = append(fps, fingerprint(s.seed, r.Policy.Name, r.Key))
+		}
+	}
 	sent := s.refusals.now()
-	for _, r := range reqs {
+	for i, r := range reqs {
 		if r.Cost < 0 {
-			s.refusals.forget(r.Policy, r.Key)
+			s.refusals.forget(fps[i])
 		}
 	}
 	if err := s.run(ctx, reqs, results); err != nil {
@@ -265,7 +328,7 @@ func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, results []ra
 	}
 	for i, r := range reqs {
 		if r.Cost >= 0 {
-			s.refusals.record(r.Policy, r.Key, sent, results[i])
+			s.refusals.record(fps[i], sent, results[i])
 		}
 	}
 	return nil
@@ -363,21 +426,31 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, results []rat
 		return fmt.Errorf("redisstore: malformed reply %v", reply)
 	}
 	for i, r := range reqs {
-		allowed, ok1 := reply[3*i].(int64)
-		sec, ok2 := reply[3*i+1].(int64)
-		nsec, ok3 := reply[3*i+2].(int64)
-		if !ok1 || !ok2 || !ok3 || sec < 0 || sec > math.MaxInt64/1_000_000_000-1 || nsec < 0 || nsec >= 1e9 {
-			return fmt.Errorf("redisstore: malformed reply %v", reply)
+		allowed, ahead, err := decision(reply, i)
+		if err != nil {
+			return err
 		}
 		// The script reports how far the state is ahead of now; the
 		// algorithm depends only on that, so it decides at a now of 0.
-		ahead := sec*1e9 + nsec
 		results[i], _ = r.Policy.Decide(ahead, 0, r.Cost)
-		if allowed < 0 || allowed > 1 || results[i].Allowed != (allowed == 1) {
+		if allowed > 1 || results[i].Allowed != (allowed == 1) {
 			return fmt.Errorf("redisstore: the script decided %d with the state %d ahead of now, the algorithm %v", allowed, ahead, results[i].Allowed)
 		}
 	}
 	return nil
+}
+
+// decision returns the i-th decision of a group's reply: what the script
+// decided (0 refused, 1 allowed, 2 + E a lease granted in epoch E) and how
+// far the state was ahead of now, in nanoseconds.
+func decision(reply []any, i int) (allowed, ahead int64, err error) {
+	allowed, ok1 := reply[3*i].(int64)
+	sec, ok2 := reply[3*i+1].(int64)
+	nsec, ok3 := reply[3*i+2].(int64)
+	if !ok1 || !ok2 || !ok3 || allowed < 0 || sec < 0 || sec > math.MaxInt64/1_000_000_000-1 || nsec < 0 || nsec >= 1e9 {
+		return 0, 0, fmt.Errorf("redisstore: malformed reply %v", reply)
+	}
+	return allowed, sec*1e9 + nsec, nil
 }
 
 // shapeBound returns the longest wait a LeakyShape policy admits, the

@@ -21,7 +21,6 @@ import (
 // sends a request to Redis. Safe for concurrent use; a lookup neither locks
 // nor allocates.
 type refusals struct {
-	seed  maphash.Seed
 	slots [refusalSlots]atomic.Pointer[refusal]
 	now   func() int64 // this instance's clock, in nanoseconds
 }
@@ -36,36 +35,40 @@ type refusal struct {
 	until int64
 }
 
-func newRefusals(clock func() time.Time) *refusals {
-	c := &refusals{seed: maphash.MakeSeed()}
+func newRefusals(now func() int64) *refusals {
+	return &refusals{now: now}
+}
+
+// localClock returns this instance's clock in nanoseconds: clock's, or
+// the monotonic clock's when clock is nil.
+func localClock(clock func() time.Time) func() int64 {
 	if clock != nil {
-		c.now = func() int64 { return clock().UnixNano() }
-	} else {
-		epoch := time.Now()
-		c.now = func() int64 { return int64(time.Since(epoch)) }
+		return func() int64 { return clock().UnixNano() }
 	}
-	return c
+	epoch := time.Now()
+	return func() int64 { return int64(time.Since(epoch)) }
 }
 
-func (c *refusals) fingerprint(policy, key string) uint64 {
-	return maphash.String(c.seed, key) ^ maphash.String(c.seed, policy)*0x9e3779b97f4a7c15
+// fingerprint returns the 64-bit fingerprint under which the refusal
+// cache and the leases know key under policy.
+func fingerprint(seed maphash.Seed, policy, key string) uint64 {
+	return maphash.String(seed, key) ^ maphash.String(seed, policy)*0x9e3779b97f4a7c15
 }
 
-// bound returns the lower bound the cache holds for the state of key's
-// bucket under p, or 0 (a full bucket) if it holds none.
-func (c *refusals) bound(p *ratelimit.Policy, key string) int64 {
-	fp := c.fingerprint(p.Name, key)
+// bound returns the lower bound the cache holds for the state of the
+// bucket whose fingerprint is fp, or 0 (a full bucket) if it holds none.
+func (c *refusals) bound(fp uint64) int64 {
 	if e := c.slots[fp%refusalSlots].Load(); e != nil && e.fp == fp {
 		return e.until
 	}
 	return 0
 }
 
-// refuse reports whether the bound the cache holds for key under p refuses
-// a request of cost now, with the refusal the algorithm gives for that
-// bound: its RetryAfter is at most the exact one.
-func (c *refusals) refuse(p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, bool) {
-	until := c.bound(p, key)
+// refuse reports whether the bound the cache holds for the bucket fp of p
+// refuses a request of cost now, with the refusal the algorithm gives for
+// that bound: its RetryAfter is at most the exact one.
+func (c *refusals) refuse(fp uint64, p *ratelimit.Policy, cost int64) (ratelimit.Result, bool) {
+	until := c.bound(fp)
 	if until == 0 {
 		return ratelimit.Result{}, false
 	}
@@ -76,7 +79,7 @@ func (c *refusals) refuse(p *ratelimit.Policy, key string, cost int64) (ratelimi
 // refuseAll reports whether the cache refuses one of reqs, a batch of
 // requests of no negative cost, deciding each at one instant on what it
 // knows; results then hold those decisions.
-func (c *refusals) refuseAll(reqs []ratelimit.Request, results []ratelimit.Result) bool {
+func (c *refusals) refuseAll(fps []uint64, reqs []ratelimit.Request, results []ratelimit.Result) bool {
 	for _, r := range reqs {
 		if r.Cost < 0 {
 			return false
@@ -85,27 +88,25 @@ func (c *refusals) refuseAll(reqs []ratelimit.Request, results []ratelimit.Resul
 	now := c.now()
 	refused := false
 	for i, r := range reqs {
-		results[i], _ = r.Policy.Decide(c.bound(r.Policy, r.Key), now, r.Cost)
+		results[i], _ = r.Policy.Decide(c.bound(fps[i]), now, r.Cost)
 		refused = refused || !results[i].Allowed
 	}
 	return refused
 }
 
 // record keeps what res, Redis's answer to a request sent at sent (on the
-// cache's clock), says of key's bucket under p: if it leaves no token, the
+// cache's clock), says of the bucket fp: if it leaves no token, the
 // bucket's state is at least sent + res.ResetAfter from then on.
-func (c *refusals) record(p *ratelimit.Policy, key string, sent int64, res ratelimit.Result) {
+func (c *refusals) record(fp uint64, sent int64, res ratelimit.Result) {
 	if res.Allowed && res.Remaining > 0 {
 		return // the next request of cost 1 would be allowed: nothing to refuse
 	}
-	fp := c.fingerprint(p.Name, key)
 	c.slots[fp%refusalSlots].Store(&refusal{fp: fp, until: sent + int64(res.ResetAfter)})
 }
 
-// forget drops the bound of key under p: a give-back lowers the state
+// forget drops the bound of the bucket fp: a give-back lowers the state
 // below it.
-func (c *refusals) forget(p *ratelimit.Policy, key string) {
-	fp := c.fingerprint(p.Name, key)
+func (c *refusals) forget(fp uint64) {
 	slot := &c.slots[fp%refusalSlots]
 	if e := slot.Load(); e != nil && e.fp == fp {
 		slot.CompareAndSwap(e, nil)

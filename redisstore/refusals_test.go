@@ -182,6 +182,11 @@ func TestRefusalCacheDoesNotAllocate(t *testing.T) {
 // is at most what the exact bucket allows over the run (burst + rate ×
 // elapsed, elapsed on Redis's clock), and most refusals never reach Redis.
 func TestInstancesNeverOverAdmit(t *testing.T) {
+	t.Run("cache", func(t *testing.T) { testInstancesNeverOverAdmit(t, 0) })
+	t.Run("leases", func(t *testing.T) { testInstancesNeverOverAdmit(t, 20*time.Millisecond) })
+}
+
+func testInstancesNeverOverAdmit(t *testing.T, lease time.Duration) {
 	srv := redistest.Start(t)
 	admin := srv.Client()
 	limit := &ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(100).WithBurst(20)}
@@ -189,7 +194,7 @@ func TestInstancesNeverOverAdmit(t *testing.T) {
 	keys := []string{"hot-0", "hot-1", "cold-0", "cold-1", "cold-2", "cold-3"}
 	var stores []*redisstore.Store
 	for range instances {
-		stores = append(stores, newStore(t, srv.Client(), nil))
+		stores = append(stores, newStore(t, srv.Client(), &redisstore.Options{Lease: lease}))
 	}
 	ctx := context.Background()
 	start, err := admin.Time(ctx).Result()

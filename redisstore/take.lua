@@ -8,38 +8,91 @@
 -- numbers are doubles and a Unix time in nanoseconds does not fit in one
 -- exactly. Pairs are only added, subtracted and compared, which is exact
 -- for any time this library can produce. In the arguments a pair is two
--- numbers (no string to parse); a stored state is the string "s:n".
+-- numbers (no string to parse).
 --
--- KEYS       the buckets of every group, group after group; a bucket's
---            value is its state, a time "s:n"
+-- A bucket's value is its state, the time "s:n" at which it is full again;
+-- with leases outstanding (see below) it is "s:n:L:E:oS:oN:pS:pN".
+--
+-- Leases. An instance may take several tokens at once (a lease) and spend
+-- them locally for L milliseconds at most. Tokens held in a lease are out
+-- of the bucket but not yet spent, so the bucket must not refill into
+-- their room meanwhile: while a lease is outstanding the bucket holds at
+-- most burst - (tokens leased), that is the state is at least the leased
+-- span ahead of now. The leased spans are counted per epoch of L ms (epoch
+-- E = floor(now / L)): o for leases granted in epoch E, p for those of
+-- epoch E - 1. A lease granted in epoch E ends by the end of epoch E + 1,
+-- so o and p are all that can be outstanding, and a lease that is never
+-- returned (its instance died) stops counting two epochs later at most.
+--
+-- KEYS       the buckets of every group, group after group
 -- ARGV       group after group: m, the number of its keys; now (a pair),
 --            or "", "" to read the Redis server's clock (TIME, read once
---            for the whole call); then, for each of its m keys:
---              kind   "gcra" (token bucket, leaky policing), "shape" (leaky
---                     shaping) or "refund" (give back tokens)
---              the increment, cost × interval (for refund, what to give
---                     back), a pair
---              the bound, a pair: for gcra the depth burst × interval, for
---                     shape the longest admissible wait; unused for refund
+--            for the whole call); then, for each of its m keys, a kind and
+--            its arguments:
+--              "gcra"   inc bound: token bucket, leaky policing; inc is
+--                       cost × interval, bound the depth burst × interval
+--              "shape"  inc bound: leaky shaping; bound is the longest
+--                       admissible wait
+--              "refund" inc: give back inc (a pair)
+--              "lease"  inc bound want L: like gcra, but take want (a
+--                       pair, ≥ inc) if the bucket has it, as a lease of
+--                       L ms; else inc alone, as gcra would
+--              "return" inc span E: give back inc, the unspent part of a
+--                       lease granted in epoch E whose whole span was span
 --
 -- Every key of a group is decided at the same instant. A group's new
 -- states are written only if every key allows; a key is kept exactly as
--- long as it carries information (until its state, rounded up to the
--- millisecond).
+-- long as it carries information (until its state, or its leases' epochs
+-- end, rounded up to the millisecond).
 --
 -- Returns one element per group: an error ({err = ...}) when one of its
 -- keys cannot be read (a key of another type, say; the group then changes
--- nothing), else, per key: allowed (0 or 1), then how far the key's state
--- was ahead of now before the decision, a pair (0, 0 for a full bucket, an
--- empty queue or a new key). The decision depends on nothing else, so the
--- client can compute the whole result from it.
+-- nothing), else, per key: allowed (0 or 1, or for a granted lease 2 + E,
+-- its epoch), then how far the key's state was ahead of now before the
+-- decision, leases counted, a pair (0, 0 for a full bucket, an empty queue
+-- or a new key). The decision depends on nothing else, so the client can
+-- compute the whole result from it.
 
 local G = 1000000000
+
+local function add(aS, aN, bS, bN)
+  local s, n = aS + bS, aN + bN
+  if n >= G then
+    s, n = s + 1, n - G
+  end
+  return s, n
+end
+
+local function sub(aS, aN, bS, bN)
+  local s, n = aS - bS, aN - bN
+  if n < 0 then
+    s, n = s - 1, n + G
+  end
+  return s, n
+end
+
+local function le(aS, aN, bS, bN)
+  return aS < bS or (aS == bS and aN <= bN)
+end
+
+local function positive(s, n)
+  return s > 0 or (s == 0 and n > 0)
+end
+
+-- the number of arguments of a key of kind
+local function stride(kind)
+  if kind == "lease" then
+    return 8
+  elseif kind == "return" then
+    return 6
+  end
+  return 5
+end
 
 local clock -- the server's time, once read
 
 local reply = {}
-local nextS, nextN = {}, {} -- a group's new states, before they are written
+local nextS, nextN, lease = {}, {}, {} -- a group's new states, before they are written
 local k, j = 0, 1 -- before the group's first key; at its first argument
 while j <= #ARGV do
   local m = tonumber(ARGV[j])
@@ -53,87 +106,149 @@ while j <= #ARGV do
   else
     nowS, nowN = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
   end
+  local nowMs = nowS * 1000 + math.floor(nowN / 1000000)
   j = j + 3
 
   local out = {}
-  local all, failed = true, nil
+  local all, failed, read = true, nil, 0
   for i = 1, m do
-    local a = j + 5 * (i - 1)
-    local kind = ARGV[a]
-    local incS, incN = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+    local kind = ARGV[j]
+    local incS, incN = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
     -- d: how far the state is ahead of now (0, 0 when it is not).
     local dS, dN = 0, 0
+    -- the leases outstanding: their epochs' length L (0: none), the
+    -- current epoch E, and the spans leased in E (o) and E - 1 (p).
+    local L, E, oS, oN, pS, pN = 0, 0, 0, 0, 0, 0
     local stored = redis.pcall("GET", KEYS[k + i])
     if type(stored) == "table" then
       failed = stored
       break
     end
     if stored then
-      local s, n = string.match(stored, "^(%d+):(%d+)$")
+      local s, n, rest = string.match(stored, "^(%d+):(%d+)(.*)$")
+      if s and rest ~= "" then
+        local l, e, a, b, c, d = string.match(rest, "^:(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$")
+        if not l or tonumber(l) == 0 then
+          s = nil
+        else
+          L = tonumber(l)
+          E = math.floor(nowMs / L)
+          local was = tonumber(e)
+          if was == E then
+            oS, oN, pS, pN = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
+          elseif was == E - 1 then
+            pS, pN = tonumber(a), tonumber(b)
+          end
+        end
+      end
       if not s then
         failed = {err = "ERR malformed rate-limit state in " .. KEYS[k + i]}
         break
       end
-      dS, dN = tonumber(s) - nowS, tonumber(n) - nowN
-      if dN < 0 then
-        dS, dN = dS - 1, dN + G
-      end
+      dS, dN = sub(tonumber(s), tonumber(n), nowS, nowN)
       if dS < 0 then
         dS, dN = 0, 0
       end
     end
+    -- The bucket holds no more than burst minus the leased tokens.
+    local heldS, heldN = add(oS, oN, pS, pN)
+    if not le(heldS, heldN, dS, dN) then
+      dS, dN = heldS, heldN
+    end
     -- a: the new state's distance from now, which may be negative (a
     -- refund that empties the bucket).
     local aS, aN = dS, dN
-    local allowed = true
-    if kind == "refund" then
-      if dS > 0 or dN > 0 then
-        aS, aN = dS - incS, dN - incN
+    local allowed = 1
+    if kind == "refund" or kind == "return" then
+      if positive(dS, dN) then
+        aS, aN = sub(dS, dN, incS, incN)
       end
-    elseif incS > 0 or incN > 0 then -- a cost of 0 only reads
-      aS, aN = dS + incS, dN + incN
-      if aN >= G then
-        aS, aN = aS + 1, aN - G
+      if kind == "return" then
+        local spanS, spanN, e = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5])
+        if L > 0 and e == E then
+          oS, oN = sub(oS, oN, spanS, spanN)
+          if oS < 0 then oS, oN = 0, 0 end
+        elseif L > 0 and e == E - 1 then
+          pS, pN = sub(pS, pN, spanS, spanN)
+          if pS < 0 then pS, pN = 0, 0 end
+        end
       end
-      -- shaping bounds the wait before the request, policing the depth
-      -- after it.
-      local wS, wN = aS, aN
-      if kind == "shape" then
-        wS, wN = dS, dN
+    elseif positive(incS, incN) then -- a cost of 0 only reads
+      local bS, bN = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
+      if kind == "lease" then
+        local wS, wN, l = tonumber(ARGV[j + 5]), tonumber(ARGV[j + 6]), tonumber(ARGV[j + 7])
+        local tS, tN = add(dS, dN, wS, wN)
+        -- A lease needs the bucket's room and the same epochs as the
+        -- leases already outstanding.
+        if le(tS, tN, bS, bN) and (L == l or not positive(heldS, heldN)) then
+          if L ~= l then
+            L, oS, oN, pS, pN = l, 0, 0, 0, 0
+            E = math.floor(nowMs / L)
+          end
+          aS, aN = tS, tN
+          oS, oN = add(oS, oN, wS, wN)
+          allowed = 2 + E
+        end
       end
-      local bS, bN = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-      allowed = wS < bS or (wS == bS and wN <= bN)
-    end
-    if aN < 0 then
-      aS, aN = aS - 1, aN + G
+      if allowed == 1 then
+        aS, aN = add(dS, dN, incS, incN)
+        -- shaping bounds the wait before the request, policing the depth
+        -- after it.
+        if kind == "shape" then
+          allowed = le(dS, dN, bS, bN) and 1 or 0
+        else
+          allowed = le(aS, aN, bS, bN) and 1 or 0
+        end
+      end
     end
     nextS[i], nextN[i] = aS, aN
-    all = all and allowed
-    out[3 * i - 2] = allowed and 1 or 0
+    lease[i] = {L, E, oS, oN, pS, pN}
+    all = all and allowed > 0
+    out[3 * i - 2] = allowed
     out[3 * i - 1] = dS
     out[3 * i] = dN
+    j = j + stride(kind)
+    read = i
   end
 
   if failed then
+    -- skip the arguments of the keys not read
+    for _ = read + 1, m do
+      j = j + stride(ARGV[j])
+    end
     reply[#reply + 1] = failed
   else
     if all then
       for i = 1, m do
         local key, aS, aN = KEYS[k + i], nextS[i], nextN[i]
-        if aS < 0 or (aS == 0 and aN == 0) then
+        local L, E, oS, oN, pS, pN = unpack(lease[i])
+        local ms = 0 -- how long the key carries information
+        if positive(aS, aN) then
+          ms = aS * 1000 + math.ceil(aN / 1000000)
+        else
+          aS, aN = 0, 0
+        end
+        local tail = ""
+        if positive(oS, oN) or positive(pS, pN) then
+          local ends = (E + 1) * L -- when the leases of epoch E - 1 stop counting
+          if positive(oS, oN) then
+            ends = ends + L
+          end
+          ms = math.max(ms, ends - nowMs)
+          tail = string.format(":%d:%d:%d:%d:%d:%d", L, E, oS, oN, pS, pN)
+        end
+        if ms == 0 then
           redis.call("DEL", key)
         else
-          local s, n = nowS + aS, nowN + aN
-          if n >= G then
-            s, n = s + 1, n - G
-          end
-          redis.call("SET", key, string.format("%d:%d", s, n), "PX", aS * 1000 + math.ceil(aN / 1000000))
+          local s, n = add(nowS, nowN, aS, aN)
+          redis.call("SET", key, string.format("%d:%d", s, n) .. tail, "PX", ms)
         end
       end
     end
     reply[#reply + 1] = out
   end
-  k, j = k + m, j + 5 * m
+  -- j already points past the group's arguments
+  k = k + m
 end
 
 return reply

@@ -1,0 +1,236 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+// leases is the store's token leases (Options.Lease): for each busy key,
+// tokens this instance took from Redis in one decision, to spend locally,
+// one request at a time, until the lease ends.
+//
+// Nothing is admitted that the shared bucket does not allow, at the
+// moment it is admitted: the script counts the tokens leased and not yet
+// given back, and keeps the bucket from refilling into their room (see
+// take.lua), so the bucket and the leases together never hold more than
+// the burst. A lease ends when its time is up, on this instance's clock
+// started before the request left, so before the script stops counting
+// it; what is left of it is given back with the key's next decision, in
+// the same round trip.
+//
+// A lease's size follows the key's local rate: a key seen once takes its
+// cost, as without leases; a key seen again within the lease time takes
+// 2 tokens, and each lease spent before its end doubles the next one; a
+// lease that ends unspent sizes the next to what was spent of it. The size
+// is at most a maxLeaseShare of the burst, so that a few instances cannot
+// take the whole bucket between them.
+//
+// The table is direct-mapped like the refusal cache: a key takes a slot
+// from another only when the other's lease has ended (giving back what is
+// left of it). Each slot has its own lock, held only between memory
+// operations, never across a round trip: while one request of a key goes
+// to Redis for a lease, the key's other requests go to Redis alone.
+type leases struct {
+	seed  maphash.Seed
+	dur   int64        // the lease time, in nanoseconds (whole milliseconds)
+	ms    any          // the lease time in milliseconds, boxed for the script
+	now   func() int64 // this instance's clock, in nanoseconds
+	slots [leaseSlots]leaseSlot
+}
+
+// leaseSlots is the number of keys that can hold a lease at once.
+const leaseSlots = 1 << 12
+
+// maxLeaseShare is the largest part of a policy's burst one lease takes:
+// a lease is at most burst / maxLeaseShare tokens.
+const maxLeaseShare = 8
+
+type leaseSlot struct {
+	mu sync.Mutex
+	lease
+}
+
+// A lease is what a slot knows of one key.
+type lease struct {
+	fp      uint64 // of the policy's name and the key; 0 for none
+	key     string // its Redis key, to give back what is left
+	iv      int64  // its policy's interval
+	until   int64  // when the lease ends, 0 for no lease
+	left    int64  // tokens not spent yet
+	size    int64  // tokens the lease took
+	epoch   int64  // the script's epoch of the lease
+	shadow  int64  // the bucket's state had it kept what is left of the lease
+	next    int64  // the size of the key's next lease
+	seen    int64  // when the key's last decision went to Redis
+	pending bool   // a decision of the key is on its way to Redis
+}
+
+func newLeases(dur int64, now func() int64) *leases {
+	return &leases{seed: maphash.MakeSeed(), dur: dur, ms: dur / 1e6, now: now}
+}
+
+// spend decides a request of cost for key under p from its lease, if it
+// has one with enough tokens left; it reports false otherwise.
+func (l *leases) spend(fp uint64, p *ratelimit.Policy, cost int64) (ratelimit.Result, bool) {
+	e := &l.slots[fp%leaseSlots]
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.fp != fp || e.left < cost {
+		return ratelimit.Result{}, false
+	}
+	now := l.now()
+	if now >= e.until {
+		return ratelimit.Result{}, false
+	}
+	// The result is the algorithm's on the bucket's state as if what is
+	// left of the lease were still in it, which admits cost.
+	res, next := p.Decide(e.shadow, now, cost)
+	if !res.Allowed {
+		return ratelimit.Result{}, false
+	}
+	e.left, e.shadow = e.left-cost, next
+	return res, true
+}
+
+// takeLeased decides a request of cost for key under p in Redis, taking a
+// lease when the key is busy, and giving back in the same round trip what
+// is left of the lease its slot held.
+func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+	l := s.leases
+	e := &l.slots[fp%leaseSlots]
+	iv := int64(p.Limit.Interval())
+	rkey := s.key(ratelimit.Request{Policy: p, Key: key})
+
+	e.mu.Lock()
+	now := l.now()
+	if e.pending || e.fp != fp && e.until > now {
+		// Another request of this key is getting a lease, or the slot
+		// holds another key's: this one goes alone.
+		e.mu.Unlock()
+		return s.takeOne(ctx, p, key, cost)
+	}
+	var back *call
+	if e.until != 0 && e.left > 0 {
+		back = s.giveBack(ctx, e.lease)
+	}
+	want := cost
+	switch {
+	case e.fp != fp || now-e.seen > l.dur: // a new key, or one gone quiet
+		e.lease = lease{fp: fp, key: rkey, iv: iv, next: 1}
+	case e.until > now: // the lease was spent before its end
+		e.next = 2 * e.size
+	case e.until != 0: // it ended: size the next to what was spent
+		e.next = max(e.size-e.left, 1)
+	default: // the last decision took no lease
+		e.next = max(2*e.next, 2)
+	}
+	e.next = min(e.next, max(p.Limit.Burst()/maxLeaseShare, 1))
+	if e.iv == iv {
+		want = max(e.next, cost)
+	}
+	e.key, e.iv, e.seen, e.until, e.left = rkey, iv, now, 0, 0
+	e.pending = true
+	e.mu.Unlock()
+
+	res, granted, err := s.lease(ctx, back, fp, p, rkey, cost, want)
+
+	e.mu.Lock()
+	e.pending = false
+	if granted.until != 0 && e.fp == fp {
+		granted.until += l.dur
+		e.until, e.left, e.size, e.epoch, e.shadow = granted.until, want-cost, want, granted.epoch, granted.shadow
+	}
+	e.mu.Unlock()
+	return res, err
+}
+
+// lease sends back (if not nil) and a decision of cost for the bucket
+// rkey (fingerprint fp) under p,
+// asking for want tokens when want > cost, in one round trip. It returns
+// the request's result and, for a lease granted, its epoch, the bucket's
+// state had it kept the lease but for the request's cost, and in until the
+// time the request left.
+func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.Policy, rkey string, cost, want int64) (ratelimit.Result, lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	sent := s.leases.now()
+	c := s.call(ctx, rkey)
+	iv := int64(p.Limit.Interval())
+	inc, bound := cost*iv, p.Limit.Burst()*iv
+	if want > cost {
+		w := want * iv
+		c.args = append(c.args, "lease", inc/1e9, inc%1e9, bound/1e9, bound%1e9, w/1e9, w%1e9, s.leases.ms)
+	} else {
+		c.args = append(c.args, "gcra", inc/1e9, inc%1e9, bound/1e9, bound%1e9)
+	}
+	calls := []*call{c}
+	if back != nil {
+		back.ctx = ctx
+		calls = []*call{back, c}
+	}
+	var w watcher
+	s.dials.watch(&w, ctx, cancel)
+	defer s.dials.done(&w)
+	if s.proc == nil {
+		for _, c := range calls {
+			keys := []string{c.keys()[0].(string)}
+			settle(takeScript.Run(ctx, s.client, keys, c.argv()...), c)
+		}
+	} else {
+		groups, cmds := dispatch(ctx, s.proc, calls)
+		for i, g := range groups {
+			settle(cmds[i], g...)
+		}
+	}
+	s.dials.done(&w)
+	if c.err != nil {
+		return ratelimit.Result{}, lease{}, fmt.Errorf("redisstore: %w", w.cause(c.err))
+	}
+	if len(c.reply) != 3 {
+		return ratelimit.Result{}, lease{}, fmt.Errorf("redisstore: malformed reply %v", c.reply)
+	}
+	allowed, ahead, err := decision(c.reply, 0)
+	if err != nil {
+		return ratelimit.Result{}, lease{}, err
+	}
+	res, next := p.Decide(ahead, 0, cost)
+	all, _ := p.Decide(ahead, 0, want)
+	var granted lease
+	switch {
+	case allowed >= 2 && want > cost && all.Allowed:
+		granted = lease{until: sent, epoch: allowed - 2, shadow: sent + next}
+	case allowed == 1 && res.Allowed && (want == cost || !all.Allowed), allowed == 0 && !res.Allowed:
+		all = res
+	default:
+		return ratelimit.Result{}, lease{}, fmt.Errorf("redisstore: the script decided %d for %d tokens of %d with the state %d ahead of now, the algorithm %v", allowed, want, cost, ahead, all.Allowed)
+	}
+	if s.refusals != nil {
+		s.refusals.record(fp, sent, all)
+	}
+	return res, granted, nil
+}
+
+// call returns a call of the script for one key, its arguments up to the
+// key's kind.
+func (s *Store) call(ctx context.Context, key string) *call {
+	c := &call{ctx: ctx, n: 1, args: make([]any, 0, 15)}
+	c.args = append(c.args, argEvalSha, argSHA, 1, key, 1, argNone, argNone)
+	if s.now != nil {
+		ns := s.now().UnixNano()
+		c.args[5], c.args[6] = ns/1e9, ns%1e9
+	}
+	return c
+}
+
+// giveBack returns the call that gives back what is left of e, a lease
+// that has ended or is too small for the request at hand.
+func (s *Store) giveBack(ctx context.Context, e lease) *call {
+	c := s.call(ctx, e.key)
+	inc, span := e.left*e.iv, e.size*e.iv
+	c.args = append(c.args, "return", inc/1e9, inc%1e9, span/1e9, span%1e9, e.epoch)
+	return c
+}

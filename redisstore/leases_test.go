@@ -1,0 +1,265 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/redisstore"
+	"github.com/tokenfair/ratelimit/redisstore/redistest"
+	"github.com/tokenfair/ratelimit/storetest"
+)
+
+// TestLeaseGrowsAndGivesBack follows one key's leases on one instance: a
+// key seen once takes its cost; seen again it takes 2 tokens, then twice
+// as many each time a lease is spent, up to an eighth of the burst; every
+// result is the exact one; what is left of a lease that ended goes back
+// to the bucket with the key's next decision.
+func TestLeaseGrowsAndGivesBack(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client()
+	c := new(storetest.Clock)
+	const lease = 50 * time.Millisecond
+	leased := newStore(t, client, &redisstore.Options{Clock: c.Now, Lease: lease})
+	direct := newStore(t, client, &redisstore.Options{Clock: c.Now, NoRefusalCache: true})
+	p := &ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(1).WithBurst(80)} // leases of 10 at most
+	ctx := context.Background()
+
+	// remaining is what the bucket has for another instance, which sees
+	// the tokens leased as taken.
+	remaining := func() int64 {
+		t.Helper()
+		res, err := direct.Take(ctx, p, "k", 0)
+		require.NoError(t, err)
+		return res.Remaining
+	}
+	spent := int64(0)
+	// take makes n requests and checks that reached Redis times of them.
+	take := func(n int, reached int64) {
+		t.Helper()
+		before := scripts(t, client)
+		for range n {
+			res, err := leased.Take(ctx, p, "k", 1)
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+			spent++
+			require.Equal(t, 80-spent, res.Remaining, "the exact result")
+			require.Equal(t, p, res.Policy)
+		}
+		require.Equal(t, reached, scripts(t, client)-before, "script calls for %d requests", n)
+	}
+	assert.Equal(t, int64(80), remaining()) // and Redis has the script
+	take(1, 1)                              // seen once: its cost, no lease
+	assert.Equal(t, int64(79), remaining())
+	take(2, 1) // a lease of 2
+	take(4, 1) // of 4
+	take(8, 1) // of 8
+	take(10, 1)
+	take(10, 1) // at most 80 / 8
+	take(3, 1)  // a lease of 10, 7 left
+	assert.Equal(t, 80-spent-7, remaining(), "the 7 tokens leased and left are out of the bucket")
+
+	// The lease ends at its time: the next request gives back the 7 tokens
+	// left and takes a lease the size of what was spent of it (3).
+	c.Advance(lease)
+	before := scripts(t, client)
+	res, err := leased.Take(ctx, p, "k", 1)
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	spent++
+	assert.Equal(t, int64(1), scripts(t, client)-before, "the give-back travels with the decision")
+	assert.Equal(t, 80-spent-2, remaining(), "7 tokens back, a lease of 3 taken (one spent)")
+
+	// A key that goes quiet for longer than a lease starts over: its cost.
+	c.Advance(10 * lease)
+	take(1, 1)
+	assert.Equal(t, 80-spent, remaining(), "the lease of 3 given back, no lease taken")
+}
+
+// TestLeaseNeverOutlivesItsEnd: a lease's tokens are not spent at or
+// after its end, even when tokens are left.
+func TestLeaseNeverOutlivesItsEnd(t *testing.T) {
+	client := redistest.Start(t).Client()
+	c := new(storetest.Clock)
+	const lease = 20 * time.Millisecond
+	s := newStore(t, client, &redisstore.Options{Clock: c.Now, Lease: lease})
+	p := &ratelimit.Policy{Limit: ratelimit.PerSecond(1).WithBurst(80)}
+	ctx := context.Background()
+	for range 3 { // plain, then a lease of 2 with 1 left
+		_, err := s.Take(ctx, p, "k", 1)
+		require.NoError(t, err)
+	}
+	_, err := s.Take(ctx, p, "k", 1) // a lease of 4, 3 left
+	require.NoError(t, err)
+	c.Advance(lease - 1)
+	before := scripts(t, client)
+	_, err = s.Take(ctx, p, "k", 1)
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), scripts(t, client)-before, "a nanosecond before its end, the lease spends")
+	c.Advance(1)
+	_, err = s.Take(ctx, p, "k", 1)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), scripts(t, client)-before, "at its end it does not")
+}
+
+// TestLeaseShapingNeverLeases: a LeakyShape policy's queue is kept in
+// Redis, in order; every decision goes there.
+func TestLeaseShapingNeverLeases(t *testing.T) {
+	client := redistest.Start(t).Client()
+	c := new(storetest.Clock)
+	s := newStore(t, client, &redisstore.Options{Clock: c.Now, Lease: 50 * time.Millisecond})
+	p := &ratelimit.Policy{Limit: ratelimit.PerSecond(100).WithBurst(50), Algorithm: ratelimit.LeakyShape}
+	_, err := s.Take(context.Background(), p, "warm-up", 0) // loads the script
+	require.NoError(t, err)
+	before := scripts(t, client)
+	for i := range 20 {
+		res, err := s.Take(context.Background(), p, "k", 1)
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+		assert.Equal(t, time.Duration(i)*10*time.Millisecond, res.Delay, "request %d's place in the queue", i)
+	}
+	assert.Equal(t, int64(20), scripts(t, client)-before)
+}
+
+// TestLeasesNeverOverAdmit: three instances with leases hammer hot and
+// cold keys with mixed costs while the shared clock moves in steps, and
+// every key's admitted requests, in the order of the times they were
+// admitted, are a sequence that one exact bucket admits whole: no
+// instance spends a leased token after the bucket would have run out,
+// in any window. Run on one Redis and on a Cluster.
+func TestLeasesNeverOverAdmit(t *testing.T) {
+	t.Run("server", func(t *testing.T) {
+		testLeasesNeverOverAdmit(t, func() redis.Scripter { return redistest.Start(t).Client() })
+	})
+	t.Run("cluster", func(t *testing.T) {
+		testLeasesNeverOverAdmit(t, func() redis.Scripter {
+			client, _ := redistest.StartCluster(t, 3)
+			return client
+		})
+	})
+}
+
+// An admission is a request admitted at a time, for the exact model.
+type admission struct {
+	at   int64
+	cost int64
+}
+
+func testLeasesNeverOverAdmit(t *testing.T, start func() redis.Scripter) {
+	client := start()
+	c := new(storetest.Clock)
+	p := &ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(400).WithBurst(64)}
+	keys := []string{"hot-0", "hot-1", "cold-0", "cold-1", "cold-2", "cold-3", "cold-4", "cold-5"}
+	var stores []*redisstore.Store
+	for i := range 3 {
+		stores = append(stores, newStore(t, client, &redisstore.Options{Clock: c.Now, Lease: 40 * time.Millisecond, NoRefusalCache: i == 2}))
+	}
+	ctx := context.Background()
+	var mu sync.Mutex
+	admitted := map[string][]admission{}
+	requests, leased := 0, 0
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 300 {
+		now := c.Now().UnixNano()
+		var wg sync.WaitGroup
+		for i, s := range stores {
+			for w := range 2 {
+				seed := rng.Uint64()
+				wg.Go(func() {
+					r := rand.New(rand.NewPCG(seed, uint64(i*2+w)))
+					for range 12 {
+						key := keys[r.IntN(2)]
+						if r.IntN(4) == 0 {
+							key = keys[2+r.IntN(len(keys)-2)]
+						}
+						cost := int64(1 + r.IntN(3))
+						res, err := s.Take(ctx, p, key, cost)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						requests++
+						if res.Allowed {
+							admitted[key] = append(admitted[key], admission{now, cost})
+						}
+						mu.Unlock()
+					}
+				})
+			}
+		}
+		wg.Wait()
+		c.Advance(time.Duration(1+rng.IntN(30)) * time.Millisecond)
+		_ = round
+	}
+	for _, key := range keys {
+		seq := admitted[key]
+		slices.SortStableFunc(seq, func(a, b admission) int { return int(a.at - b.at) })
+		state := int64(0)
+		for i, a := range seq {
+			res, next := p.Decide(state, a.at, a.cost)
+			require.True(t, res.Allowed, "%s: admission %d of %d (cost %d at %v) is more than the exact bucket allows", key, i, len(seq), a.cost, time.Duration(a.at))
+			state = next
+		}
+		leased += len(seq)
+	}
+	t.Logf("%d requests, %d admitted", requests, leased)
+	assert.Greater(t, leased, requests/4, "the test is a hammering, not a flood")
+}
+
+// TestLeasesSteadyLoadNothingRefused: the bound the documentation promises
+// on under-admission. Below the rate, with fewer than 8 instances, leases
+// refuse nothing: the leases held apart never leave a request without its
+// tokens. And most decisions never reach Redis.
+func TestLeasesSteadyLoadNothingRefused(t *testing.T) {
+	client := redistest.Start(t).Client()
+	c := new(storetest.Clock)
+	p := &ratelimit.Policy{Limit: ratelimit.PerSecond(1000).WithBurst(100)}
+	var stores []*redisstore.Store
+	for range 3 {
+		stores = append(stores, newStore(t, client, &redisstore.Options{Clock: c.Now, Lease: 50 * time.Millisecond}))
+	}
+	ctx := context.Background()
+	before := scripts(t, client)
+	requests := 0
+	// Each instance sends one request every 4 ms (250/s; 750/s in all, on
+	// a rate of 1 000/s), at instants that differ from one instance to the
+	// next, for 4 s.
+	for ms := range 4000 {
+		s := stores[ms%4%3]
+		if ms%4 == 3 {
+			c.Advance(time.Millisecond)
+			continue
+		}
+		res, err := s.Take(ctx, p, "k", 1)
+		require.NoError(t, err)
+		require.True(t, res.Allowed, "request at %d ms refused", ms)
+		requests++
+		c.Advance(time.Millisecond)
+	}
+	reached := scripts(t, client) - before
+	t.Logf("%d requests, %d reached Redis", requests, reached)
+	assert.Less(t, reached, int64(requests)/5)
+}
+
+// TestLeaseOptions: a lease must be whole milliseconds, up to a minute.
+func TestLeaseOptions(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	defer client.Close()
+	for _, d := range []time.Duration{-time.Millisecond, 1500 * time.Microsecond, 2 * time.Minute} {
+		_, err := redisstore.New(client, &redisstore.Options{Lease: d})
+		require.Error(t, err, "%v", d)
+		assert.Contains(t, err.Error(), fmt.Sprintf("Options.Lease %v", d))
+	}
+	_, err := redisstore.New(client, &redisstore.Options{Lease: time.Minute})
+	assert.NoError(t, err)
+}
