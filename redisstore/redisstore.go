@@ -6,7 +6,11 @@
 // EVALSHA (and EVAL when the server does not have the script yet). A key
 // whose last answer left it no token is refused locally, without a round
 // trip, while that answer alone refuses the request (the refusal cache,
-// Options.NoRefusalCache: it never admits anything). With
+// Options.NoRefusalCache: it never admits anything). With Options.Lease, a
+// busy key takes several tokens in one decision and spends them locally
+// until the lease ends, and the script keeps the bucket from refilling into
+// the room of tokens leased, so that nothing is ever admitted that one
+// exact bucket would refuse (docs/stores.md explains how). With
 // Options.Batching, concurrent decisions share round trips and script calls,
 // so there are fewer of both than decisions. The script reads the Redis
 // server's clock (TIME), so the clocks of the application's hosts never
