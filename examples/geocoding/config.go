@@ -36,6 +36,7 @@ type config struct {
 	skipPath       string
 	maxInflight    int
 	refusalCache   bool
+	block, safe    string
 
 	// clock, when not nil, is the time source of the store instead of the
 	// system's monotonic clock. Only tests set it; main leaves it nil.
@@ -53,7 +54,7 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.Float64Var(&cfg.rate, "rate", 5, "tokens earned per second by each client")
 	fs.Int64Var(&cfg.burst, "burst", 10, "bucket capacity: the most requests a client may make at once")
 	fs.StringVar(&cfg.key, "key", "api-key", "what identifies a client: api-key (header X-API-Key) or ip")
-	fs.StringVar(&cfg.trustedProxies, "trusted-proxies", "", "comma-separated `CIDRs` of the reverse proxies whose X-Forwarded-For is believed (with -key ip)")
+	fs.StringVar(&cfg.trustedProxies, "trusted-proxies", "", "comma-separated `CIDRs` of the reverse proxies whose X-Forwarded-For is believed (with -key ip, -block and -safe)")
 	fs.Float64Var(&cfg.globalRate, "global-rate", 0, "tokens per second shared by all clients (0: no global limit)")
 	fs.Int64Var(&cfg.globalBurst, "global-burst", 0, "capacity of the global limit (0: no global limit)")
 	fs.TextVar(&cfg.headers, "headers", ratelimit.HeadersIETF, "the `format` of the rate-limit header fields: ietf, legacy, x or none")
@@ -66,6 +67,8 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.StringVar(&cfg.skipPath, "skip-path", "", "path `prefix` that is never limited nor counted")
 	fs.IntVar(&cfg.maxInflight, "max-inflight", 0, "concurrent requests per client (0: no limit)")
 	fs.BoolVar(&cfg.refusalCache, "refusal-cache", true, "with -store redis, refuse locally what the store's last answer already refuses")
+	fs.StringVar(&cfg.block, "block", "", "comma-separated `CIDRs` of clients refused with 403 before any limiting, with any -key; the client address is found as with -key ip")
+	fs.StringVar(&cfg.safe, "safe", "", "comma-separated `CIDRs` of clients never limited nor counted, with any -key; -block wins over -safe")
 	return fs
 }
 
@@ -85,8 +88,8 @@ var choices = []struct {
 }
 
 // check reports every flag whose value is invalid or not implemented yet, one
-// error per flag. The rate, burst and trusted proxies are validated by the
-// library, in newHandler.
+// error per flag. The rate, burst, trusted proxies and address lists are
+// validated by the library, in newHandler.
 func (c *config) check() error {
 	var errs []error
 	invalid := func(name, value, want string) {

@@ -28,8 +28,8 @@ const apiKeyHeader = "X-API-Key"
 // newHandler returns the server's handler and a function that releases what
 // it holds (the stores and the Redis client). /healthz and /metrics are
 // answered before the limiter; every other request goes through it. cfg
-// must have passed check; newHandler reports invalid rates, bursts and
-// trusted proxies, naming the flag.
+// must have passed check; newHandler reports invalid rates, bursts,
+// trusted proxies and address lists, naming the flag.
 func newHandler(cfg config) (http.Handler, func(), error) {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
@@ -39,9 +39,10 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 	// The library's warnings go to the server's log (slog.Default) and are
 	// counted in ratelimit_warnings_total.
 	logger := m.Logger(nil)
-	// The trusted proxies are validated even with -key api-key, which does
-	// not use them, so that a typo never goes unnoticed.
-	byIP, err := ratelimit.KeyByIP(&ratelimit.IPOptions{TrustedProxies: strings.Split(cfg.trustedProxies, ","), Logger: logger})
+	// The trusted proxies are validated even with -key api-key, which uses
+	// them only for -block and -safe, so that a typo never goes unnoticed.
+	clientIP := &ratelimit.IPOptions{TrustedProxies: strings.Split(cfg.trustedProxies, ","), Logger: logger}
+	byIP, err := ratelimit.KeyByIP(clientIP)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-trusted-proxies: %w", err)
 	}
@@ -68,7 +69,8 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		cleanup()
 		return nil, nil, fmt.Errorf("%s: %w", limitFlags(cfg), err)
 	}
-	opts := &ratelimit.Options{Headers: cfg.headers, Observe: m.Observe, Logger: logger, MaxInFlight: cfg.maxInflight}
+	opts := &ratelimit.Options{Headers: cfg.headers, Observe: m.Observe, Logger: logger, MaxInFlight: cfg.maxInflight,
+		Block: strings.Split(cfg.block, ","), Safe: strings.Split(cfg.safe, ","), ClientIP: clientIP}
 	if prefix := cfg.skipPath; prefix != "" {
 		opts.Skip = func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, prefix) }
 	}
@@ -79,9 +81,9 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		opts.CountIf = func(status int) bool { return status < 400 }
 	}
 	mw, err := ratelimit.NewMiddleware(limiter, key, opts)
-	if err != nil {
+	if err != nil { // after check, only -block and -safe can be wrong
 		cleanup()
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("-block, -safe: %w", err)
 	}
 
 	router, err := newRouter(cfg.framework, mw, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -41,6 +41,14 @@
 //
 //	go run ./examples/geocoding -key ip -trusted-proxies 10.0.0.0/8
 //
+// To refuse a scraper's network with 403 before any limiting, and never
+// limit the office network:
+//
+//	go run ./examples/geocoding -key ip -block 203.0.113.0/24 -safe 10.0.0.0/8
+//
+// The lists work with -key api-key too: the client address is found as
+// with -key ip, through -trusted-proxies, whatever the key.
+//
 // # Endpoints
 //
 //   - GET /geocode?q=NAME: 200 with {"query","name","lat","lon"} for a known
@@ -61,9 +69,9 @@
 //	-burst           capacity of each client's bucket [10]
 //	-key             api-key|ip [api-key]; the API key is read from X-API-Key
 //	-trusted-proxies comma-separated CIDRs of trusted reverse proxies [none];
-//	                 with -key ip the client is then the rightmost
-//	                 X-Forwarded-For entry that is not a trusted proxy;
-//	                 without, forwarding headers are ignored
+//	                 with -key ip, -block and -safe the client is then the
+//	                 rightmost X-Forwarded-For entry that is not a trusted
+//	                 proxy; without, forwarding headers are ignored
 //	-global-rate     tokens per second shared by all clients [0: none]
 //	-global-burst    capacity of the global limit [0: none]
 //	-headers         ietf|legacy|x|none [ietf]
@@ -77,6 +85,10 @@
 //	-max-inflight    concurrent requests per client [0: no limit]
 //	-refusal-cache   with -store redis, refuse locally what the store's last
 //	                 answer already refuses [true]
+//	-block           comma-separated CIDRs of clients refused with 403
+//	                 before any limiting, with any -key [none]
+//	-safe            comma-separated CIDRs of clients never limited nor
+//	                 counted, with any -key [none]; -block wins over -safe
 //
 // Invalid values are refused with a message naming the flag, and the exit
 // status 2.

@@ -461,6 +461,8 @@ func TestFlagDefaults(t *testing.T) {
 		"skip-path":       "",
 		"max-inflight":    "0",
 		"refusal-cache":   "true",
+		"block":           "",
+		"safe":            "",
 	}
 	var cfg config
 	fs := newFlagSet(&cfg)
