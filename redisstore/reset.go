@@ -1,0 +1,69 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+var _ ratelimit.ResetStore = (*Store)(nil)
+
+// delScript deletes a bucket, in a script like every other call of the
+// store, so that it runs on any redis.Scripter and goes to the key's node
+// on a Cluster.
+var delScript = redis.NewScript(`return redis.call("DEL", KEYS[1])`)
+
+// Reset implements [ratelimit.ResetStore] in one round trip: it deletes
+// key's bucket under p (DEL of PREFIX + POLICY + ":" + KEY), with the
+// tokens leased from it, within the store's Timeout, and drops what this
+// instance's refusal cache and lease know of it, so that its next request
+// goes to Redis and finds the bucket full. Deleting a bucket that Redis
+// does not hold is not an error.
+//
+// Other instances are not told. One whose refusal cache holds a refusal of
+// the key refuses it locally until that refusal's bound passes (at most
+// the time the bucket needed to fill when that instance last asked), as
+// after tokens given back by another instance (see Options.NoRefusalCache);
+// one that holds a lease of the key (Options.Lease) spends what is left of
+// it until it ends.
+func (s *Store) Reset(ctx context.Context, p *ratelimit.Policy, key string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var w watcher
+	s.dials.watch(&w, ctx, cancel)
+	defer s.dials.done(&w)
+	reply, err := delScript.Run(ctx, s.client, []string{s.key(ratelimit.Request{Policy: p, Key: key})}).Result()
+	s.dials.done(&w)
+	// After the DEL, so that an answer that came back before it does not
+	// outlive the reset; even if the DEL failed, which costs the next
+	// request a round trip at most.
+	fp := fingerprint(s.seed, p.Name, key)
+	if s.refusals != nil {
+		s.refusals.forget(fp)
+	}
+	if s.leases != nil {
+		s.leases.forget(fp)
+	}
+	if err != nil {
+		return fmt.Errorf("redisstore: Reset: %w", w.cause(err))
+	}
+	if n, ok := reply.(int64); !ok || n < 0 || n > 1 {
+		return fmt.Errorf("redisstore: Reset: malformed reply %v", reply)
+	}
+	return nil
+}
+
+// forget drops what is left of the lease of the bucket fp, whose tokens
+// came from the bucket before a reset; the key's next request goes to
+// Redis. The key keeps its slot and the size of its next lease.
+func (l *leases) forget(fp uint64) {
+	e := &l.slots[fp%leaseSlots]
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.fp == fp {
+		e.until, e.left = 0, 0
+	}
+}
