@@ -37,6 +37,7 @@ type config struct {
 	maxInflight    int
 	refusalCache   bool
 	block, safe    string
+	adminToken     string
 
 	// clock, when not nil, is the time source of the store instead of the
 	// system's monotonic clock. Only tests set it; main leaves it nil.
@@ -69,6 +70,7 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.BoolVar(&cfg.refusalCache, "refusal-cache", true, "with -store redis, refuse locally what the store's last answer already refuses")
 	fs.StringVar(&cfg.block, "block", "", "comma-separated `CIDRs` of clients refused with 403 before any limiting, with any -key; the client address is found as with -key ip")
 	fs.StringVar(&cfg.safe, "safe", "", "comma-separated `CIDRs` of clients never limited nor counted, with any -key; -block wins over -safe")
+	fs.StringVar(&cfg.adminToken, "admin-token", "", "bearer `token` of POST /admin/reset?key=KEY (none: no admin endpoint)")
 	return fs
 }
 

@@ -91,6 +91,10 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		cleanup()
 		return nil, nil, err
 	}
+	if router, err = withAdmin(router, cfg.adminToken, limiter, cfg.key, key, logger); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
 	return router, cleanup, nil
 }
 

@@ -56,9 +56,14 @@
 //     unknown one; 400 without q. Errors are application/problem+json.
 //     Other methods get 405.
 //   - GET /healthz: 200 "ok", never limited.
+//   - POST /admin/reset?key=KEY with Authorization: Bearer TOKEN, only with
+//     -admin-token TOKEN: forgets the client's state under every per-client
+//     policy (204), never limited; KEY is the client's API key, or with
+//     -key ip its IP address. A wrong or missing token gets 401 (see
+//     admin.go).
 //
-// Every request except /healthz goes through the limiter, including those
-// that end in 404 or 405.
+// Every request except /healthz and the admin endpoint goes through the
+// limiter, including those that end in 404 or 405.
 //
 // # Flags
 //
@@ -89,6 +94,7 @@
 //	                 before any limiting, with any -key [none]
 //	-safe            comma-separated CIDRs of clients never limited nor
 //	                 counted, with any -key [none]; -block wins over -safe
+//	-admin-token     bearer token of POST /admin/reset [none: no endpoint]
 //
 // Invalid values are refused with a message naming the flag, and the exit
 // status 2.

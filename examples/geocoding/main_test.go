@@ -463,6 +463,7 @@ func TestFlagDefaults(t *testing.T) {
 		"refusal-cache":   "true",
 		"block":           "",
 		"safe":            "",
+		"admin-token":     "",
 	}
 	var cfg config
 	fs := newFlagSet(&cfg)
