@@ -11,6 +11,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -263,15 +264,19 @@ func format(v float64, unit string) string {
 	}
 }
 
-// digits returns the decimals that show v to three significant figures.
+// digits returns the decimals that show v to three significant figures,
+// or two below 1, and below 0.1 as many as two significant figures take
+// (0.0013 round trips per decision, not 0.00).
 func digits(v float64) int {
-	switch {
-	case v >= 100 || v <= -100:
+	switch a := math.Abs(v); {
+	case a >= 100:
 		return 0
-	case v >= 10 || v <= -10:
+	case a >= 10:
 		return 1
-	default:
+	case a >= 0.1 || a == 0:
 		return 2
+	default:
+		return 1 - int(math.Floor(math.Log10(a)))
 	}
 }
 

@@ -16,7 +16,13 @@ Decision/one-key/clock-2,5e-08,1%
 Decision/one-key/tokenfair-2,2e-07,3%
 Decision/one-key/x-time-rate-2,1e-07,1%
 HTTP/tokenfair-2,2e-06,∞
+RedisLease/hot/incr-2,8.7e-06,1%
+RedisLease/hot/tokenfair-lease-2,1.41e-07,2%
 geomean,3e-07,
+
+,round-trips/op,CI
+RedisLease/hot/incr-2,1,0%
+RedisLease/hot/tokenfair-lease-2,0.001224,5%
 
 ,allocs/op,CI
 Decision/one-key/tokenfair-2,0,0%
@@ -33,7 +39,7 @@ func TestTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(order, " "), "Decision/one-key HTTP BytesPerKey"; got != want {
+	if got, want := strings.Join(order, " "), "Decision/one-key HTTP RedisLease/hot BytesPerKey"; got != want {
 		t.Fatalf("groups %q, want %q", got, want)
 	}
 	var b bytes.Buffer
@@ -44,7 +50,10 @@ func TestTables(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"| x-time-rate | 100 (0.50×) | — | — |",
-		"| httprate | — | — | 37.8 (0.29×) |",
+		"| httprate | — | — | — | 37.8 (0.29×) |",
+		// Below 0.1, two significant figures: a lease's round trips are
+		// not 0.00.
+		"| tokenfair-lease | 141 ± 2% | 0.0012 | — | 0.016× |",
 		"| tokenfair | 200 ± 3% | 0 | 1.00× | 4.00× |",
 		"| clock | 50.0 ± 1% | — | 0.25× | 1.00× |",
 		"| peer | ns/op | allocs/op | ratio to ours (ns/op) | ratio to clock (ns/op) |",
