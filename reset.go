@@ -7,8 +7,8 @@ import (
 )
 
 // ResetStore is a Store that can forget a bucket, so that [Limiter.Reset]
-// can give a client its full quota back. Every store in this module has
-// it; a store without it makes Limiter.Reset fail.
+// can give a client its full quota back. memorystore, redisstore and
+// failover have it; a store without it makes Limiter.Reset fail.
 type ResetStore interface {
 	Store
 	// Reset forgets the state of key's bucket under p: the next request
