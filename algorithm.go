@@ -17,7 +17,9 @@ import "time"
 //
 // The state is, for TokenBucket and LeakyPolice, the time the bucket is full
 // again (GCRA's theoretical arrival time); for LeakyShape, the time the
-// queue is empty. docs/algorithms.md derives both.
+// queue is empty; for Ban, the time the ban ends (and a positive cost is a
+// ban's length in nanoseconds, whatever the burst). docs/algorithms.md
+// derives them.
 func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 	iv, burst := int64(p.Limit.interval), p.Limit.burst
 	if cost < 0 {
@@ -28,9 +30,12 @@ func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 	}
 	var allowed bool
 	var remaining, retryAfter, resetAfter, delay int64
-	if p.Algorithm == LeakyShape {
+	switch p.Algorithm {
+	case LeakyShape:
 		allowed, next, remaining, retryAfter, resetAfter, delay = shape(state, now, iv, burst, cost, p.shapeBound(), p.Immediate)
-	} else { // TokenBucket and LeakyPolice make the same decisions.
+	case Ban:
+		allowed, next, retryAfter, resetAfter = ban(state, now, cost)
+	default: // TokenBucket and LeakyPolice make the same decisions.
 		allowed, next, remaining, retryAfter, resetAfter = tokenBucket(state, now, iv, burst, cost)
 	}
 	return Result{
@@ -67,6 +72,23 @@ func tokenBucket(state, now, interval, burst, cost int64) (allowed bool, next, r
 	resetAfter = tat - now
 	remaining = min(max((tau-resetAfter)/interval, 0), burst)
 	return allowed, next, remaining, retryAfter, resetAfter
+}
+
+// ban is a penalty box's ban: the state is the time the ban ends. A cost of
+// 0 asks, and is refused until then; a positive cost bans for cost
+// nanoseconds from now, unless a longer ban is on. (A negative cost has
+// been made 0 by then, having shortened the ban by −cost intervals.)
+func ban(state, now, cost int64) (allowed bool, next, retryAfter, resetAfter int64) {
+	next = state
+	if cost > 0 {
+		next = max(state, now+cost)
+	}
+	allowed = cost > 0 || next <= now
+	resetAfter = max(next-now, 0)
+	if !allowed {
+		retryAfter = resetAfter
+	}
+	return allowed, next, retryAfter, resetAfter
 }
 
 // shape is the leaky bucket as a queue: a request arriving at now starts at

@@ -18,9 +18,11 @@ import (
 // denyProblem is the default Options.OnDeny: 429 with the quota-exceeded
 // problem body.
 func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
-	writeProblem(w, http.StatusTooManyRequests, problemQuotaExceeded, "Quota Exceeded",
-		"Too many requests; retry after "+strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10)+" s.",
-		res.Violated())
+	detail := "Too many requests; retry after " + strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10) + " s."
+	if res.lists != nil && res.lists.ban {
+		detail = "Banned after repeated refusals, for " + strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10) + " s more."
+	}
+	writeProblem(w, http.StatusTooManyRequests, problemQuotaExceeded, "Quota Exceeded", detail, res.Violated())
 }
 
 // DefaultErrorHandler answers a request that could not be decided with a

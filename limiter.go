@@ -28,6 +28,7 @@ type Limiter struct {
 	single   *Policy      // the only policy, if it is enforced; else nil
 	quotas   []quotaCache // each policy's RateLimit values sent
 	fields   [2][]string  // RateLimit-Policy values: enforcing policies, all policies
+	boxes    []*box       // the policies' penalty boxes
 }
 
 // New returns a Limiter that enforces policies with state kept in store.
@@ -60,7 +61,12 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 			l.enforce = append(l.enforce, i)
 		}
 	}
-	if len(l.policies) == 1 && len(l.enforce) == 1 {
+	for i := range l.policies {
+		if l.policies[i].Penalty != (Penalty{}) {
+			l.boxes = append(l.boxes, newBox(i, &l.policies[i]))
+		}
+	}
+	if len(l.policies) == 1 && len(l.enforce) == 1 && l.boxes == nil {
 		l.single = &l.policies[0]
 	}
 	l.refused = &lists{violated: l.names[:1:1]}
@@ -170,7 +176,17 @@ var errEmptyKey = &clientkey.Error{Err: fmt.Errorf("%w: the key function returne
 // takeMany is Take for a Limiter of several policies, or only dry-run ones.
 func (l *Limiter) takeMany(ctx context.Context, key string, cost int64) (Result, error) {
 	results := make([]Result, len(l.policies))
-	allowed, err := l.takeAll(ctx, l.enforce, key, cost, results)
+	var allowed bool
+	var err error
+	if l.boxes == nil {
+		allowed, err = l.takeAll(ctx, l.enforce, key, cost, results)
+	} else {
+		var ban Result
+		var banned bool
+		if allowed, ban, banned, err = l.takeBoxed(ctx, key, cost, results); banned && err == nil {
+			return ban, nil
+		}
+	}
 	if err != nil {
 		return Result{}, storeError(err)
 	}
@@ -288,7 +304,7 @@ func (l *Limiter) combine(results []Result, allowed bool) Result {
 	if allowed {
 		res.RetryAfter, res.Delay = 0, delay
 	}
-	res.lists = &lists{violated, dry, results}
+	res.lists = &lists{violated: violated, dryRunViolated: dry, results: results}
 	return res
 }
 

@@ -25,9 +25,17 @@ const (
 	// request whose wait would exceed burst × interval (the queue's room),
 	// or Policy.MaxDelay, is refused at once.
 	LeakyShape
+	// Ban is the algorithm of a penalty box's ban (Policy.Penalty), which a
+	// Limiter keeps as a bucket of its own, named POLICY + "/ban"; it is no
+	// algorithm for a Policy of yours. The state is the time the ban ends:
+	// a request of cost 0 asks whether the key is banned and is refused
+	// until then, and a positive cost bans the key for cost nanoseconds
+	// from now (or keeps a longer ban). A store that applies
+	// [Policy.Decide] needs to know nothing of it.
+	Ban
 )
 
-var algorithmNames = [...]string{TokenBucket: "token-bucket", LeakyPolice: "leaky-police", LeakyShape: "leaky-shape"}
+var algorithmNames = [...]string{TokenBucket: "token-bucket", LeakyPolice: "leaky-police", LeakyShape: "leaky-shape", Ban: "ban"}
 
 // String returns the algorithm's name, such as "token-bucket".
 func (a Algorithm) String() string { return enumString("Algorithm", algorithmNames[:], uint8(a)) }
@@ -39,7 +47,7 @@ func (a Algorithm) MarshalText() ([]byte, error) {
 
 // UnmarshalText implements [encoding.TextUnmarshaler].
 func (a *Algorithm) UnmarshalText(text []byte) error {
-	return enumUnmarshal("algorithm", algorithmNames[:], (*uint8)(a), text)
+	return enumUnmarshal("algorithm", algorithmNames[:Ban], (*uint8)(a), text) // not Ban: no policy of yours
 }
 
 func enumString(typ string, names []string, v uint8) string {
@@ -93,6 +101,9 @@ type Policy struct {
 	// it alone would refuse is reported in Result.DryRunViolated. The
 	// default enforces the policy.
 	DryRun bool
+	// Penalty bans a key that the policy keeps refusing. The zero value
+	// (the default) bans nobody.
+	Penalty Penalty
 }
 
 // globalKey is the key under which a Global policy keeps its one bucket.
@@ -111,6 +122,12 @@ func (p Policy) validate() (Policy, error) {
 	}
 	if int(p.Algorithm) >= len(algorithmNames) {
 		return p, fmt.Errorf("ratelimit: policy %q: unknown algorithm %d", p.Name, p.Algorithm)
+	}
+	if p.Algorithm == Ban {
+		return p, fmt.Errorf("ratelimit: policy %q: the algorithm %v is a penalty box's own; set Policy.Penalty", p.Name, Ban)
+	}
+	if err := p.Penalty.validate(&p); err != nil {
+		return p, fmt.Errorf("ratelimit: policy %q: %w", p.Name, err)
 	}
 	if err := p.Limit.validate(); err != nil {
 		return p, fmt.Errorf("ratelimit: policy %q: %w", p.Name, err)

@@ -35,7 +35,8 @@ type ResetStore interface {
 // Reset returns an error wrapping ErrMissingKey for an empty key, an error
 // naming the store's type when the store is not a [ResetStore], and an
 // error wrapping ErrStore when the store fails; after a failure it still
-// tries the other policies.
+// tries the other policies. A penalty box's strikes and bans (Policy.Penalty) are
+// forgotten with their policy.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return errEmptyKey
@@ -47,6 +48,16 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	var errs []error
 	for i := range l.policies {
 		if p := &l.policies[i]; !p.Global {
+			if err := rs.Reset(ctx, p, key); err != nil {
+				errs = append(errs, fmt.Errorf("policy %q: %w", p.Name, err))
+			}
+		}
+	}
+	for _, b := range l.boxes {
+		for _, p := range []*Policy{b.strikes, b.bans, &b.ban} {
+			if p == nil {
+				continue
+			}
 			if err := rs.Reset(ctx, p, key); err != nil {
 				errs = append(errs, fmt.Errorf("policy %q: %w", p.Name, err))
 			}

@@ -35,6 +35,7 @@ type Result struct {
 type lists struct {
 	violated, dryRunViolated []string
 	results                  []Result
+	ban                      bool // refused by a penalty box's ban
 }
 
 // Violated names the policies that refused the request; nil when it is

@@ -169,7 +169,7 @@ type Options struct {
 	// eighth of the burst. What is left of a lease when it ends is given
 	// back with the key's next decision. TokenBucket and LeakyPolice
 	// policies lease; LeakyShape never does, since its queue's order is
-	// kept in Redis; TakeAll never does either. Give every instance
+	// kept in Redis; TakeAll and a penalty box's buckets never do either. Give every instance
 	// sharing a Prefix the same Lease. Default: 0, no leases; 20 ms to
 	// 100 ms suits most services; at most 1 minute, in whole milliseconds.
 	Lease time.Duration
@@ -248,11 +248,11 @@ func contextTimeoutEnabled(c redis.Scripter) bool {
 // key's lease has the tokens or the refusal cache already refuses the
 // request.
 func (s *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
-	if s.refusals == nil && s.leases == nil || cost <= 0 {
+	if s.refusals == nil && s.leases == nil || cost < 0 || cost == 0 && p.Algorithm != ratelimit.Ban {
 		return s.takeOne(ctx, p, key, cost)
 	}
 	fp := fingerprint(s.seed, p.Name, key)
-	leased := s.leases != nil && p.Algorithm != ratelimit.LeakyShape
+	leased := s.leases != nil && cost > 0 && leasable(p)
 	if leased {
 		if res, ok := s.leases.spend(fp, p, cost); ok {
 			return res, nil
@@ -267,6 +267,14 @@ func (s *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 		return s.takeLeased(ctx, fp, p, key, cost)
 	}
 	return s.takeOne(ctx, p, key, cost)
+}
+
+// leasable reports whether p's tokens may be leased: those of a token
+// bucket or a leaky bucket policing, but not a penalty box's (whose names
+// have a "/"), whose strikes must be counted where every instance sees
+// them.
+func leasable(p *ratelimit.Policy) bool {
+	return (p.Algorithm == ratelimit.TokenBucket || p.Algorithm == ratelimit.LeakyPolice) && !strings.Contains(p.Name, "/")
 }
 
 // takeOne decides a request in Redis, without a lease.
@@ -418,6 +426,8 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, results []rat
 			kind, inc = "refund", -inc
 		case r.Policy.Algorithm == ratelimit.LeakyShape:
 			kind, bound = "shape", shapeBound(r.Policy)
+		case r.Policy.Algorithm == ratelimit.Ban:
+			kind, inc = "ban", r.Cost // a ban's length, in nanoseconds
 		}
 		c.args = append(c.args, kind, inc/1e9, inc%1e9, bound/1e9, bound%1e9)
 	}

@@ -39,6 +39,10 @@
 --                       L ms; else inc alone, as gcra would
 --              "return" inc span E: give back inc, the unspent part of a
 --                       lease granted in epoch E whose whole span was span
+--              "ban"    inc bound: a penalty box's ban, whose state is the
+--                       time it ends; inc 0 asks (refused while banned),
+--                       a positive inc bans for inc from now (or keeps a
+--                       longer ban); bound is unused
 --
 -- Every key of a group is decided at the same instant. A group's new
 -- states are written only if every key allows; a key is kept exactly as
@@ -172,6 +176,14 @@ while j <= #ARGV do
           pS, pN = sub(pS, pN, spanS, spanN)
           if pS < 0 then pS, pN = 0, 0 end
         end
+      end
+    elseif kind == "ban" then
+      if positive(incS, incN) then
+        if le(dS, dN, incS, incN) then
+          aS, aN = incS, incN
+        end
+      elseif positive(dS, dN) then
+        allowed = 0
       end
     elseif positive(incS, incN) then -- a cost of 0 only reads
       local bS, bN = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])

@@ -1,0 +1,204 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"time"
+)
+
+// Penalty is a policy's penalty box: a key that the policy refuses again and
+// again is banned, every request of it refused whatever its bucket holds,
+// until the ban ends. Its state lives in the Limiter's store beside the
+// buckets (under the policy's name + "/strikes", "/bans" and "/ban"), so a
+// ban holds across every instance sharing the store.
+//
+// Refusals are counted as strikes in a token bucket of After − 1 strikes
+// that refills After − 1 strikes every Within: a key refused After times
+// within Within ÷ (After − 1) is banned at the After-th refusal, and a key
+// never refused more than After − 1 times within any span of Within is
+// never banned. (In between, the bucket decides: strikes spread out are
+// forgiven as they age.) Refusals during a ban count no strike; the
+// answer to the refusal that bans is already the ban's. Limiter.Reset
+// forgets a key's strikes and bans too.
+type Penalty struct {
+	// After is the number of refusals that bans a key, at least 1. Zero
+	// (the default) turns the penalty box off.
+	After int64
+	// Within is the span in which After refusals ban (see above).
+	Within time.Duration
+	// For is how long a ban lasts.
+	For time.Duration
+	// Max, when longer than For, makes bans back off: a ban lasts For
+	// doubled once for each earlier ban the key still has against it, up
+	// to Max; the key forgets one ban every 2 × Max (its bans are counted
+	// in a token bucket that refills one per 2 × Max). So a key banned
+	// again as soon as each ban ends is banned For, 2 × For, 4 × For, …,
+	// Max, Max, …. Zero (the default): every ban lasts For.
+	Max time.Duration
+}
+
+// validate checks the penalty of p, a policy being validated.
+func (b Penalty) validate(p *Policy) error {
+	switch {
+	case b == Penalty{}:
+		return nil
+	case b.After < 1:
+		return fmt.Errorf("Penalty.After %d: want at least 1 refusal, or a zero Penalty", b.After)
+	case b.For <= 0:
+		return fmt.Errorf("Penalty.For %v: want a positive ban", b.For)
+	case b.After > 1 && b.Within <= 0:
+		return fmt.Errorf("Penalty.Within %v: want a positive span", b.Within)
+	case b.Max != 0 && b.Max < b.For:
+		return fmt.Errorf("Penalty.Max %v: want 0 or at least Penalty.For %v", b.Max, b.For)
+	case p.Global:
+		return errors.New("Penalty on a Global policy would ban every client at once")
+	case p.DryRun:
+		return errors.New("Penalty on a DryRun policy, which refuses nothing")
+	}
+	if b.After > 1 {
+		if err := Per(b.After-1, b.Within).validate(); err != nil {
+			return fmt.Errorf("Penalty: %d strikes within %v: %w", b.After-1, b.Within, err)
+		}
+	}
+	if b.Max > b.For && b.Max > math.MaxInt64/4 {
+		return fmt.Errorf("Penalty.Max %v: want at most %v", b.Max, time.Duration(math.MaxInt64/4))
+	}
+	return nil
+}
+
+// A box is the penalty box of one of a Limiter's policies: the policies of
+// its state.
+type box struct {
+	policy  int     // the index of the policy it punishes
+	strikes *Policy // the strikes' bucket; nil when one refusal bans
+	bans    *Policy // the bans remembered, for the back-off; nil without
+	levels  int64   // the doublings of the back-off: For << levels ≥ Max
+	ban     Policy  // the ban
+	lists   *lists  // of a refusal by the ban
+}
+
+// newBox returns the penalty box of the i-th policy p, which has one.
+func newBox(i int, p *Policy) *box {
+	b := &box{policy: i, ban: Policy{Name: p.Name + "/ban", Limit: Per(1, time.Nanosecond), Algorithm: Ban}}
+	pen := p.Penalty
+	if pen.After > 1 {
+		b.strikes = &Policy{Name: p.Name + "/strikes", Limit: Per(pen.After-1, pen.Within).WithBurst(pen.After - 1)}
+	}
+	if pen.Max > pen.For {
+		// the least levels with For << levels ≥ Max
+		b.levels = int64(bits.Len64(uint64((pen.Max - 1) / pen.For)))
+		b.bans = &Policy{Name: p.Name + "/bans", Limit: Per(1, 2*pen.Max).WithBurst(b.levels + 1)}
+	}
+	b.lists = &lists{violated: []string{b.ban.Name}, ban: true}
+	return b
+}
+
+// banned asks the store, for every penalty box, whether key is banned,
+// and returns the first ban's refusal.
+func (l *Limiter) banned(ctx context.Context, key string) (Result, bool, error) {
+	for _, b := range l.boxes {
+		res, err := l.store.Take(ctx, &b.ban, key, 0)
+		if err != nil {
+			return Result{}, false, err
+		}
+		if !res.Allowed {
+			return l.banResult(b, res), true, nil
+		}
+	}
+	return Result{}, false, nil
+}
+
+// banResult is the answer to a request of a banned key: a refusal by the
+// punished policy that lasts the rest of the ban, naming the ban.
+func (l *Limiter) banResult(b *box, ban Result) Result {
+	return Result{Policy: &l.policies[b.policy], RetryAfter: ban.RetryAfter, ResetAfter: ban.ResetAfter, lists: b.lists}
+}
+
+// strike counts the refusal of key by the policies that results say
+// refused it, and bans the key under those whose strikes ran out. It
+// returns the ban's refusal if one began. A store failure bans nobody.
+func (l *Limiter) strike(ctx context.Context, key string, results []Result) (Result, bool) {
+	ctx = context.WithoutCancel(ctx)
+	for _, b := range l.boxes {
+		if r := results[b.policy]; r.Allowed || r.Degraded {
+			continue
+		}
+		if b.strikes != nil {
+			if res, err := l.store.Take(ctx, b.strikes, key, 1); err != nil || res.Allowed {
+				continue
+			}
+		}
+		pen := l.policies[b.policy].Penalty
+		length := pen.For
+		if b.bans != nil {
+			level := b.levels // more bans remembered than levels: the longest
+			if res, err := l.store.Take(ctx, b.bans, key, 1); err == nil && res.Allowed {
+				level = b.levels - res.Remaining
+			}
+			length = min(pen.For<<level, pen.Max)
+		}
+		res, err := l.store.Take(ctx, &b.ban, key, int64(length))
+		if err != nil {
+			continue
+		}
+		return l.banResult(b, Result{RetryAfter: res.ResetAfter, ResetAfter: res.ResetAfter}), true
+	}
+	return Result{}, false
+}
+
+// takeBoxed is takeAll of the enforcing policies for a Limiter with
+// penalty boxes: a banned key is refused, and spends nothing; a refusal
+// counts a strike. With a BatchStore, the bans are asked in the same
+// atomic step as the policies decide.
+func (l *Limiter) takeBoxed(ctx context.Context, key string, cost int64, results []Result) (allowed bool, ban Result, banned bool, err error) {
+	allowed, ban, banned, err = l.takeBoxedBatch(ctx, key, cost, results)
+	if errors.Is(err, ErrNotAtomic) {
+		if ban, banned, err = l.banned(ctx, key); err != nil || banned {
+			return false, ban, banned, err
+		}
+		allowed, err = l.takeAll(ctx, l.enforce, key, cost, results)
+	}
+	if err != nil || banned || allowed {
+		return allowed, ban, banned, err
+	}
+	ban, banned = l.strike(ctx, key, results)
+	return false, ban, banned, nil
+}
+
+// takeBoxedBatch is takeBoxed in one TakeAll; it returns ErrNotAtomic when
+// the store cannot.
+func (l *Limiter) takeBoxedBatch(ctx context.Context, key string, cost int64, results []Result) (allowed bool, ban Result, banned bool, err error) {
+	bs, ok := l.store.(BatchStore)
+	if !ok {
+		return false, Result{}, false, ErrNotAtomic
+	}
+	n := len(l.enforce)
+	reqs := make([]Request, n+len(l.boxes))
+	out := make([]Result, len(reqs))
+	for k, i := range l.enforce {
+		reqs[k] = Request{Policy: &l.policies[i], Key: l.key(i, key), Cost: cost}
+	}
+	for k, b := range l.boxes {
+		reqs[n+k] = Request{Policy: &b.ban, Key: key}
+	}
+	if err := bs.TakeAll(ctx, reqs, out); err != nil {
+		return false, Result{}, false, err
+	}
+	for k, b := range l.boxes {
+		if !out[n+k].Allowed {
+			return false, l.banResult(b, out[n+k]), true, nil
+		}
+	}
+	allowed = true
+	for k, i := range l.enforce {
+		results[i] = out[k]
+		if results[i].Policy == nil {
+			results[i].Policy = &l.policies[i]
+		}
+		allowed = allowed && out[k].Allowed
+	}
+	return allowed, Result{}, false, nil
+}

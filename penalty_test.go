@@ -1,0 +1,79 @@
+package ratelimit_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+// TestPenaltyAnswer: the refusal that bans, and every request during the
+// ban, is a 429 whose Retry-After is the rest of the ban, and whose
+// problem body names the ban and says how long it still lasts.
+func TestPenaltyAnswer(t *testing.T) {
+	clock := new(fakeClock)
+	lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Name: "login", Limit: ratelimit.PerHour(1),
+		Penalty: ratelimit.Penalty{After: 2, Within: time.Minute, For: 10 * time.Minute}})
+	require.NoError(t, err)
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, nil)
+	require.NoError(t, err)
+	send := func() (*http.Response, map[string]any) {
+		t.Helper()
+		w, _ := handle(m, newRequest(t, "/login", "mallory"))
+		var body map[string]any
+		if w.Code == http.StatusTooManyRequests {
+			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
+		}
+		return w.Result(), body
+	}
+	res, _ := send()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	res, body := send()
+	require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+	assert.Equal(t, []any{"login"}, body["violated-policies"])
+	assert.Equal(t, "3600", res.Header.Get("Retry-After"))
+
+	res, body = send() // the second refusal within a minute bans
+	require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+	assert.Equal(t, "600", res.Header.Get("Retry-After"))
+	assert.Equal(t, []any{"login/ban"}, body["violated-policies"])
+	assert.Equal(t, "Banned after repeated refusals, for 600 s more.", body["detail"])
+	assert.Equal(t, []string{`"login";r=0;t=600`}, res.Header["RateLimit"])
+
+	clock.Advance(4*time.Minute + 500*time.Millisecond)
+	res, body = send()
+	assert.Equal(t, "360", res.Header.Get("Retry-After"), "rounded up, never before the ban ends")
+	assert.Equal(t, "Banned after repeated refusals, for 360 s more.", body["detail"])
+}
+
+// TestPenaltyValidation: a penalty that cannot work is refused by New,
+// with the field at fault.
+func TestPenaltyValidation(t *testing.T) {
+	limit := ratelimit.PerSecond(1)
+	for _, tc := range []struct {
+		policy ratelimit.Policy
+		want   string
+	}{
+		{ratelimit.Policy{Limit: limit, Penalty: ratelimit.Penalty{After: -1, For: time.Minute}}, "Penalty.After -1"},
+		{ratelimit.Policy{Limit: limit, Penalty: ratelimit.Penalty{Within: time.Minute, For: time.Minute}}, "Penalty.After 0"},
+		{ratelimit.Policy{Limit: limit, Penalty: ratelimit.Penalty{After: 1}}, "Penalty.For 0s"},
+		{ratelimit.Policy{Limit: limit, Penalty: ratelimit.Penalty{After: 3, For: time.Minute}}, "Penalty.Within 0s"},
+		{ratelimit.Policy{Limit: limit, Penalty: ratelimit.Penalty{After: 1, For: time.Minute, Max: time.Second}}, "Penalty.Max 1s: want 0 or at least Penalty.For 1m0s"},
+		{ratelimit.Policy{Limit: limit, Global: true, Penalty: ratelimit.Penalty{After: 1, For: time.Minute}}, "Global"},
+		{ratelimit.Policy{Limit: limit, DryRun: true, Penalty: ratelimit.Penalty{After: 1, For: time.Minute}}, "DryRun"},
+		{ratelimit.Policy{Limit: limit, Algorithm: ratelimit.Ban}, "set Policy.Penalty"},
+	} {
+		_, err := ratelimit.New(clockStore(t, new(fakeClock)), tc.policy)
+		if assert.Error(t, err, "%+v", tc.policy) {
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Contains(t, err.Error(), `policy "default"`)
+		}
+	}
+	var a ratelimit.Algorithm
+	assert.Error(t, a.UnmarshalText([]byte("ban")), "no policy of yours is a ban")
+}
