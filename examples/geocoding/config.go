@@ -36,6 +36,10 @@ type config struct {
 	skipPath       string
 	maxInflight    int
 	refusalCache   bool
+	lease          time.Duration
+	banAfter       int64
+	banWithin      time.Duration
+	banFor         time.Duration
 	block, safe    string
 	adminToken     string
 
@@ -68,6 +72,10 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.StringVar(&cfg.skipPath, "skip-path", "", "path `prefix` that is never limited nor counted")
 	fs.IntVar(&cfg.maxInflight, "max-inflight", 0, "concurrent requests per client (0: no limit)")
 	fs.BoolVar(&cfg.refusalCache, "refusal-cache", true, "with -store redis, refuse locally what the store's last answer already refuses")
+	fs.DurationVar(&cfg.lease, "lease", 0, "with -store redis, `duration` of token leases: a busy client's tokens taken several at a time and spent locally (0: no leases)")
+	fs.Int64Var(&cfg.banAfter, "ban-after", 0, "refusals after which a client is banned (0: no penalty box)")
+	fs.DurationVar(&cfg.banWithin, "ban-within", 0, "the `span` within which -ban-after refusals ban")
+	fs.DurationVar(&cfg.banFor, "ban-for", 0, "how long a ban lasts (`duration`)")
 	fs.StringVar(&cfg.block, "block", "", "comma-separated `CIDRs` of clients refused with 403 before any limiting, with any -key; the client address is found as with -key ip")
 	fs.StringVar(&cfg.safe, "safe", "", "comma-separated `CIDRs` of clients never limited nor counted, with any -key; -block wins over -safe")
 	fs.StringVar(&cfg.adminToken, "admin-token", "", "bearer `token` of POST /admin/reset?key=KEY (none: no admin endpoint)")
@@ -130,6 +138,19 @@ func (c *config) check() error {
 	}
 	if n := c.maxInflight; n < 0 {
 		invalid("max-inflight", strconv.Itoa(n), "want a number of requests, or 0 for no limit")
+	}
+	if d := c.lease; d != 0 && c.store != "redis" {
+		invalid("lease", d.String(), "needs -store redis")
+	}
+	switch {
+	case c.banAfter < 0:
+		invalid("ban-after", strconv.FormatInt(c.banAfter, 10), "want a number of refusals, or 0 for no penalty box")
+	case c.banAfter == 0 && (c.banWithin != 0 || c.banFor != 0):
+		invalid("ban-after", "0", "-ban-within and -ban-for need -ban-after")
+	case c.banAfter > 0 && c.banFor <= 0:
+		invalid("ban-for", c.banFor.String(), "want a positive duration with -ban-after")
+	case c.banAfter > 1 && c.banWithin <= 0:
+		invalid("ban-within", c.banWithin.String(), "want a positive duration with -ban-after above 1")
 	}
 	return errors.Join(errs...)
 }

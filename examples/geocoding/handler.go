@@ -105,7 +105,8 @@ func newPolicies(cfg config) ([]ratelimit.Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", limitFlags(cfg), err)
 	}
-	policies := []ratelimit.Policy{{Limit: limit, Algorithm: cfg.algorithm, DryRun: cfg.dryRun}}
+	policies := []ratelimit.Policy{{Limit: limit, Algorithm: cfg.algorithm, DryRun: cfg.dryRun,
+		Penalty: ratelimit.Penalty{After: cfg.banAfter, Within: cfg.banWithin, For: cfg.banFor}}}
 	if cfg.globalRate > 0 {
 		burst := cfg.globalBurst
 		if burst == 0 {
@@ -152,7 +153,7 @@ func newStore(cfg config, m *metrics.Metrics) (ratelimit.Store, func(), error) {
 	cleanup := func() {
 		client.Close()
 	}
-	shared, err := redisstore.New(client, &redisstore.Options{Prefix: "geocoding:", Clock: cfg.clock, NoRefusalCache: !cfg.refusalCache})
+	shared, err := redisstore.New(client, &redisstore.Options{Prefix: "geocoding:", Clock: cfg.clock, NoRefusalCache: !cfg.refusalCache, Lease: cfg.lease})
 	if err != nil {
 		cleanup()
 		return nil, nil, err

@@ -49,6 +49,13 @@
 // The lists work with -key api-key too: the client address is found as
 // with -key ip, through -trusted-proxies, whatever the key.
 //
+// To guard a login form, ban a client for ten minutes once it has been
+// refused 5 times in quick succession (its strikes come back at 4 a minute;
+// every request of a banned client gets a 429 naming the ban, with the rest
+// of the ban in Retry-After):
+//
+//	go run ./examples/geocoding -key ip -rate 0.1 -burst 5 -ban-after 5 -ban-within 1m -ban-for 10m
+//
 // # Endpoints
 //
 //   - GET /geocode?q=NAME: 200 with {"query","name","lat","lon"} for a known
@@ -90,6 +97,12 @@
 //	-max-inflight    concurrent requests per client [0: no limit]
 //	-refusal-cache   with -store redis, refuse locally what the store's last
 //	                 answer already refuses [true]
+//	-lease           with -store redis, how long a token lease lasts: a busy
+//	                 client's tokens taken several at a time and spent
+//	                 locally [0: no leases]
+//	-ban-after       refusals that ban a client [0: no penalty box]
+//	-ban-within      the span in which -ban-after refusals ban
+//	-ban-for         how long a ban lasts
 //	-block           comma-separated CIDRs of clients refused with 403
 //	                 before any limiting, with any -key [none]
 //	-safe            comma-separated CIDRs of clients never limited nor

@@ -137,3 +137,32 @@ func TestRedisRefusalCache(t *testing.T) {
 	assert.Equal(t, remote.Header(), local.Header())
 	assert.Equal(t, remote.Body.String(), local.Body.String())
 }
+
+// TestRedisLease: with -lease, two servers on one Redis answer most of a
+// busy client's requests without asking Redis, and together never admit
+// more than the client's burst at one instant (each server's test clock
+// stands still).
+func TestRedisLease(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client()
+	scripts := func() int64 { return redistest.Commands(t, admin, "evalsha", "eval") }
+	url := "redis://" + srv.Addr + "/0"
+	a, _ := newTestHandler(t, "-store", "redis", "-redis-url", url, "-rate", "1000", "-burst", "100", "-lease", "50ms")
+	b, _ := newTestHandler(t, "-store", "redis", "-redis-url", url, "-rate", "1000", "-burst", "100", "-lease", "50ms")
+	req := request{target: "/geocode?q=paris", apiKey: "alice"}
+	serve(a, request{target: "/geocode?q=paris", apiKey: "warm-up"})
+	before := scripts()
+	admitted := 0
+	for _, h := range []http.Handler{a, b, a, b} {
+		for _, code := range statuses(h, req, 40) {
+			if code == http.StatusOK {
+				admitted++
+			}
+		}
+	}
+	calls := scripts() - before
+	t.Logf("160 requests, %d admitted, %d script calls", admitted, calls)
+	assert.LessOrEqual(t, admitted, 100, "never more than the burst")
+	assert.GreaterOrEqual(t, admitted, 100-2*100/8, "at most the two leases' tokens idle")
+	assert.Less(t, calls, int64(60), "most requests answered from a lease or the refusal cache")
+}
