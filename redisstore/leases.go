@@ -19,8 +19,9 @@ import (
 // take.lua), so the bucket and the leases together never hold more than
 // the burst. A lease ends when its time is up, on this instance's clock
 // started before the request left, so before the script stops counting
-// it; what is left of it is given back with the key's next decision, in
-// the same round trip.
+// it. A lease that ended, or that cannot pay for the request at hand,
+// goes back with the key's next decision, in the same round trip: what is
+// left of it, and its room.
 //
 // A lease's size follows the key's local rate: a key seen once takes its
 // cost, as without leases; a key seen again within the lease time takes
@@ -114,7 +115,9 @@ func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, 
 		return s.takeOne(ctx, p, key, cost)
 	}
 	var back *call
-	if e.until != 0 && e.left > 0 {
+	if e.until != 0 {
+		// The lease ended, or cannot pay for this request: it goes back,
+		// what is left of it and its room, spent or not.
 		back = s.giveBack(ctx, e.lease)
 	}
 	want := cost
@@ -227,7 +230,8 @@ func (s *Store) call(ctx context.Context, key string) *call {
 }
 
 // giveBack returns the call that gives back what is left of e, a lease
-// that has ended or is too small for the request at hand.
+// that has ended or is too small for the request at hand, and frees the
+// room the script keeps for it.
 func (s *Store) giveBack(ctx context.Context, e lease) *call {
 	c := s.call(ctx, e.key)
 	inc, span := e.left*e.iv, e.size*e.iv

@@ -164,14 +164,15 @@ type Options struct {
 	// number of instances nothing is ever admitted that one exact bucket
 	// would refuse. What leases cost is under-admission: tokens idle in
 	// one instance's lease while another instance's client is refused
-	// (docs/stores.md measures it). A key seen once takes its cost, as
+	// (BENCHMARKS.md measures it, docs/stores.md explains it). A key seen once takes its cost, as
 	// without leases; a key's leases grow with its local rate up to an
 	// eighth of the burst. What is left of a lease when it ends is given
 	// back with the key's next decision. TokenBucket and LeakyPolice
 	// policies lease; LeakyShape never does, since its queue's order is
 	// kept in Redis; TakeAll and a penalty box's buckets never do either. Give every instance
 	// sharing a Prefix the same Lease. Default: 0, no leases; 20 ms to
-	// 100 ms suits most services; at most 1 minute, in whole milliseconds.
+	// 100 ms suits most services, and well under a policy's burst ÷ rate;
+	// at most 1 minute, in whole milliseconds.
 	Lease time.Duration
 	// SkipContextTimeoutCheck lets New accept a client created without
 	// ContextTimeoutEnabled. Calls then still carry a deadline, but
