@@ -263,3 +263,24 @@ func TestLeaseOptions(t *testing.T) {
 	_, err := redisstore.New(client, &redisstore.Options{Lease: time.Minute})
 	assert.NoError(t, err)
 }
+
+// TestLeaseRoomFreed: a spent lease frees its room when the next lease is
+// taken, so that the bucket refills as the exact one does: only the live
+// lease's room is kept.
+func TestLeaseRoomFreed(t *testing.T) {
+	client := redistest.Start(t).Client()
+	c := new(storetest.Clock)
+	leased := newStore(t, client, &redisstore.Options{Clock: c.Now, Lease: time.Minute})
+	direct := newStore(t, client, &redisstore.Options{Clock: c.Now, NoRefusalCache: true})
+	p := &ratelimit.Policy{Limit: ratelimit.PerSecond(100).WithBurst(80)} // leases of 10 at most
+	ctx := context.Background()
+	for range 60 { // 1 alone, then leases of 2, 4, 8, 10, 10, 10, 10 and 10: 5 left
+		res, err := leased.Take(ctx, p, "k", 1)
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+	}
+	c.Advance(200 * time.Millisecond) // 20 tokens back
+	res, err := direct.Take(ctx, p, "k", 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(80-60-5+20), res.Remaining, "only the live lease's 5 tokens are out")
+}
