@@ -135,16 +135,20 @@ func TestLeaseShapingNeverLeases(t *testing.T) {
 // every key's admitted requests, in the order of the times they were
 // admitted, are a sequence that one exact bucket admits whole: no
 // instance spends a leased token after the bucket would have run out,
-// in any window. Run on one Redis and on a Cluster.
+// in any window. Run on one Redis and on a Cluster, and without leases.
 func TestLeasesNeverOverAdmit(t *testing.T) {
+	const lease = 40 * time.Millisecond
 	t.Run("server", func(t *testing.T) {
-		testLeasesNeverOverAdmit(t, func() redis.Scripter { return redistest.Start(t).Client() })
+		testLeasesNeverOverAdmit(t, lease, func() redis.Scripter { return redistest.Start(t).Client() })
 	})
 	t.Run("cluster", func(t *testing.T) {
-		testLeasesNeverOverAdmit(t, func() redis.Scripter {
+		testLeasesNeverOverAdmit(t, lease, func() redis.Scripter {
 			client, _ := redistest.StartCluster(t, 3)
 			return client
 		})
+	})
+	t.Run("server/no-leases", func(t *testing.T) {
+		testLeasesNeverOverAdmit(t, 0, func() redis.Scripter { return redistest.Start(t).Client() })
 	})
 }
 
@@ -154,14 +158,14 @@ type admission struct {
 	cost int64
 }
 
-func testLeasesNeverOverAdmit(t *testing.T, start func() redis.Scripter) {
+func testLeasesNeverOverAdmit(t *testing.T, lease time.Duration, start func() redis.Scripter) {
 	client := start()
 	c := new(storetest.Clock)
 	p := &ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(400).WithBurst(64)}
 	keys := []string{"hot-0", "hot-1", "cold-0", "cold-1", "cold-2", "cold-3", "cold-4", "cold-5"}
 	var stores []*redisstore.Store
 	for i := range 3 {
-		stores = append(stores, newStore(t, client, &redisstore.Options{Clock: c.Now, Lease: 40 * time.Millisecond, NoRefusalCache: i == 2}))
+		stores = append(stores, newStore(t, client, &redisstore.Options{Clock: c.Now, Lease: lease, NoRefusalCache: i == 2}))
 	}
 	ctx := context.Background()
 	var mu sync.Mutex
