@@ -4,10 +4,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/labstack/echo/v4"
@@ -29,12 +31,15 @@ func main() {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
 
 	failed := false
+	request := func() *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("X-API-Key", "consumer")
+		return r
+	}
 	check := func(name string, h http.Handler) {
 		for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
-			r := httptest.NewRequest(http.MethodGet, "/", nil)
-			r.Header.Set("X-API-Key", "consumer")
 			w := httptest.NewRecorder()
-			h.ServeHTTP(w, r)
+			h.ServeHTTP(w, request())
 			if w.Code != want {
 				fmt.Printf("%s: request %d = %d, want %d\n", name, i+1, w.Code, want)
 				failed = true
@@ -66,16 +71,35 @@ func main() {
 	must(err)
 	check("memorystore+metrics", nethttp.Middleware(mw)(ok))
 
+	// The operator's controls: a penalty box, lifted by a reset.
+	guarded, err := ratelimit.New(store, ratelimit.Policy{Name: "login", Limit: limit,
+		Penalty: ratelimit.Penalty{After: 1, For: time.Hour}})
+	must(err)
+	gmw, err := ratelimit.NewMiddleware(guarded, key, nil)
+	must(err)
+	login := nethttp.Middleware(gmw)(ok)
+	check("penalty box", login)
+	w := httptest.NewRecorder()
+	login.ServeHTTP(w, request())
+	if got := w.Header().Get("Retry-After"); got != "3600" {
+		fmt.Printf("penalty box: Retry-After %q, want 3600, the ban's\n", got)
+		failed = true
+	}
+	id, err := key(request())
+	must(err)
+	must(guarded.Reset(context.Background(), id))
+	check("penalty box after Limiter.Reset", login)
+
 	// A Redis store over a client that is never asked anything.
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
-	_, err = redisstore.New(client, nil)
+	_, err = redisstore.New(client, &redisstore.Options{Lease: 50 * time.Millisecond})
 	must(err)
 	must(client.Close())
 
 	if failed {
 		os.Exit(1)
 	}
-	fmt.Println("consumer: nethttp, ginlimit, echolimit, memorystore, metrics and redisstore work")
+	fmt.Println("consumer: nethttp, ginlimit, echolimit, memorystore, metrics, the penalty box, Reset and redisstore work")
 }
 
 func must(err error) {
