@@ -11,7 +11,8 @@
 //	ratelimit_warnings_total{kind}               counter, misconfiguration warnings
 //
 // Outcomes, per policy of the limiter that decided: "allowed", "limited"
-// (the policy refused the request), "dry_run_limited" (a dry-run policy
+// (the policy refused the request), "banned" (its penalty box,
+// ratelimit.Penalty, refused the request), "dry_run_limited" (a dry-run policy
 // would have), "fallback" (the store failed and a failover.Store decided
 // instead), "store_error" (no decision: the store failed), and "invalid"
 // (no decision: no key, a bad cost). A request that
@@ -48,6 +49,7 @@ import (
 const (
 	Allowed       = "allowed"
 	Limited       = "limited"
+	Banned        = "banned"
 	DryRunLimited = "dry_run_limited"
 	Fallback      = "fallback"
 	StoreError    = "store_error"
@@ -167,6 +169,8 @@ func outcome(policy string, res ratelimit.Result) string {
 	switch {
 	case slices.Contains(res.Violated(), policy):
 		return Limited
+	case slices.Contains(res.Violated(), policy+"/ban"):
+		return Banned
 	case slices.Contains(res.DryRunViolated(), policy):
 		return DryRunLimited
 	case res.Degraded:

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -303,4 +304,18 @@ func TestMiddlewareWarningsCounted(t *testing.T) {
 ratelimit_warnings_total{kind="shared-policy-name"} 1
 `), "ratelimit_warnings_total")
 	assert.NoError(t, err)
+}
+
+// A request that a policy's penalty box refuses is counted as "banned" by
+// that policy, the refusal that bans included, and never as allowed.
+func TestBansCounted(t *testing.T) {
+	login := ratelimit.Policy{Name: "login", Limit: ratelimit.PerHour(1),
+		Penalty: ratelimit.Penalty{After: 2, Within: time.Minute, For: time.Hour}}
+	r := newRig(t, nil, login)
+	for range 5 {
+		r.get("a") // allowed, limited, then banned three times
+	}
+	assert.Equal(t, 1, r.count("login", metrics.Allowed))
+	assert.Equal(t, 1, r.count("login", metrics.Limited))
+	assert.Equal(t, 3, r.count("login", metrics.Banned))
 }
