@@ -202,7 +202,11 @@ func storeAttrs(cfg config) []any {
 	if err != nil { // newHandler has reported it
 		return []any{"store", cfg.store}
 	}
-	return []any{"store", cfg.store, "redis", opts.Addr, "db", opts.DB}
+	attrs := []any{"store", cfg.store, "redis", opts.Addr, "db", opts.DB, "refusal-cache", cfg.refusalCache}
+	if cfg.lease > 0 {
+		attrs = append(attrs, "lease", cfg.lease)
+	}
+	return attrs
 }
 
 // pingRedis checks once, with -store redis, that Redis answers, and logs

@@ -67,8 +67,8 @@ func listeningLine(t *testing.T, log string) string {
 }
 
 // TestStartupLogNamesStore: the start-up line says which store the server
-// uses, and where Redis is, without its password; a Redis that answers
-// draws no warning.
+// uses, and where Redis is, without its password, with its refusal cache
+// and lease time; a Redis that answers draws no warning.
 func TestStartupLogNamesStore(t *testing.T) {
 	_, log := startServerLog(t)
 	assert.Contains(t, listeningLine(t, log.String()), " store=memory ")
@@ -76,9 +76,13 @@ func TestStartupLogNamesStore(t *testing.T) {
 	srv := redistest.Start(t, "--requirepass", "s3cret")
 	_, log = startServerLog(t, "-store", "redis", "-redis-url", "redis://:s3cret@"+srv.Addr+"/2")
 	line := listeningLine(t, log.String())
-	assert.Contains(t, line, " store=redis redis="+srv.Addr+" db=2 ")
+	assert.Contains(t, line, " store=redis redis="+srv.Addr+" db=2 refusal-cache=true ")
+	assert.NotContains(t, line, "lease=")
 	assert.NotContains(t, log.String(), "s3cret")
 	assert.NotContains(t, log.String(), "unreachable")
+
+	_, log = startServerLog(t, "-store", "redis", "-redis-url", "redis://:s3cret@"+srv.Addr+"/2", "-lease", "50ms", "-refusal-cache=false")
+	assert.Contains(t, listeningLine(t, log.String()), " refusal-cache=false lease=50ms ")
 }
 
 // TestStartupRedisUnreachable: with nothing listening on Redis's port, the
