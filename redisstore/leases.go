@@ -97,6 +97,27 @@ func (l *leases) spend(fp uint64, p *ratelimit.Policy, cost int64) (ratelimit.Re
 	return res, true
 }
 
+// refund gives n tokens back to the lease of the bucket fp under p, if
+// it has one that has not ended and that they fit in (at most what it took:
+// the script keeps room for no more), and reports whether it did. The
+// tokens were taken from the shared bucket: back in the lease they are as
+// if never spent.
+func (l *leases) refund(fp uint64, p *ratelimit.Policy, n int64) (ratelimit.Result, bool) {
+	e := &l.slots[fp%leaseSlots]
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.fp != fp || e.left+n > e.size {
+		return ratelimit.Result{}, false
+	}
+	now := l.now()
+	if now >= e.until {
+		return ratelimit.Result{}, false
+	}
+	res, next := p.Decide(e.shadow, now, -n)
+	e.left, e.shadow = e.left+n, next
+	return res, true
+}
+
 // takeLeased decides a request of cost for key under p in Redis, taking a
 // lease when the key is busy, and giving back in the same round trip what
 // is left of the lease its slot held.

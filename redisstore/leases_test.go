@@ -288,3 +288,108 @@ func TestLeaseRoomFreed(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(80-60-5+20), res.Remaining, "only the live lease's 5 tokens are out")
 }
+
+// TestLeasesSeveralPolicies: a limiter of a per-client policy and a global
+// one over stores with leases takes each policy from its lease (the global
+// bucket, every client's, leases most), and every bucket's admissions, the
+// global one's included, replay whole through the exact bucket.
+func TestLeasesSeveralPolicies(t *testing.T) {
+	client := redistest.Start(t).Client()
+	c := new(storetest.Clock)
+	perKey := ratelimit.Policy{Name: "per-key", Limit: ratelimit.PerSecond(300).WithBurst(48)}
+	global := ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(1000).WithBurst(160), Global: true}
+	var limiters []*ratelimit.Limiter
+	for range 2 {
+		l, err := ratelimit.New(newStore(t, client, &redisstore.Options{Clock: c.Now, Lease: 40 * time.Millisecond}), perKey, global)
+		require.NoError(t, err)
+		limiters = append(limiters, l)
+	}
+	ctx := context.Background()
+	_, err := limiters[0].Take(ctx, "warm-up", 0)
+	require.NoError(t, err)
+	before := scripts(t, client)
+	var mu sync.Mutex
+	admitted := map[string][]admission{} // by bucket: "global", or the key
+	requests, refused := 0, 0
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 200 {
+		now := c.Now().UnixNano()
+		var wg sync.WaitGroup
+		for i, l := range limiters {
+			seed := rng.Uint64()
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(seed, uint64(i)))
+				for range 10 {
+					key := fmt.Sprintf("client-%d", r.IntN(4))
+					res, err := l.Take(ctx, key, 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					requests++
+					if res.Allowed {
+						admitted[key] = append(admitted[key], admission{now, 1})
+						admitted["global"] = append(admitted["global"], admission{now, 1})
+					} else {
+						refused++
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		c.Advance(time.Duration(1+rng.IntN(8)) * time.Millisecond)
+	}
+	for bucket, seq := range admitted {
+		p := &perKey
+		if bucket == "global" {
+			p = &global
+		}
+		slices.SortStableFunc(seq, func(a, b admission) int { return int(a.at - b.at) })
+		state := int64(0)
+		for i, a := range seq {
+			res, next := p.Decide(state, a.at, a.cost)
+			require.True(t, res.Allowed, "%s: admission %d of %d at %v is more than the exact bucket allows", bucket, i, len(seq), time.Duration(a.at))
+			state = next
+		}
+	}
+	calls := scripts(t, client) - before
+	t.Logf("%d requests, %d refused, %d script calls", requests, refused, calls)
+	assert.Positive(t, refused, "the global limit binds")
+	assert.Less(t, calls, int64(requests)/2, "most decisions from leases or the refusal cache")
+}
+
+// TestLeaseRefundStaysLocal: tokens given back (a response that does not
+// count, a refusal by another policy) go back into the key's lease without
+// a round trip, as long as the lease could hold them; more go to Redis.
+func TestLeaseRefundStaysLocal(t *testing.T) {
+	client := redistest.Start(t).Client()
+	c := new(storetest.Clock)
+	s := newStore(t, client, &redisstore.Options{Clock: c.Now, Lease: time.Minute})
+	p := &ratelimit.Policy{Limit: ratelimit.PerSecond(1).WithBurst(80)}
+	ctx := context.Background()
+	take := func(cost, remaining int64) {
+		t.Helper()
+		res, err := s.Take(ctx, p, "k", cost)
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+		assert.Equal(t, remaining, res.Remaining, "Take(%d)", cost)
+	}
+	take(1, 79) // alone
+	take(1, 78) // a lease of 2
+	take(1, 77)
+	take(1, 76) // a lease of 4: 3 left
+	before := scripts(t, client)
+	take(-1, 77) // back into the lease
+	for r := int64(76); r > 72; r-- {
+		take(1, r) // the 4 tokens the lease holds
+	}
+	assert.Equal(t, int64(0), scripts(t, client)-before, "no round trip")
+	take(-1, 74)
+	take(-1, 75)
+	take(-1, 76)
+	take(-1, 77) // the lease holds its 4 again
+	take(-1, 74) // a fifth does not fit: Redis, whose bucket lacks the 4 leased
+	assert.Equal(t, int64(1), scripts(t, client)-before)
+}

@@ -169,7 +169,10 @@ type Options struct {
 	// eighth of the burst. What is left of a lease when it ends is given
 	// back with the key's next decision. TokenBucket and LeakyPolice
 	// policies lease; LeakyShape never does, since its queue's order is
-	// kept in Redis; TakeAll and a penalty box's buckets never do either. Give every instance
+	// kept in Redis, nor do a penalty box's buckets. A Limiter of several
+	// policies then takes them one at a time (TakeAll reports
+	// ErrNotAtomic), each from its lease, and gives back what a refusal by
+	// one left spent in the others. Give every instance
 	// sharing a Prefix the same Lease. Default: 0, no leases; 20 ms to
 	// 100 ms suits most services, and well under a policy's burst ÷ rate;
 	// at most 1 minute, in whole milliseconds.
@@ -249,6 +252,12 @@ func contextTimeoutEnabled(c redis.Scripter) bool {
 // key's lease has the tokens or the refusal cache already refuses the
 // request.
 func (s *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+	if cost < 0 && s.leases != nil && leasable(p) {
+		// Tokens given back to the key's lease need no round trip.
+		if res, ok := s.leases.refund(fingerprint(s.seed, p.Name, key), p, -cost); ok {
+			return res, nil
+		}
+	}
 	if s.refusals == nil && s.leases == nil || cost < 0 || cost == 0 && p.Algorithm != ratelimit.Ban {
 		return s.takeOne(ctx, p, key, cost)
 	}
@@ -295,9 +304,12 @@ func (s *Store) takeOne(ctx context.Context, p *ratelimit.Policy, key string, co
 // policy's key is in a slot of its own); on a *redis.Ring they never are
 // known to share a shard. In those cases TakeAll returns
 // ratelimit.ErrNotAtomic and the Limiter takes the policies one at a time,
-// giving back what a refusal left spent.
+// giving back what a refusal left spent. With Options.Lease, TakeAll
+// returns ratelimit.ErrNotAtomic too when a request's policy may lease, so
+// that the Limiter takes each policy on its own, from its lease when it has
+// one.
 func (s *Store) TakeAll(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
-	if !s.oneNode(reqs) {
+	if !s.oneNode(reqs) || s.leases != nil && slices.ContainsFunc(reqs, func(r ratelimit.Request) bool { return leasable(r.Policy) }) {
 		return ratelimit.ErrNotAtomic
 	}
 	if s.refusals != nil && s.refusals.refuseAll(s.fingerprints(reqs), reqs, results) {
