@@ -172,7 +172,10 @@ type Options struct {
 	// kept in Redis, nor do a penalty box's buckets. A Limiter of several
 	// policies then takes them one at a time (TakeAll reports
 	// ErrNotAtomic), each from its lease, and gives back what a refusal by
-	// one left spent in the others. Give every instance
+	// one left spent in the others. While a key has a lease, its results
+	// (Remaining, ResetAfter, and so the RateLimit header field) are this
+	// instance's view, the lease counted as still in the bucket: they may
+	// miss what other requests took from Redis meanwhile. Give every instance
 	// sharing a Prefix the same Lease. Default: 0, no leases; 20 ms to
 	// 100 ms suits most services, and well under a policy's burst ÷ rate;
 	// at most 1 minute, in whole milliseconds.
@@ -249,31 +252,34 @@ func contextTimeoutEnabled(c redis.Scripter) bool {
 }
 
 // Take implements [ratelimit.Store] in one round trip, or none when the
-// key's lease has the tokens or the refusal cache already refuses the
-// request.
+// key's lease answers or the refusal cache already refuses the request.
 func (s *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
-	if cost < 0 && s.leases != nil && leasable(p) {
-		// Tokens given back to the key's lease need no round trip.
-		if res, ok := s.leases.refund(fingerprint(s.seed, p.Name, key), p, -cost); ok {
-			return res, nil
-		}
-	}
-	if s.refusals == nil && s.leases == nil || cost < 0 || cost == 0 && p.Algorithm != ratelimit.Ban {
+	leased := s.leases != nil && leasable(p)
+	asks := cost > 0 || cost == 0 && p.Algorithm == ratelimit.Ban // what the refusal cache may refuse
+	if !leased && (s.refusals == nil || !asks) {
 		return s.takeOne(ctx, p, key, cost)
 	}
 	fp := fingerprint(s.seed, p.Name, key)
-	leased := s.leases != nil && cost > 0 && leasable(p)
 	if leased {
-		if res, ok := s.leases.spend(fp, p, cost); ok {
+		// The key's lease answers, without a round trip: a request it
+		// pays for, a look at the bucket (cost 0), tokens given back.
+		var res ratelimit.Result
+		var ok bool
+		if cost < 0 {
+			res, ok = s.leases.refund(fp, p, -cost)
+		} else {
+			res, ok = s.leases.spend(fp, p, cost)
+		}
+		if ok {
 			return res, nil
 		}
 	}
-	if s.refusals != nil {
+	if s.refusals != nil && asks {
 		if res, ok := s.refusals.refuse(fp, p, cost); ok {
 			return res, nil
 		}
 	}
-	if leased {
+	if leased && cost > 0 {
 		return s.takeLeased(ctx, fp, p, key, cost)
 	}
 	return s.takeOne(ctx, p, key, cost)
