@@ -362,7 +362,8 @@ func TestLeasesSeveralPolicies(t *testing.T) {
 
 // TestLeaseRefundStaysLocal: tokens given back (a response that does not
 // count, a refusal by another policy) go back into the key's lease without
-// a round trip, as long as the lease could hold them; more go to Redis.
+// a round trip, as long as the lease could hold them; more go to Redis. A
+// look at the bucket (cost 0) is the lease's too.
 func TestLeaseRefundStaysLocal(t *testing.T) {
 	client := redistest.Start(t).Client()
 	c := new(storetest.Clock)
@@ -381,6 +382,7 @@ func TestLeaseRefundStaysLocal(t *testing.T) {
 	take(1, 77)
 	take(1, 76) // a lease of 4: 3 left
 	before := scripts(t, client)
+	take(0, 76)  // a look, answered by the lease
 	take(-1, 77) // back into the lease
 	for r := int64(76); r > 72; r-- {
 		take(1, r) // the 4 tokens the lease holds
