@@ -227,7 +227,9 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 	switch {
 	case allowed >= 2 && want > cost && all.Allowed:
 		granted = lease{until: sent, epoch: allowed - 2, shadow: sent + next}
-	case allowed == 1 && res.Allowed && (want == cost || !all.Allowed), allowed == 0 && !res.Allowed:
+	case allowed == 1 && res.Allowed, allowed == 0 && !res.Allowed:
+		// No lease: the bucket lacked the room, or other instances hold
+		// leases on epochs of another length (a Lease being changed).
 		all = res
 	default:
 		return ratelimit.Result{}, lease{}, fmt.Errorf("redisstore: the script decided %d for %d tokens of %d with the state %d ahead of now, the algorithm %v", allowed, want, cost, ahead, all.Allowed)

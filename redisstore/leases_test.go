@@ -395,3 +395,32 @@ func TestLeaseRefundStaysLocal(t *testing.T) {
 	take(-1, 74) // a fifth does not fit: Redis, whose bucket lacks the 4 leased
 	assert.Equal(t, int64(1), scripts(t, client)-before)
 }
+
+// TestLeaseTimesDiffer: while instances with different lease times share a
+// key (a configuration being rolled out), a lease is granted only on the
+// epochs of the leases outstanding; the other instance decides without one,
+// and no decision fails.
+func TestLeaseTimesDiffer(t *testing.T) {
+	client := redistest.Start(t).Client()
+	c := new(storetest.Clock)
+	a := newStore(t, client, &redisstore.Options{Clock: c.Now, Lease: 50 * time.Millisecond})
+	b := newStore(t, client, &redisstore.Options{Clock: c.Now, Lease: 20 * time.Millisecond})
+	p := &ratelimit.Policy{Limit: ratelimit.PerSecond(1).WithBurst(80)}
+	ctx := context.Background()
+	for range 2 { // a holds a lease of 2, 1 left
+		_, err := a.Take(ctx, p, "k", 1)
+		require.NoError(t, err)
+	}
+	spent := int64(2)
+	for range 6 {
+		before := scripts(t, client)
+		res, err := b.Take(ctx, p, "k", 1)
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+		spent++
+		assert.Equal(t, int64(1), scripts(t, client)-before, "b leases nothing while a's lease is out")
+	}
+	res, err := b.Take(ctx, p, "k", 0)
+	require.NoError(t, err)
+	assert.Equal(t, 80-spent-1, res.Remaining, "a's token left is out of the bucket")
+}
