@@ -66,7 +66,7 @@ type lease struct {
 	epoch   int64  // the script's epoch of the lease
 	shadow  int64  // the bucket's state had it kept what is left of the lease
 	next    int64  // the size of the key's next lease
-	seen    int64  // when the key's last decision went to Redis
+	seen    int64  // when the key was last decided, in Redis or from its lease
 	pending bool   // a decision of the key is on its way to Redis
 }
 
@@ -93,7 +93,7 @@ func (l *leases) spend(fp uint64, p *ratelimit.Policy, cost int64) (ratelimit.Re
 	if !res.Allowed {
 		return ratelimit.Result{}, false
 	}
-	e.left, e.shadow = e.left-cost, next
+	e.left, e.shadow, e.seen = e.left-cost, next, now
 	return res, true
 }
 
@@ -138,8 +138,12 @@ func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, 
 	var back *call
 	if e.until != 0 {
 		// The lease ended, or cannot pay for this request: it goes back,
-		// what is left of it and its room, spent or not.
+		// what is left of it and its room, spent or not. What the refusal
+		// cache knows of its bucket may then refuse too much.
 		back = s.giveBack(ctx, e.lease)
+		if s.refusals != nil {
+			s.refusals.forget(e.fp)
+		}
 	}
 	want := cost
 	switch {

@@ -68,21 +68,32 @@ func TestLeaseGrowsAndGivesBack(t *testing.T) {
 	take(3, 1)  // a lease of 10, 7 left
 	assert.Equal(t, 80-spent-7, remaining(), "the 7 tokens leased and left are out of the bucket")
 
-	// The lease ends at its time: the next request gives back the 7 tokens
-	// left and takes a lease the size of what was spent of it (3).
-	c.Advance(lease)
+	// A lease that ends goes back with the key's next request: the tokens
+	// left return to the bucket, and the next lease is the size of what was
+	// spent of the last (4).
+	c.Advance(lease / 2)
+	take(1, 0) // from the lease: 6 left
+	c.Advance(lease/2 + time.Millisecond)
 	before := scripts(t, client)
 	res, err := leased.Take(ctx, p, "k", 1)
 	require.NoError(t, err)
 	require.True(t, res.Allowed)
 	spent++
 	assert.Equal(t, int64(1), scripts(t, client)-before, "the give-back travels with the decision")
-	assert.Equal(t, 80-spent-2, remaining(), "7 tokens back, a lease of 3 taken (one spent)")
+	assert.Equal(t, 80-spent-3, remaining(), "6 tokens back, a lease of 4 taken (one spent)")
 
 	// A key that goes quiet for longer than a lease starts over: its cost.
+	// What was left of its lease (3) comes back too late to be given back:
+	// the script no longer keeps its room, so it is lost.
 	c.Advance(10 * lease)
-	take(1, 1)
-	assert.Equal(t, 80-spent, remaining(), "the lease of 3 given back, no lease taken")
+	before = scripts(t, client)
+	res, err = leased.Take(ctx, p, "k", 1)
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	spent++
+	assert.Equal(t, int64(1), scripts(t, client)-before)
+	assert.Equal(t, 80-spent-3, res.Remaining)
+	assert.Equal(t, 80-spent-3, remaining(), "3 tokens lost, no lease taken")
 }
 
 // TestLeaseNeverOutlivesItsEnd: a lease's tokens are not spent at or
@@ -423,4 +434,40 @@ func TestLeaseTimesDiffer(t *testing.T) {
 	res, err := b.Take(ctx, p, "k", 0)
 	require.NoError(t, err)
 	assert.Equal(t, 80-spent-1, res.Remaining, "a's token left is out of the bucket")
+}
+
+// TestLeaseLateReturn: what is left of a lease given back after its room
+// stopped being kept (two lease times later) is lost, not given back: the
+// bucket may have refilled into that room meanwhile, and giving it back
+// would admit a token the exact bucket never had.
+func TestLeaseLateReturn(t *testing.T) {
+	client := redistest.Start(t).Client()
+	c := new(storetest.Clock)
+	a := newStore(t, client, &redisstore.Options{Clock: c.Now, Lease: 100 * time.Millisecond})
+	b := newStore(t, client, &redisstore.Options{Clock: c.Now, NoRefusalCache: true})
+	p := &ratelimit.Policy{Limit: ratelimit.PerSecond(10).WithBurst(16)}
+	ctx := context.Background()
+	var admitted []admission
+	take := func(s *redisstore.Store) {
+		t.Helper()
+		res, err := s.Take(ctx, p, "k", 1)
+		require.NoError(t, err)
+		if res.Allowed {
+			admitted = append(admitted, admission{c.Now().UnixNano(), 1})
+		}
+	}
+	take(a)
+	take(a) // a lease of 2, 1 left
+	c.Advance(300 * time.Millisecond)
+	for range 16 {
+		take(b) // the bucket refilled: b spends all of it
+	}
+	take(a) // gives back its lease, 300 ms late
+	state := int64(0)
+	for i, x := range admitted {
+		res, next := p.Decide(state, x.at, x.cost)
+		require.True(t, res.Allowed, "admission %d of %d at %v: the exact bucket refuses it", i, len(admitted), time.Duration(x.at))
+		state = next
+	}
+	assert.Len(t, admitted, 18)
 }

@@ -38,7 +38,9 @@
 --                       pair, ≥ inc) if the bucket has it, as a lease of
 --                       L ms; else inc alone, as gcra would
 --              "return" inc span E: give back inc, the unspent part of a
---                       lease granted in epoch E whose whole span was span
+--                       lease granted in epoch E whose whole span was span,
+--                       if its room is still kept (else nothing is given
+--                       back: the bucket may have refilled into it)
 --              "ban"    inc bound: a penalty box's ban, whose state is the
 --                       time it ends; inc 0 asks (refused while banned),
 --                       a positive inc bans for inc from now (or keeps a
@@ -164,9 +166,6 @@ while j <= #ARGV do
     local aS, aN = dS, dN
     local allowed = 1
     if kind == "refund" or kind == "return" then
-      if positive(dS, dN) then
-        aS, aN = sub(dS, dN, incS, incN)
-      end
       if kind == "return" then
         local spanS, spanN, e = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5])
         if L > 0 and e == E then
@@ -175,7 +174,15 @@ while j <= #ARGV do
         elseif L > 0 and e == E - 1 then
           pS, pN = sub(pS, pN, spanS, spanN)
           if pS < 0 then pS, pN = 0, 0 end
+        else
+          -- The lease's room is no longer kept (its epochs are over, or
+          -- the key was reset): the bucket may have refilled into it, so
+          -- what is left of the lease is lost, not given back.
+          incS, incN = 0, 0
         end
+      end
+      if positive(dS, dN) then
+        aS, aN = sub(dS, dN, incS, incN)
       end
     elseif kind == "ban" then
       if positive(incS, incN) then
