@@ -239,7 +239,7 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 		return ratelimit.Result{}, lease{}, fmt.Errorf("redisstore: the script decided %d for %d tokens of %d with the state %d ahead of now, the algorithm %v", allowed, want, cost, ahead, all.Allowed)
 	}
 	if s.refusals != nil {
-		s.refusals.record(fp, sent, all)
+		s.refusals.record(fp, ratelimit.Request{Policy: p, Cost: cost}, sent, all)
 	}
 	return res, granted, nil
 }

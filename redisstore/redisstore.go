@@ -151,6 +151,9 @@ type Options struct {
 	// at the earliest, and refuses locally, without a round trip, the
 	// requests that this bound alone refuses: the same refusal Redis would
 	// give, with a RetryAfter that may be earlier than Redis's, never later.
+	// An entry answers for a second at most, then Redis is asked again (so
+	// that a Reset on another instance is seen within a second). With
+	// Lease, a penalty box's answer "not banned" is kept for the lease time.
 	// It never admits a request. Its one inexactness: tokens given back by
 	// another instance (a response that does not count, a multi-policy
 	// refusal's refund) may make room before the bound says so, until the
@@ -226,7 +229,7 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 	s := &Store{client: client, prefix: o.Prefix, timeout: o.Timeout, now: o.Clock, batching: o.Batching, seed: maphash.MakeSeed()}
 	local := localClock(o.Clock)
 	if !o.NoRefusalCache {
-		s.refusals = newRefusals(local)
+		s.refusals = newRefusals(local, o.Lease)
 	}
 	if o.Lease > 0 {
 		s.leases = newLeases(int64(o.Lease), local)
@@ -359,7 +362,7 @@ func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, results []ra
 	}
 	for i, r := range reqs {
 		if r.Cost >= 0 {
-			s.refusals.record(fps[i], sent, results[i])
+			s.refusals.record(fps[i], r, sent, results[i])
 		}
 	}
 	return nil

@@ -24,11 +24,9 @@ var delScript = redis.NewScript(`return redis.call("DEL", KEYS[1])`)
 // does not hold is not an error.
 //
 // Other instances are not told. One whose refusal cache holds a refusal of
-// the key refuses it locally until that refusal's bound passes (at most
-// the time the bucket needed to fill when that instance last asked), as
-// after tokens given back by another instance (see Options.NoRefusalCache);
-// one that holds a lease of the key (Options.Lease) spends what is left of
-// it until it ends.
+// the key, or a ban, refuses it locally for a second at most, then asks
+// Redis again (see Options.NoRefusalCache); one that holds a lease of the
+// key (Options.Lease) spends what is left of it until it ends.
 func (s *Store) Reset(ctx context.Context, p *ratelimit.Policy, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
