@@ -121,11 +121,18 @@ func newPolicies(cfg config) ([]ratelimit.Policy, error) {
 	return policies, nil
 }
 
-// limitFlags returns the flags that set the limits, for error messages.
+// limitFlags returns the flags that set the limits and the penalty box,
+// for error messages.
 func limitFlags(cfg config) string {
 	flags := fmt.Sprintf("-rate %s -burst %d", formatFloat(cfg.rate), cfg.burst)
 	if cfg.globalRate > 0 {
 		flags += fmt.Sprintf(" -global-rate %s -global-burst %d", formatFloat(cfg.globalRate), cfg.globalBurst)
+	}
+	if cfg.banAfter > 0 {
+		flags += fmt.Sprintf(" -ban-after %d -ban-within %v -ban-for %v", cfg.banAfter, cfg.banWithin, cfg.banFor)
+		if cfg.dryRun {
+			flags += " -dry-run"
+		}
 	}
 	return flags
 }

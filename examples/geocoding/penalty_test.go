@@ -50,7 +50,8 @@ func TestPenaltyFlagsInvalid(t *testing.T) {
 		{[]string{"-ban-for", "1m"}, "-ban-after 0: -ban-within and -ban-for need -ban-after"},
 		{[]string{"-ban-after", "3", "-ban-within", "1m"}, "-ban-for 0s: want a positive duration with -ban-after"},
 		{[]string{"-ban-after", "3", "-ban-for", "1m"}, "-ban-within 0s: want a positive duration with -ban-after above 1"},
-		{[]string{"-ban-after", "3", "-ban-within", "1m", "-ban-for", "1m", "-dry-run"}, "DryRun"},
+		{[]string{"-ban-after", "3", "-ban-within", "1m", "-ban-for", "1m", "-dry-run"}, "-ban-after 3 -ban-within 1m0s -ban-for 1m0s -dry-run: ratelimit: policy \"default\": Penalty on a DryRun policy"},
+		{[]string{"-ban-after", "3", "-ban-within", "1ns", "-ban-for", "1m"}, "-ban-within 1ns -ban-for 1m0s: ratelimit: policy \"default\": Penalty: 2 strikes within 1ns"},
 		{[]string{"-lease", "50ms"}, "-lease 50ms: needs -store redis"},
 	} {
 		code, stderr := runExit(t, tc.args...)
