@@ -11,7 +11,8 @@
 -- numbers (no string to parse).
 --
 -- A bucket's value is its state, the time "s:n" at which it is full again;
--- with leases outstanding (see below) it is "s:n:L:E:oS:oN:pS:pN".
+-- with leases outstanding (see below) it is "s:n:L:E:" and K pairs, the
+-- rooms of the last K epochs, newest first.
 --
 -- Leases. An instance may take several tokens at once (a lease) and spend
 -- them locally for L milliseconds at most. Tokens held in a lease are out
@@ -19,10 +20,13 @@
 -- their room meanwhile: while a lease is outstanding the bucket holds at
 -- most burst - (tokens leased), that is the state is at least the leased
 -- span ahead of now. The leased spans are counted per epoch of L ms (epoch
--- E = floor(now / L)): o for leases granted in epoch E, p for those of
--- epoch E - 1. A lease granted in epoch E ends by the end of epoch E + 1,
--- so o and p are all that can be outstanding, and a lease that is never
--- returned (its instance died) stops counting two epochs later at most.
+-- E = floor(now / L)), for the last K epochs: room[1] for leases granted in
+-- epoch E, room[2] for epoch E - 1, and so on. A lease granted in epoch E
+-- ends by the end of epoch E + 1, and its room is kept until it goes back
+-- or until the end of epoch E + K - 1, so that an instance that gives its
+-- lease back a little late (with the key's next request) still gets what
+-- is left of it back into the bucket; a lease that is never returned (its
+-- instance died) stops counting K epochs later at most.
 --
 -- KEYS       the buckets of every group, group after group
 -- ARGV       group after group: m, the number of its keys; now (a pair),
@@ -95,6 +99,8 @@ local function stride(kind)
   return 5
 end
 
+local K = 4 -- the epochs a lease's room is kept
+
 local clock -- the server's time, once read
 
 local reply = {}
@@ -123,8 +129,12 @@ while j <= #ARGV do
     -- d: how far the state is ahead of now (0, 0 when it is not).
     local dS, dN = 0, 0
     -- the leases outstanding: their epochs' length L (0: none), the
-    -- current epoch E, and the spans leased in E (o) and E - 1 (p).
-    local L, E, oS, oN, pS, pN = 0, 0, 0, 0, 0, 0
+    -- current epoch E, and room[i], the span leased in epoch E - i + 1.
+    local L, E = 0, 0
+    local roomS, roomN = {}, {}
+    for r = 1, K do
+      roomS[r], roomN[r] = 0, 0
+    end
     local stored = redis.pcall("GET", KEYS[k + i])
     if type(stored) == "table" then
       failed = stored
@@ -133,17 +143,21 @@ while j <= #ARGV do
     if stored then
       local s, n, rest = string.match(stored, "^(%d+):(%d+)(.*)$")
       if s and rest ~= "" then
-        local l, e, a, b, c, d = string.match(rest, "^:(%d+):(%d+):(%d+):(%d+):(%d+):(%d+)$")
-        if not l or tonumber(l) == 0 then
+        local v = {}
+        for x in string.gmatch(rest, ":(%d+)") do
+          v[#v + 1] = tonumber(x)
+        end
+        if #v ~= 2 + 2 * K or string.match(rest, "^[:%d]+$") == nil or v[1] == 0 then
           s = nil
         else
-          L = tonumber(l)
+          L = v[1]
           E = math.floor(nowMs / L)
-          local was = tonumber(e)
-          if was == E then
-            oS, oN, pS, pN = tonumber(a), tonumber(b), tonumber(c), tonumber(d)
-          elseif was == E - 1 then
-            pS, pN = tonumber(a), tonumber(b)
+          local shift = E - v[2] -- epochs since the state was written
+          for r = 1, K do
+            local from = r - shift
+            if from >= 1 and from <= K then
+              roomS[r], roomN[r] = v[1 + 2 * from], v[2 + 2 * from]
+            end
           end
         end
       end
@@ -157,7 +171,10 @@ while j <= #ARGV do
       end
     end
     -- The bucket holds no more than burst minus the leased tokens.
-    local heldS, heldN = add(oS, oN, pS, pN)
+    local heldS, heldN = 0, 0
+    for r = 1, K do
+      heldS, heldN = add(heldS, heldN, roomS[r], roomN[r])
+    end
     if not le(heldS, heldN, dS, dN) then
       dS, dN = heldS, heldN
     end
@@ -168,12 +185,12 @@ while j <= #ARGV do
     if kind == "refund" or kind == "return" then
       if kind == "return" then
         local spanS, spanN, e = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5])
-        if L > 0 and e == E then
-          oS, oN = sub(oS, oN, spanS, spanN)
-          if oS < 0 then oS, oN = 0, 0 end
-        elseif L > 0 and e == E - 1 then
-          pS, pN = sub(pS, pN, spanS, spanN)
-          if pS < 0 then pS, pN = 0, 0 end
+        local r = E - e + 1
+        if L > 0 and r >= 1 and r <= K then
+          roomS[r], roomN[r] = sub(roomS[r], roomN[r], spanS, spanN)
+          if roomS[r] < 0 then
+            roomS[r], roomN[r] = 0, 0
+          end
         else
           -- The lease's room is no longer kept (its epochs are over, or
           -- the key was reset): the bucket may have refilled into it, so
@@ -201,11 +218,14 @@ while j <= #ARGV do
         -- leases already outstanding.
         if le(tS, tN, bS, bN) and (L == l or not positive(heldS, heldN)) then
           if L ~= l then
-            L, oS, oN, pS, pN = l, 0, 0, 0, 0
+            L = l
             E = math.floor(nowMs / L)
+            for r = 1, K do
+              roomS[r], roomN[r] = 0, 0
+            end
           end
           aS, aN = tS, tN
-          oS, oN = add(oS, oN, wS, wN)
+          roomS[1], roomN[1] = add(roomS[1], roomN[1], wS, wN)
           allowed = 2 + E
         end
       end
@@ -221,7 +241,7 @@ while j <= #ARGV do
       end
     end
     nextS[i], nextN[i] = aS, aN
-    lease[i] = {L, E, oS, oN, pS, pN}
+    lease[i] = {L, E, roomS, roomN}
     all = all and allowed > 0
     out[3 * i - 2] = allowed
     out[3 * i - 1] = dS
@@ -240,7 +260,7 @@ while j <= #ARGV do
     if all then
       for i = 1, m do
         local key, aS, aN = KEYS[k + i], nextS[i], nextN[i]
-        local L, E, oS, oN, pS, pN = unpack(lease[i])
+        local L, E, roomS, roomN = unpack(lease[i])
         local ms = 0 -- how long the key carries information
         if positive(aS, aN) then
           ms = aS * 1000 + math.ceil(aN / 1000000)
@@ -248,13 +268,16 @@ while j <= #ARGV do
           aS, aN = 0, 0
         end
         local tail = ""
-        if positive(oS, oN) or positive(pS, pN) then
-          local ends = (E + 1) * L -- when the leases of epoch E - 1 stop counting
-          if positive(oS, oN) then
-            ends = ends + L
+        for r = 1, K do
+          if positive(roomS[r], roomN[r]) then
+            -- the room of epoch E - r + 1 is kept to the end of epoch E - r + K
+            ms = math.max(ms, (E - r + K + 1) * L - nowMs)
+            tail = string.format(":%d:%d", L, E)
+            for q = 1, K do
+              tail = tail .. string.format(":%d:%d", roomS[q], roomN[q])
+            end
+            break
           end
-          ms = math.max(ms, ends - nowMs)
-          tail = string.format(":%d:%d:%d:%d:%d:%d", L, E, oS, oN, pS, pN)
         end
         if ms == 0 then
           redis.call("DEL", key)
