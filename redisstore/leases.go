@@ -161,6 +161,12 @@ func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, 
 		want = max(e.next, cost)
 	}
 	e.key, e.iv, e.seen, e.until, e.left = rkey, iv, now, 0, 0
+	if want == cost && back == nil {
+		// No lease to take or give back: the decision goes as without
+		// leases (batched, if the store batches).
+		e.mu.Unlock()
+		return s.takeOne(ctx, p, key, cost)
+	}
 	e.pending = true
 	e.mu.Unlock()
 
