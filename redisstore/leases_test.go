@@ -457,7 +457,7 @@ func TestLeaseLateReturn(t *testing.T) {
 		}
 	}
 	take(a)
-	take(a) // a lease of 2, 1 left
+	take(a)                           // a lease of 2, 1 left
 	c.Advance(500 * time.Millisecond) // its room is kept four epochs at most
 	for range 16 {
 		take(b) // the bucket refilled: b spends all of it
