@@ -169,6 +169,19 @@ type admission struct {
 	cost int64
 }
 
+// requireExact checks that one exact bucket under p admits every
+// admission of seq, in the order of their times.
+func requireExact(t *testing.T, bucket string, p *ratelimit.Policy, seq []admission) {
+	t.Helper()
+	slices.SortStableFunc(seq, func(a, b admission) int { return int(a.at - b.at) })
+	state := int64(0)
+	for i, a := range seq {
+		res, next := p.Decide(state, a.at, a.cost)
+		require.True(t, res.Allowed, "%s: admission %d of %d (cost %d at %v) is more than the exact bucket allows", bucket, i, len(seq), a.cost, time.Duration(a.at))
+		state = next
+	}
+}
+
 func testLeasesNeverOverAdmit(t *testing.T, lease time.Duration, start func() redis.Scripter) {
 	client := start()
 	c := new(storetest.Clock)
@@ -218,13 +231,7 @@ func testLeasesNeverOverAdmit(t *testing.T, lease time.Duration, start func() re
 	}
 	for _, key := range keys {
 		seq := admitted[key]
-		slices.SortStableFunc(seq, func(a, b admission) int { return int(a.at - b.at) })
-		state := int64(0)
-		for i, a := range seq {
-			res, next := p.Decide(state, a.at, a.cost)
-			require.True(t, res.Allowed, "%s: admission %d of %d (cost %d at %v) is more than the exact bucket allows", key, i, len(seq), a.cost, time.Duration(a.at))
-			state = next
-		}
+		requireExact(t, key, p, seq)
 		leased += len(seq)
 	}
 	t.Logf("%d requests, %d admitted", requests, leased)
@@ -357,13 +364,7 @@ func TestLeasesSeveralPolicies(t *testing.T) {
 		if bucket == "global" {
 			p = &global
 		}
-		slices.SortStableFunc(seq, func(a, b admission) int { return int(a.at - b.at) })
-		state := int64(0)
-		for i, a := range seq {
-			res, next := p.Decide(state, a.at, a.cost)
-			require.True(t, res.Allowed, "%s: admission %d of %d at %v is more than the exact bucket allows", bucket, i, len(seq), time.Duration(a.at))
-			state = next
-		}
+		requireExact(t, bucket, p, seq)
 	}
 	calls := scripts(t, client) - before
 	t.Logf("%d requests, %d refused, %d script calls", requests, refused, calls)
@@ -463,11 +464,6 @@ func TestLeaseLateReturn(t *testing.T) {
 		take(b) // the bucket refilled: b spends all of it
 	}
 	take(a) // gives back its lease, too late
-	state := int64(0)
-	for i, x := range admitted {
-		res, next := p.Decide(state, x.at, x.cost)
-		require.True(t, res.Allowed, "admission %d of %d at %v: the exact bucket refuses it", i, len(admitted), time.Duration(x.at))
-		state = next
-	}
+	requireExact(t, "k", p, admitted)
 	assert.Len(t, admitted, 18)
 }
