@@ -214,24 +214,9 @@ func (l *Limiter) takeMany(ctx context.Context, key string, cost int64) (Result,
 // and writes their results.
 func (l *Limiter) takeAll(ctx context.Context, idx []int, key string, cost int64, results []Result) (bool, error) {
 	if bs, ok := l.store.(BatchStore); ok && len(idx) > 1 {
-		reqs := make([]Request, len(idx))
-		out := make([]Result, len(idx))
-		for k, i := range idx {
-			reqs[k] = Request{Policy: &l.policies[i], Key: l.key(i, key), Cost: cost}
-		}
-		switch err := bs.TakeAll(ctx, reqs, out); {
-		case err == nil:
-			all := true
-			for k, i := range idx {
-				results[i] = out[k]
-				if results[i].Policy == nil {
-					results[i].Policy = &l.policies[i]
-				}
-				all = all && out[k].Allowed
-			}
-			return all, nil
-		case !errors.Is(err, ErrNotAtomic):
-			return false, err
+		all, _, err := l.batch(ctx, bs, idx, key, cost, results, nil)
+		if !errors.Is(err, ErrNotAtomic) {
+			return all, err
 		}
 	}
 	all := true
@@ -248,6 +233,32 @@ func (l *Limiter) takeAll(ctx context.Context, idx []int, key string, cost int64
 		l.giveBackSome(ctx, idx, key, cost, results)
 	}
 	return all, nil
+}
+
+// batch decides, in one TakeAll of bs (all or nothing), cost for key under
+// the policies at idx and the requests of extra. It writes the policies'
+// results, reports whether they all allowed, and returns extra's results,
+// whose refusals are the caller's to read. It returns bs's error, such as
+// ErrNotAtomic, having decided nothing.
+func (l *Limiter) batch(ctx context.Context, bs BatchStore, idx []int, key string, cost int64, results []Result, extra []Request) (bool, []Result, error) {
+	reqs := make([]Request, len(idx), len(idx)+len(extra))
+	for k, i := range idx {
+		reqs[k] = Request{Policy: &l.policies[i], Key: l.key(i, key), Cost: cost}
+	}
+	reqs = append(reqs, extra...)
+	out := make([]Result, len(reqs))
+	if err := bs.TakeAll(ctx, reqs, out); err != nil {
+		return false, nil, err
+	}
+	all := true
+	for k, i := range idx {
+		results[i] = out[k]
+		if results[i].Policy == nil {
+			results[i].Policy = &l.policies[i]
+		}
+		all = all && out[k].Allowed
+	}
+	return all, out[len(idx):], nil
 }
 
 // giveBackSome returns the tokens that the allowed results among idx spent.

@@ -175,30 +175,18 @@ func (l *Limiter) takeBoxedBatch(ctx context.Context, key string, cost int64, re
 	if !ok {
 		return false, Result{}, false, ErrNotAtomic
 	}
-	n := len(l.enforce)
-	reqs := make([]Request, n+len(l.boxes))
-	out := make([]Result, len(reqs))
-	for k, i := range l.enforce {
-		reqs[k] = Request{Policy: &l.policies[i], Key: l.key(i, key), Cost: cost}
-	}
+	checks := make([]Request, len(l.boxes))
 	for k, b := range l.boxes {
-		reqs[n+k] = Request{Policy: &b.ban, Key: key}
+		checks[k] = Request{Policy: &b.ban, Key: key}
 	}
-	if err := bs.TakeAll(ctx, reqs, out); err != nil {
+	allowed, bans, err := l.batch(ctx, bs, l.enforce, key, cost, results, checks)
+	if err != nil {
 		return false, Result{}, false, err
 	}
 	for k, b := range l.boxes {
-		if !out[n+k].Allowed {
-			return false, l.banResult(b, out[n+k]), true, nil
+		if !bans[k].Allowed {
+			return false, l.banResult(b, bans[k]), true, nil
 		}
-	}
-	allowed = true
-	for k, i := range l.enforce {
-		results[i] = out[k]
-		if results[i].Policy == nil {
-			results[i].Policy = &l.policies[i]
-		}
-		allowed = allowed && out[k].Allowed
 	}
 	return allowed, Result{}, false, nil
 }

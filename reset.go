@@ -46,20 +46,20 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return fmt.Errorf("ratelimit: Reset: the store, a %T, cannot forget a key: it does not implement ResetStore", l.store)
 	}
 	var errs []error
+	reset := func(p *Policy) {
+		if err := rs.Reset(ctx, p, key); err != nil {
+			errs = append(errs, fmt.Errorf("policy %q: %w", p.Name, err))
+		}
+	}
 	for i := range l.policies {
-		if p := &l.policies[i]; !p.Global {
-			if err := rs.Reset(ctx, p, key); err != nil {
-				errs = append(errs, fmt.Errorf("policy %q: %w", p.Name, err))
-			}
+		if !l.policies[i].Global {
+			reset(&l.policies[i])
 		}
 	}
 	for _, b := range l.boxes {
 		for _, p := range []*Policy{b.strikes, b.bans, &b.ban} {
-			if p == nil {
-				continue
-			}
-			if err := rs.Reset(ctx, p, key); err != nil {
-				errs = append(errs, fmt.Errorf("policy %q: %w", p.Name, err))
+			if p != nil {
+				reset(p)
 			}
 		}
 	}
