@@ -125,7 +125,6 @@ func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, 
 	l := s.leases
 	e := &l.slots[fp%leaseSlots]
 	iv := int64(p.Limit.Interval())
-	rkey := s.key(ratelimit.Request{Policy: p, Key: key})
 
 	e.mu.Lock()
 	now := l.now()
@@ -133,7 +132,7 @@ func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, 
 		// Another request of this key is getting a lease, or the slot
 		// holds another key's: this one goes alone.
 		e.mu.Unlock()
-		return s.takeOne(ctx, p, key, cost)
+		return s.takeOne(ctx, fp, p, key, cost)
 	}
 	var back *call
 	if e.until != 0 {
@@ -148,7 +147,7 @@ func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, 
 	want := cost
 	switch {
 	case e.fp != fp || now-e.seen > l.dur: // a new key, or one gone quiet
-		e.lease = lease{fp: fp, key: rkey, iv: iv, next: 1}
+		e.lease = lease{fp: fp, iv: iv, next: 1}
 	case e.until > now: // the lease was spent before its end
 		e.next = 2 * e.size
 	case e.until != 0: // it ended: size the next to what was spent
@@ -160,13 +159,15 @@ func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, 
 	if e.iv == iv {
 		want = max(e.next, cost)
 	}
-	e.key, e.iv, e.seen, e.until, e.left = rkey, iv, now, 0, 0
+	e.iv, e.seen, e.until, e.left = iv, now, 0, 0
 	if want == cost && back == nil {
 		// No lease to take or give back: the decision goes as without
 		// leases (batched, if the store batches).
 		e.mu.Unlock()
-		return s.takeOne(ctx, p, key, cost)
+		return s.takeOne(ctx, fp, p, key, cost)
 	}
+	rkey := s.key(ratelimit.Request{Policy: p, Key: key})
+	e.key = rkey // for the give-back of the lease it takes
 	e.pending = true
 	e.mu.Unlock()
 
@@ -192,14 +193,14 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	sent := s.leases.now()
-	c := s.call(ctx, rkey)
-	iv := int64(p.Limit.Interval())
-	inc, bound := cost*iv, p.Limit.Burst()*iv
-	if want > cost {
-		w := want * iv
-		c.args = append(c.args, "lease", inc/1e9, inc%1e9, bound/1e9, bound%1e9, w/1e9, w%1e9, s.leases.ms)
-	} else {
-		c.args = append(c.args, "gcra", inc/1e9, inc%1e9, bound/1e9, bound%1e9)
+	c := s.newCall(ctx, 1)
+	c.keys()[0] = rkey
+	kind := len(c.args)
+	c.args = appendKind(c.args, ratelimit.Request{Policy: p, Cost: cost})
+	if want > cost { // a lease is gcra, and what to take if the bucket has it
+		w := want * int64(p.Limit.Interval())
+		c.args[kind] = "lease"
+		c.args = append(c.args, w/1e9, w%1e9, s.leases.ms)
 	}
 	calls := []*call{c}
 	if back != nil {
@@ -211,8 +212,7 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 	defer s.dials.done(&w)
 	if s.proc == nil {
 		for _, c := range calls {
-			keys := []string{c.keys()[0].(string)}
-			settle(takeScript.Run(ctx, s.client, keys, c.argv()...), c)
+			s.runAlone(c)
 		}
 	} else {
 		groups, cmds := dispatch(ctx, s.proc, calls)
@@ -250,23 +250,12 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 	return res, granted, nil
 }
 
-// call returns a call of the script for one key, its arguments up to the
-// key's kind.
-func (s *Store) call(ctx context.Context, key string) *call {
-	c := &call{ctx: ctx, n: 1, args: make([]any, 0, 15)}
-	c.args = append(c.args, argEvalSha, argSHA, 1, key, 1, argNone, argNone)
-	if s.now != nil {
-		ns := s.now().UnixNano()
-		c.args[5], c.args[6] = ns/1e9, ns%1e9
-	}
-	return c
-}
-
 // giveBack returns the call that gives back what is left of e, a lease
 // that has ended or is too small for the request at hand, and frees the
 // room the script keeps for it.
 func (s *Store) giveBack(ctx context.Context, e lease) *call {
-	c := s.call(ctx, e.key)
+	c := s.newCall(ctx, 1)
+	c.keys()[0] = e.key
 	inc, span := e.left*e.iv, e.size*e.iv
 	c.args = append(c.args, "return", inc/1e9, inc%1e9, span/1e9, span%1e9, e.epoch)
 	return c

@@ -258,11 +258,11 @@ func contextTimeoutEnabled(c redis.Scripter) bool {
 // key's lease answers or the refusal cache already refuses the request.
 func (s *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	leased := s.leases != nil && leasable(p)
-	asks := cost > 0 || cost == 0 && p.Algorithm == ratelimit.Ban // what the refusal cache may refuse
-	if !leased && (s.refusals == nil || !asks) {
-		return s.takeOne(ctx, p, key, cost)
+	if !leased && s.refusals == nil {
+		return s.takeOne(ctx, 0, p, key, cost)
 	}
 	fp := fingerprint(s.seed, p.Name, key)
+	asks := cost > 0 || cost == 0 && p.Algorithm == ratelimit.Ban // what the refusal cache may refuse
 	if leased {
 		// The key's lease answers, without a round trip: a request it
 		// pays for, a look at the bucket (cost 0), tokens given back.
@@ -285,7 +285,7 @@ func (s *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 	if leased && cost > 0 {
 		return s.takeLeased(ctx, fp, p, key, cost)
 	}
-	return s.takeOne(ctx, p, key, cost)
+	return s.takeOne(ctx, fp, p, key, cost)
 }
 
 // leasable reports whether p's tokens may be leased: those of a token
@@ -297,9 +297,10 @@ func leasable(p *ratelimit.Policy) bool {
 }
 
 // takeOne decides a request in Redis, without a lease.
-func (s *Store) takeOne(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+func (s *Store) takeOne(ctx context.Context, fp uint64, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	var res [1]ratelimit.Result
-	if err := s.take(ctx, []ratelimit.Request{{Policy: p, Key: key, Cost: cost}}, res[:]); err != nil {
+	fps := [1]uint64{fp}
+	if err := s.take(ctx, []ratelimit.Request{{Policy: p, Key: key, Cost: cost}}, res[:], fps[:]); err != nil {
 		return ratelimit.Result{}, err
 	}
 	return res[0], nil
@@ -321,35 +322,26 @@ func (s *Store) TakeAll(ctx context.Context, reqs []ratelimit.Request, results [
 	if !s.oneNode(reqs) || s.leases != nil && slices.ContainsFunc(reqs, func(r ratelimit.Request) bool { return leasable(r.Policy) }) {
 		return ratelimit.ErrNotAtomic
 	}
-	if s.refusals != nil && s.refusals.refuseAll(s.fingerprints(reqs), reqs, results) {
-		return nil
-	}
-	return s.take(ctx, reqs, results)
-}
-
-// fingerprints returns the fingerprints of reqs' buckets.
-func (s *Store) fingerprints(reqs []ratelimit.Request) []uint64 {
-	fps := make([]uint64, len(reqs))
-	for i, r := range reqs {
-		fps[i] = fingerprint(s.seed, r.Policy.Name, r.Key)
-	}
-	return fps
-}
-
-// take runs reqs in Redis and keeps what the answers say in the refusal
-// cache.
-func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
 	if s.refusals == nil {
 		return s.run(ctx, reqs, results)
 	}
 	var buf [4]uint64
 	fps := buf[:0]
-	if len(reqs) > len(buf) {
-		fps = s.fingerprints(reqs)
-	} else {
-		for _, r := range reqs {
-			fps = append(fps, fingerprint(s.seed, r.Policy.Name, r.Key))
-		}
+	for _, r := range reqs {
+		fps = append(fps, fingerprint(s.seed, r.Policy.Name, r.Key))
+	}
+	if s.refusals.refuseAll(fps, reqs, results) {
+		return nil
+	}
+	return s.take(ctx, reqs, results, fps)
+}
+
+// take runs reqs in Redis and keeps what the answers say in the refusal
+// cache; fps are the fingerprints of reqs' buckets (unused without the
+// cache).
+func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result, fps []uint64) error {
+	if s.refusals == nil {
+		return s.run(ctx, reqs, results)
 	}
 	sent := s.refusals.now()
 	for i, r := range reqs {
@@ -427,31 +419,13 @@ var (
 func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	// EVALSHA sha numkeys key… m now-s now-n (kind inc-s inc-n bound-s bound-n)…
 	n := len(reqs)
-	c := &call{ctx: ctx, n: n, args: make([]any, 3+n, 6+6*n)}
+	c := s.newCall(ctx, n)
 	s.dials.watch(&c.watch, ctx, cancel)
 	defer s.dials.done(&c.watch)
-	c.args[0], c.args[1], c.args[2] = argEvalSha, argSHA, n
-	c.args = append(c.args, n, argNone, argNone)
-	if s.now != nil {
-		ns := s.now().UnixNano()
-		c.args[4+n], c.args[5+n] = ns/1e9, ns%1e9
-	}
 	for i, r := range reqs {
-		c.args[3+i] = s.key(r)
-		iv := int64(r.Policy.Limit.Interval())
-		var kind any = "gcra"
-		inc, bound := r.Cost*iv, r.Policy.Limit.Burst()*iv
-		switch {
-		case r.Cost < 0:
-			kind, inc = "refund", -inc
-		case r.Policy.Algorithm == ratelimit.LeakyShape:
-			kind, bound = "shape", shapeBound(r.Policy)
-		case r.Policy.Algorithm == ratelimit.Ban:
-			kind, inc = "ban", r.Cost // a ban's length, in nanoseconds
-		}
-		c.args = append(c.args, kind, inc/1e9, inc%1e9, bound/1e9, bound%1e9)
+		c.keys()[i] = s.key(r)
+		c.args = appendKind(c.args, r)
 	}
 	reply, err := s.decide(c)
 	s.dials.done(&c.watch)
@@ -489,6 +463,38 @@ func decision(reply []any, i int) (allowed, ahead int64, err error) {
 	return allowed, sec*1e9 + nsec, nil
 }
 
+// newCall returns a call of the script that decides n keys as one group:
+// EVALSHA sha n key… n now-s now-n, the keys for the caller to set
+// (c.keys()) and each key's kind and arguments to append (see appendKind).
+func (s *Store) newCall(ctx context.Context, n int) *call {
+	c := &call{ctx: ctx, n: n, args: make([]any, 3+n, 9+6*n)}
+	c.args[0], c.args[1], c.args[2] = argEvalSha, argSHA, n
+	c.args = append(c.args, n, argNone, argNone)
+	if s.now != nil {
+		ns := s.now().UnixNano()
+		c.args[4+n], c.args[5+n] = ns/1e9, ns%1e9
+	}
+	return c
+}
+
+// appendKind appends to args the kind of r's decision and its arguments
+// (see take.lua): the increment and the bound, pairs of seconds and
+// nanoseconds.
+func appendKind(args []any, r ratelimit.Request) []any {
+	iv := int64(r.Policy.Limit.Interval())
+	var kind any = "gcra"
+	inc, bound := r.Cost*iv, r.Policy.Limit.Burst()*iv
+	switch {
+	case r.Cost < 0:
+		kind, inc = "refund", -inc
+	case r.Policy.Algorithm == ratelimit.LeakyShape:
+		kind, bound = "shape", shapeBound(r.Policy)
+	case r.Policy.Algorithm == ratelimit.Ban:
+		kind, inc = "ban", r.Cost // a ban's length, in nanoseconds
+	}
+	return append(args, kind, inc/1e9, inc%1e9, bound/1e9, bound%1e9)
+}
+
 // shapeBound returns the longest wait a LeakyShape policy admits, the
 // script's bound: the queue's room, burst × interval, or less when MaxDelay
 // is set. It mirrors the queue room that [ratelimit.Policy.Decide] applies,
@@ -523,17 +529,23 @@ func (c *call) argv() []any { return c.args[3+c.n:] }
 func (s *Store) decide(c *call) ([]any, error) {
 	switch {
 	case s.proc == nil:
-		keys := make([]string, c.n)
-		for i, k := range c.keys() {
-			keys[i] = k.(string)
-		}
-		settle(takeScript.Run(c.ctx, s.client, keys, c.argv()...), c)
+		s.runAlone(c)
 	case s.batching:
 		return s.batch.send(s.proc, c)
 	default:
 		settle(process(c.ctx, s.proc, redis.NewCmd(c.ctx, c.args...)), c)
 	}
 	return c.reply, c.err
+}
+
+// runAlone sends c through a Scripter that is no go-redis client, with
+// EVALSHA, and EVAL when the server lacks the script.
+func (s *Store) runAlone(c *call) {
+	keys := make([]string, c.n)
+	for i, k := range c.keys() {
+		keys[i] = k.(string)
+	}
+	settle(takeScript.Run(c.ctx, s.client, keys, c.argv()...), c)
 }
 
 // command returns the script call that decides calls, one group each.
