@@ -38,6 +38,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -165,11 +166,18 @@ func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 	}
 }
 
+// isBan reports whether violated is the name of policy's penalty box's
+// ban, policy + "/ban", without building that name on every decision.
+func isBan(violated, policy string) bool {
+	name, ok := strings.CutSuffix(violated, "/ban")
+	return ok && name == policy
+}
+
 func outcome(policy string, res ratelimit.Result) string {
 	switch {
 	case slices.Contains(res.Violated(), policy):
 		return Limited
-	case slices.Contains(res.Violated(), policy+"/ban"):
+	case slices.ContainsFunc(res.Violated(), func(v string) bool { return isBan(v, policy) }):
 		return Banned
 	case slices.Contains(res.DryRunViolated(), policy):
 		return DryRunLimited
