@@ -190,8 +190,6 @@ func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, 
 // state had it kept the lease but for the request's cost, and in until the
 // time the request left.
 func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.Policy, rkey string, cost, want int64) (ratelimit.Result, lease, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	sent := s.leases.now()
 	c := s.newCall(ctx, 1)
 	c.keys()[0] = rkey
@@ -204,25 +202,26 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 	}
 	calls := []*call{c}
 	if back != nil {
-		back.ctx = ctx
 		calls = []*call{back, c}
 	}
-	var w watcher
-	s.dials.watch(&w, ctx, cancel)
-	defer s.dials.done(&w)
-	if s.proc == nil {
+	err := s.within(ctx, func(ctx context.Context) error {
 		for _, c := range calls {
-			s.runAlone(c)
+			c.ctx = ctx
 		}
-	} else {
-		groups, cmds := dispatch(ctx, s.proc, calls)
-		for i, g := range groups {
-			settle(cmds[i], g...)
+		if s.proc == nil {
+			for _, c := range calls {
+				s.runAlone(c)
+			}
+		} else {
+			groups, cmds := dispatch(ctx, s.proc, calls)
+			for i, g := range groups {
+				settle(cmds[i], g...)
+			}
 		}
-	}
-	s.dials.done(&w)
-	if c.err != nil {
-		return ratelimit.Result{}, lease{}, fmt.Errorf("redisstore: %w", w.cause(c.err))
+		return c.err
+	})
+	if err != nil {
+		return ratelimit.Result{}, lease{}, fmt.Errorf("redisstore: %w", err)
 	}
 	if len(c.reply) != 3 {
 		return ratelimit.Result{}, lease{}, fmt.Errorf("redisstore: malformed reply %v", c.reply)

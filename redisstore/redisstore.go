@@ -618,11 +618,6 @@ func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err,
 // lease, taken and pruned in one script call. (Policy names are never
 // empty, so no bucket key starts with PREFIX + ":".)
 func (s *Store) Acquire(ctx context.Context, key string, limit int64, lease time.Duration) (string, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	var w watcher
-	s.dials.watch(&w, ctx, cancel)
-	defer s.dials.done(&w)
 	var b [16]byte
 	rand.Read(b[:])
 	token := hex.EncodeToString(b[:])
@@ -631,25 +626,41 @@ func (s *Store) Acquire(ctx context.Context, key string, limit int64, lease time
 		now = strconv.FormatInt(s.now().UnixMilli(), 10)
 	}
 	ms := max(lease.Milliseconds(), 1)
-	n, err := slotsScript.Run(ctx, s.client, []string{s.slotsKey(key)}, limit, ms, token, now).Int64()
-	s.dials.done(&w)
+	var n int64
+	err := s.within(ctx, func(ctx context.Context) (err error) {
+		n, err = slotsScript.Run(ctx, s.client, []string{s.slotsKey(key)}, limit, ms, token, now).Int64()
+		return err
+	})
 	if err != nil {
-		return "", false, fmt.Errorf("redisstore: %w", w.cause(err))
+		return "", false, fmt.Errorf("redisstore: %w", err)
 	}
 	return token, n == 1, nil
 }
 
 // Release implements [ratelimit.SlotStore].
 func (s *Store) Release(ctx context.Context, key, token string) error {
+	err := s.within(ctx, func(ctx context.Context) error {
+		return releaseScript.Run(ctx, s.client, []string{s.slotsKey(key)}, token).Err()
+	})
+	if err != nil {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	return nil
+}
+
+// within runs f, a call to Redis, under the store's deadline, and returns
+// f's error, or the dial's when a refused dial ended the call (see
+// dialWatch).
+func (s *Store) within(ctx context.Context, f func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var w watcher
 	s.dials.watch(&w, ctx, cancel)
 	defer s.dials.done(&w)
-	err := releaseScript.Run(ctx, s.client, []string{s.slotsKey(key)}, token).Err()
-	s.dials.done(&w)
+	err := f(ctx)
+	s.dials.done(&w) // before reading w.cause
 	if err != nil {
-		return fmt.Errorf("redisstore: %w", w.cause(err))
+		return w.cause(err)
 	}
 	return nil
 }

@@ -28,13 +28,11 @@ var delScript = redis.NewScript(`return redis.call("DEL", KEYS[1])`)
 // Redis again (see Options.NoRefusalCache); one that holds a lease of the
 // key (Options.Lease) spends what is left of it until it ends.
 func (s *Store) Reset(ctx context.Context, p *ratelimit.Policy, key string) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	var w watcher
-	s.dials.watch(&w, ctx, cancel)
-	defer s.dials.done(&w)
-	reply, err := delScript.Run(ctx, s.client, []string{s.key(ratelimit.Request{Policy: p, Key: key})}).Result()
-	s.dials.done(&w)
+	var reply any
+	err := s.within(ctx, func(ctx context.Context) (err error) {
+		reply, err = delScript.Run(ctx, s.client, []string{s.key(ratelimit.Request{Policy: p, Key: key})}).Result()
+		return err
+	})
 	// After the DEL, so that an answer that came back before it does not
 	// outlive the reset; even if the DEL failed, which costs the next
 	// request a round trip at most.
@@ -46,7 +44,7 @@ func (s *Store) Reset(ctx context.Context, p *ratelimit.Policy, key string) erro
 		s.leases.forget(fp)
 	}
 	if err != nil {
-		return fmt.Errorf("redisstore: Reset: %w", w.cause(err))
+		return fmt.Errorf("redisstore: Reset: %w", err)
 	}
 	if n, ok := reply.(int64); !ok || n < 0 || n > 1 {
 		return fmt.Errorf("redisstore: Reset: malformed reply %v", reply)
