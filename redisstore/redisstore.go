@@ -129,6 +129,9 @@ type Options struct {
 	// the Redis server's time. It exists for tests that need exact,
 	// repeatable decisions; production code should leave it nil, since
 	// instances' clocks differ. It must not return a time before 1970.
+	// Redis still expires keys on its own clock, so with a Clock every
+	// key is kept 10 s longer than its state matters, in case Clock runs
+	// behind Redis; that changes no decision.
 	// Default: nil, the Redis server's clock (TIME).
 	Clock func() time.Time
 	// Batching lets concurrent decisions share round trips: the decisions

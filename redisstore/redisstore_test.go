@@ -100,12 +100,12 @@ func TestLongKeys(t *testing.T) {
 }
 
 // TestKeysExpire: every key carries a TTL that ends when its bucket is full
-// again, so Redis holds nothing that carries no information.
+// again, so Redis holds nothing that carries no information. Decided on
+// the Redis server's clock, which also expires the keys.
 func TestKeysExpire(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client()
-	clock := new(storetest.Clock)
-	s := newStore(t, client, &redisstore.Options{Clock: clock.Now, Prefix: "ttl:"})
+	s := newStore(t, client, &redisstore.Options{Prefix: "ttl:"})
 	ctx := context.Background()
 	shape := *policy
 	shape.Name, shape.Algorithm = "queue", ratelimit.LeakyShape
@@ -131,6 +131,28 @@ func TestKeysExpire(t *testing.T) {
 	ttl, err := client.PTTL(ctx, "ttl:api:one").Result()
 	require.NoError(t, err)
 	assert.InDelta(t, float64(200*time.Millisecond), float64(ttl), float64(50*time.Millisecond))
+}
+
+// TestKeysOnClockOutliveTheirState: Redis expires keys on its own clock, so
+// a key decided on Options.Clock, which may run behind it (a test's clock
+// stands still while Redis's runs on), is kept 10 s longer than its state
+// matters: it must not expire into a full bucket before Clock says so.
+func TestKeysOnClockOutliveTheirState(t *testing.T) {
+	client := redistest.Start(t).Client()
+	clock := new(storetest.Clock)
+	s := newStore(t, client, &redisstore.Options{Clock: clock.Now, Prefix: "ttl:"})
+	ctx := context.Background()
+	_, err := s.Take(ctx, policy, "one", 1) // full again in 200 ms on Clock
+	require.NoError(t, err)
+	ttl, err := client.PTTL(ctx, "ttl:api:one").Result()
+	require.NoError(t, err)
+	assert.InDelta(t, float64(10*time.Second+200*time.Millisecond), float64(ttl), float64(50*time.Millisecond))
+	_, ok, err := s.Acquire(ctx, "one", 1, time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ttl, err = client.PTTL(ctx, "ttl::inflight:one").Result()
+	require.NoError(t, err)
+	assert.InDelta(t, float64(11*time.Second), float64(ttl), float64(50*time.Millisecond))
 }
 
 // TestInstancesShareOneQuota: four stores with clients of their own, 8

@@ -5,12 +5,15 @@
 -- ARGV[1] limit, ARGV[2] lease in ms, ARGV[3] token, ARGV[4] now in ms or ""
 -- to read the Redis server's clock. Returns 1 when the slot is taken, else 0.
 
-local now
+local now, slack = nil, 0
 if ARGV[4] == "" then
   local t = redis.call("TIME")
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 else
   now = tonumber(ARGV[4])
+  -- Redis expires keys on its own clock, which the caller's may run behind
+  -- (take.lua's SLACK): keep the set 10 s longer. The scores still decide.
+  slack = 10000
 end
 redis.call("ZREMRANGEBYSCORE", KEYS[1], "-inf", now)
 if redis.call("ZCARD", KEYS[1]) >= tonumber(ARGV[1]) then
@@ -19,5 +22,5 @@ end
 local lease = tonumber(ARGV[2])
 redis.call("ZADD", KEYS[1], now + lease, ARGV[3])
 -- Every lease is as long, so the newest ends last: the set lives until then.
-redis.call("PEXPIRE", KEYS[1], lease)
+redis.call("PEXPIRE", KEYS[1], lease + slack)
 return 1

@@ -101,6 +101,12 @@ end
 
 local K = 4 -- the epochs a lease's room is kept
 
+-- Redis expires keys on its own clock. A key decided on the caller's clock
+-- (Options.Clock) is kept this many ms longer than its information lasts,
+-- since that clock may run behind Redis's: a key that expired early would
+-- be a full bucket too soon. Keeping a key longer changes no decision.
+local SLACK = 10000
+
 local clock -- the server's time, once read
 
 local reply = {}
@@ -109,6 +115,7 @@ local k, j = 0, 1 -- before the group's first key; at its first argument
 while j <= #ARGV do
   local m = tonumber(ARGV[j])
   local nowS, nowN
+  local slack = 0
   if ARGV[j + 1] == "" then
     if not clock then
       local t = redis.call("TIME")
@@ -117,6 +124,7 @@ while j <= #ARGV do
     nowS, nowN = clock[1], clock[2]
   else
     nowS, nowN = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+    slack = SLACK
   end
   local nowMs = nowS * 1000 + math.floor(nowN / 1000000)
   j = j + 3
@@ -283,7 +291,7 @@ while j <= #ARGV do
           redis.call("DEL", key)
         else
           local s, n = add(nowS, nowN, aS, aN)
-          redis.call("SET", key, string.format("%d:%d", s, n) .. tail, "PX", ms)
+          redis.call("SET", key, string.format("%d:%d", s, n) .. tail, "PX", ms + slack)
         end
       end
     end
