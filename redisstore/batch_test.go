@@ -184,37 +184,39 @@ func TestBatchingScriptFlush(t *testing.T) {
 		admitted atomic.Int64
 		failed   atomic.Int64
 		taken    atomic.Int64
-		wg       sync.WaitGroup
 	)
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 50 {
-				res, err := s.Take(context.Background(), p, "k", 1)
-				taken.Add(1)
-				switch {
-				case err != nil:
-					failed.Add(1)
-				case res.Allowed:
-					admitted.Add(1)
+	// Ten rounds of 32 goroutines taking 5 tokens each; in each, the script
+	// cache is flushed once 20 calls have been decided, while the rest are
+	// in flight. (Rounds, not a flush every 20 calls, so that a loaded
+	// machine that starves the flusher still flushes ten times.)
+	midway := 0
+	for round := range 10 {
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Go(func() {
+				for range 5 {
+					res, err := s.Take(context.Background(), p, "k", 1)
+					taken.Add(1)
+					switch {
+					case err != nil:
+						failed.Add(1)
+					case res.Allowed:
+						admitted.Add(1)
+					}
 				}
-			}
-		}()
-	}
-	// Flush the script cache whenever some calls have been decided since
-	// the last flush, until the load ends.
-	flushes := 0
-	for last := int64(0); taken.Load() < 32*50; {
-		if n := taken.Load(); n >= last+20 {
-			require.NoError(t, other.ScriptFlush(context.Background()).Err())
-			flushes++
-			last = n
+			})
 		}
-		runtime.Gosched()
+		end := int64(round+1) * 32 * 5
+		for taken.Load() < end-32*5+20 {
+			runtime.Gosched()
+		}
+		require.NoError(t, other.ScriptFlush(context.Background()).Err())
+		if taken.Load() < end {
+			midway++
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	assert.Zero(t, failed.Load())
 	assert.Equal(t, int64(1000), admitted.Load())
-	assert.Greater(t, flushes, 10)
+	assert.Positive(t, midway, "some flushes came while calls were in flight")
 }

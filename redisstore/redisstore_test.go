@@ -23,8 +23,16 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// newStore returns a store on c with opts, whose Timeout is 2 s unless a
+// test sets its own: only the tests of the deadline need the default 100 ms,
+// and the tests share two loaded cores.
 func newStore(t *testing.T, c redis.Scripter, opts *redisstore.Options) *redisstore.Store {
 	t.Helper()
+	if opts != nil && opts.Timeout == 0 {
+		o := *opts
+		o.Timeout = 2 * time.Second
+		opts = &o
+	}
 	s, err := redisstore.New(c, opts)
 	require.NoError(t, err)
 	return s
@@ -280,7 +288,8 @@ func TestNewDefaults(t *testing.T) {
 	client := redistest.Start(t).Client()
 	ctx := context.Background()
 	for i, opts := range []*redisstore.Options{nil, {}} {
-		s := newStore(t, client, opts)
+		s, err := redisstore.New(client, opts)
+		require.NoError(t, err)
 		res, err := s.Take(ctx, policy, fmt.Sprint("k", i), 1)
 		require.NoError(t, err)
 		assert.True(t, res.Allowed)
