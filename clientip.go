@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -60,9 +61,9 @@ type IPOptions struct {
 	// address lists, as Options.ClientIP), with the attribute "warning"
 	// naming their kind: "wide-trusted-range", logged by KeyByIP for each
 	// trusted range that covers much of the internet, such as 0.0.0.0/0;
-	// and "forwarded-without-trusted-proxy", logged by the KeyFunc the first
-	// time a request carries X-Forwarded-For or Forwarded while no proxy is
-	// trusted, which usually means that every client is keyed by the
+	// and "forwarded-without-trusted-proxy", logged once by the KeyFunc when
+	// requests carry X-Forwarded-For or Forwarded while no proxy is trusted
+	// (it looks at one request in 16), which usually means that every client is keyed by the
 	// proxy's address. The default, nil, is slog.Default() at the time of
 	// the warning.
 	Logger *slog.Logger
@@ -236,15 +237,22 @@ func (c *ipConfig) warnWide() {
 	}
 }
 
-// warnForwarded logs the forwarded-without-trusted-proxy warning the first
-// time r carries a forwarding header while no proxy is trusted.
+// warnForwarded logs the forwarded-without-trusted-proxy warning once,
+// when requests carry a forwarding header while no proxy is trusted. It
+// looks at one request in forwardedSample, chosen at random, so that the
+// other requests pay for no header lookup; a proxy in front forwards every
+// request, so the warning still comes within the first few dozen.
 func (c *ipConfig) warnForwarded(r *http.Request) {
-	if c.checkForwarded && !c.warned.Load() &&
+	// (A random draw writes nothing shared, as a counter would.)
+	if c.checkForwarded && !c.warned.Load() && rand.Uint32()%forwardedSample == 0 &&
 		(r.Header["X-Forwarded-For"] != nil || r.Header["Forwarded"] != nil) && c.warned.CompareAndSwap(false, true) {
 		c.log().WarnContext(r.Context(), "ratelimit: requests carry X-Forwarded-For or Forwarded but no proxy is trusted, so every client behind the proxy shares its address; see IPOptions.TrustedProxies",
 			"warning", warnForwardedWithoutTrustedProxy)
 	}
 }
+
+// forwardedSample: warnForwarded looks at one request in this many.
+const forwardedSample = 16
 
 // clientAddr returns the address of r's client as KeyByIP finds it,
 // unmapped and without a zone, or KeyByIP's error.

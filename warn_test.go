@@ -101,7 +101,7 @@ func TestWarnForwardedWithoutTrustedProxy(t *testing.T) {
 	logs := captureLogs(t)
 	byIP, err := ratelimit.KeyByIP(nil)
 	require.NoError(t, err)
-	serveKeys(t, byIP, 100, nil)
+	serveKeys(t, byIP, 1000, nil) // the check looks at one request in 16
 	assert.Equal(t, 1, warnings(logs, "forwarded-without-trusted-proxy"), logs.String())
 
 	logs.Reset()
@@ -325,7 +325,7 @@ func TestWarningsOneByOne(t *testing.T) {
 	logs.Reset()
 	byIP, err := ratelimit.KeyByIP(&ratelimit.IPOptions{Quiet: []string{"wide-trusted-range"}})
 	require.NoError(t, err)
-	serveKeys(t, byIP, 100, nil)
+	serveKeys(t, byIP, 1000, nil) // the check looks at one request in 16
 	assert.Equal(t, 1, warnings(logs, "forwarded-without-trusted-proxy"), "only the other IP warning is off")
 
 	logs.Reset()

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -122,8 +123,8 @@ func TestCountFailed(t *testing.T) {
 // in ratelimit_warnings_total, KeyByIP's as well as the middleware's.
 func TestWarningsCounted(t *testing.T) {
 	h, _ := newTestHandler(t, "-key", "ip")
-	for range 3 {
-		w := serve(h, request{target: "/geocode?q=paris", remoteAddr: "10.0.0.1:1234", forwardedFor: "203.0.113.7"})
+	for i := range 400 { // KeyByIP looks at one request in 16 for the headers
+		w := serve(h, request{target: "/geocode?q=paris", remoteAddr: fmt.Sprintf("10.0.%d.%d:1234", i/200, i%200), forwardedFor: "203.0.113.7"})
 		require.Equal(t, 200, w.Code)
 	}
 	w := serve(h, request{target: "/metrics"})
