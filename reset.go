@@ -33,9 +33,10 @@ type ResetStore interface {
 // bucket after it.
 //
 // Reset returns an error wrapping ErrMissingKey for an empty key, an error
-// naming the store's type when the store is not a [ResetStore], and an
-// error wrapping ErrStore when the store fails; after a failure it still
-// tries the other policies. A penalty box's strikes and bans (Policy.Penalty) are
+// wrapping [errors.ErrUnsupported] and naming the store's type when the
+// store (or one a failover store wraps) cannot forget a key, and an error
+// wrapping ErrStore when the store fails; after a failure it still tries
+// the other policies. A penalty box's strikes and bans (Policy.Penalty) are
 // forgotten with their policy.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if key == "" {
@@ -43,7 +44,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	}
 	rs, ok := l.store.(ResetStore)
 	if !ok {
-		return fmt.Errorf("ratelimit: Reset: the store, a %T, cannot forget a key: it does not implement ResetStore", l.store)
+		return fmt.Errorf("ratelimit: Reset: the store, a %T, cannot forget a key (%w): it does not implement ResetStore", l.store, errors.ErrUnsupported)
 	}
 	var errs []error
 	reset := func(p *Policy) {
@@ -67,7 +68,9 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return nil
 	}
 	err := errors.Join(errs...)
-	if errors.Is(err, ErrStore) { // a failover's "failing closed"
+	// A failover's "failing closed" wraps ErrStore already; a store it wraps
+	// that cannot forget a key has not failed.
+	if errors.Is(err, ErrStore) || errors.Is(err, errors.ErrUnsupported) {
 		return fmt.Errorf("ratelimit: Reset: %w", err)
 	}
 	return fmt.Errorf("%w: Reset: %w", ErrStore, err)

@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/failover"
 )
 
 // resetRecorder is a ResetStore that allows every request and records the
@@ -72,8 +74,19 @@ func TestResetStoreWithoutReset(t *testing.T) {
 	require.NoError(t, err)
 	err = l.Reset(context.Background(), "client-1")
 	require.Error(t, err)
-	assert.EqualError(t, err, "ratelimit: Reset: the store, a ratelimit_test.takeOnly, cannot forget a key: it does not implement ResetStore")
+	assert.EqualError(t, err, "ratelimit: Reset: the store, a ratelimit_test.takeOnly, cannot forget a key (unsupported operation): it does not implement ResetStore")
+	assert.ErrorIs(t, err, errors.ErrUnsupported)
 	assert.NotErrorIs(t, err, ratelimit.ErrStore)
+
+	// Nor is it when the store that cannot is behind a failover store.
+	fs, err := failover.New(takeOnly{}, &failover.Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	l, err = ratelimit.New(fs, resetPolicies[0])
+	require.NoError(t, err)
+	err = l.Reset(context.Background(), "client-1")
+	assert.ErrorIs(t, err, errors.ErrUnsupported)
+	assert.NotErrorIs(t, err, ratelimit.ErrStore)
+	assert.ErrorContains(t, err, "failover: Reset: the primary store, a ratelimit_test.takeOnly, cannot forget a key")
 }
 
 // A store's failure wraps ErrStore and names the policy; the other policies

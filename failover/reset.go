@@ -16,11 +16,12 @@ var _ ratelimit.ResetStore = (*Store)(nil)
 // even while degraded, and its answer counts as any call's does (OnError,
 // and the switch between healthy and degraded). It returns the primary's
 // error, joined with the Local store's if that failed too, or an error
-// naming a store that is not a ResetStore.
+// wrapping [errors.ErrUnsupported] that names a store that is not a
+// ResetStore.
 func (f *Store) Reset(ctx context.Context, p *ratelimit.Policy, key string) error {
 	primary, ok := f.primary.(ratelimit.ResetStore)
 	if !ok {
-		return fmt.Errorf("failover: Reset: the primary store, a %T, cannot forget a key: it does not implement ratelimit.ResetStore", f.primary)
+		return fmt.Errorf("failover: Reset: the primary store, a %T, cannot forget a key (%w): it does not implement ratelimit.ResetStore", f.primary, errors.ErrUnsupported)
 	}
 	var localErr error
 	if f.cfg.Mode == Local {
@@ -29,7 +30,7 @@ func (f *Store) Reset(ctx context.Context, p *ratelimit.Policy, key string) erro
 				localErr = fmt.Errorf("failover: the Local store: %w", err)
 			}
 		} else {
-			localErr = fmt.Errorf("failover: Reset: the Local store, a %T, cannot forget a key: it does not implement ratelimit.ResetStore", f.cfg.Local)
+			localErr = fmt.Errorf("failover: Reset: the Local store, a %T, cannot forget a key (%w): it does not implement ratelimit.ResetStore", f.cfg.Local, errors.ErrUnsupported)
 		}
 	}
 	err := primary.Reset(ctx, p, key)

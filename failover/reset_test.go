@@ -97,11 +97,11 @@ func TestResetStoresWithoutReset(t *testing.T) {
 
 	s, err := failover.New(takeOnly{memoryStore(t, nil)}, &failover.Options{Logger: discard})
 	require.NoError(t, err)
-	assert.EqualError(t, s.Reset(ctx, p, "k"), "failover: Reset: the primary store, a failover_test.takeOnly, cannot forget a key: it does not implement ratelimit.ResetStore")
+	assert.EqualError(t, s.Reset(ctx, p, "k"), "failover: Reset: the primary store, a failover_test.takeOnly, cannot forget a key (unsupported operation): it does not implement ratelimit.ResetStore")
 	assert.True(t, s.Healthy(), "not a failure of the primary")
 
 	s, _, _ = newResettable(t, failover.Local, takeOnly{memoryStore(t, nil)})
-	assert.EqualError(t, s.Reset(ctx, p, "k"), "failover: Reset: the Local store, a failover_test.takeOnly, cannot forget a key: it does not implement ratelimit.ResetStore")
+	assert.EqualError(t, s.Reset(ctx, p, "k"), "failover: Reset: the Local store, a failover_test.takeOnly, cannot forget a key (unsupported operation): it does not implement ratelimit.ResetStore")
 
 	// Outside Local mode the Local store is unused, and not reset.
 	s, _, _ = newResettable(t, failover.Open, takeOnly{memoryStore(t, nil)})
