@@ -19,16 +19,17 @@ import (
 )
 
 const (
-	callTimeout = 50 * time.Millisecond
+	callTimeout = 150 * time.Millisecond
 	// slack covers scheduling on a loaded 2-core machine and the race
 	// detector: no call may take longer than its deadline plus this.
-	slack = 400 * time.Millisecond
+	slack = time.Second
 )
 
 // TestFaults kills, pauses and restarts a real Redis under load, for each
 // failure mode: no call waits past its deadline, each mode answers as
-// specified while Redis is down, and the limiter is healthy again within a
-// second of Redis answering. With leases, the same holds, but for the
+// specified while Redis is down, and the limiter is healthy again within
+// two seconds of Redis answering (a probe every 100 ms; the rest is room
+// for a loaded machine). With leases, the same holds, but for the
 // tokens of a lease taken before the failure, which are spent until the
 // lease ends.
 func TestFaults(t *testing.T) {
@@ -93,7 +94,7 @@ func testFaults(t *testing.T, mode failover.Mode, lease time.Duration) {
 	// it took.
 	recovered := func() time.Duration {
 		start := time.Now()
-		for time.Since(start) < 3*time.Second {
+		for time.Since(start) < 5*time.Second {
 			res, err := lim.Take(context.Background(), "k", 1)
 			if err == nil && !res.Degraded {
 				return time.Since(start)
@@ -112,7 +113,7 @@ func testFaults(t *testing.T, mode failover.Mode, lease time.Duration) {
 	assert.False(t, fo.Healthy())
 	srv.Restart()
 	downAt = time.Time{}
-	assert.Less(t, recovered(), time.Second, "recovery after a restart")
+	assert.Less(t, recovered(), 2*time.Second, "recovery after a restart")
 
 	downAt = time.Now()
 	srv.Pause()
@@ -120,7 +121,7 @@ func testFaults(t *testing.T, mode failover.Mode, lease time.Duration) {
 	assert.False(t, fo.Healthy())
 	srv.Resume()
 	downAt = time.Time{}
-	assert.Less(t, recovered(), time.Second, "recovery after a pause")
+	assert.Less(t, recovered(), 2*time.Second, "recovery after a pause")
 }
 
 // TestFaultWithoutFailover: a bare store reports the failure as an error

@@ -28,11 +28,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // and the tests share two loaded cores.
 func newStore(t *testing.T, c redis.Scripter, opts *redisstore.Options) *redisstore.Store {
 	t.Helper()
-	if opts != nil && opts.Timeout == 0 {
-		o := *opts
-		o.Timeout = 2 * time.Second
-		opts = &o
+	var o redisstore.Options
+	if opts != nil {
+		o = *opts
 	}
+	if o.Timeout == 0 {
+		o.Timeout = 2 * time.Second
+	}
+	opts = &o
 	s, err := redisstore.New(c, opts)
 	require.NoError(t, err)
 	return s
@@ -60,19 +63,24 @@ func TestConformanceCluster(t *testing.T) {
 
 var policy = &ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(10)}
 
+// slow is policy at a token every 10 s, for the tests on the Redis server's
+// clock: it runs on while they do, and on a loaded machine a test can take
+// far longer than policy's 200 ms a token.
+var slow = &ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(6).WithBurst(10)}
+
 // TestServerClock decides on the Redis server's own time.
 func TestServerClock(t *testing.T) {
 	s := newStore(t, redistest.Start(t).Client(), nil)
 	ctx := context.Background()
 	for i := range 10 {
-		res, err := s.Take(ctx, policy, "k", 1)
+		res, err := s.Take(ctx, slow, "k", 1)
 		require.NoError(t, err)
 		require.True(t, res.Allowed, "request %d", i+1)
 	}
-	res, err := s.Take(ctx, policy, "k", 1)
+	res, err := s.Take(ctx, slow, "k", 1)
 	require.NoError(t, err)
 	assert.False(t, res.Allowed)
-	assert.InDelta(t, float64(200*time.Millisecond), float64(res.RetryAfter), float64(100*time.Millisecond))
+	assert.InDelta(t, float64(10*time.Second), float64(res.RetryAfter), float64(time.Second))
 }
 
 // TestLongKeys: a 100 kB key (from a custom key function that forgot to
@@ -84,14 +92,14 @@ func TestLongKeys(t *testing.T) {
 	ctx := context.Background()
 	long, other := strings.Repeat("s3cr3t", 100_000/6), strings.Repeat("s3cr3t", 100_000/6)+"!"
 	for range 10 {
-		res, err := s.Take(ctx, policy, long, 1)
+		res, err := s.Take(ctx, slow, long, 1)
 		require.NoError(t, err)
 		require.True(t, res.Allowed)
 	}
-	res, err := s.Take(ctx, policy, long, 1)
+	res, err := s.Take(ctx, slow, long, 1)
 	require.NoError(t, err)
 	assert.False(t, res.Allowed, "the long key's burst is spent")
-	res, err = s.Take(ctx, policy, other, 1)
+	res, err = s.Take(ctx, slow, other, 1)
 	require.NoError(t, err)
 	assert.True(t, res.Allowed, "a different long key has its own bucket")
 	_, ok, err := s.Acquire(ctx, long, 1, time.Minute)
@@ -115,10 +123,10 @@ func TestKeysExpire(t *testing.T) {
 	client := srv.Client()
 	s := newStore(t, client, &redisstore.Options{Prefix: "ttl:"})
 	ctx := context.Background()
-	shape := *policy
+	shape := *slow
 	shape.Name, shape.Algorithm = "queue", ratelimit.LeakyShape
 	for i := range 50 {
-		_, err := s.Take(ctx, policy, fmt.Sprint("client-", i), int64(1+i%10))
+		_, err := s.Take(ctx, slow, fmt.Sprint("client-", i), int64(1+i%10))
 		require.NoError(t, err)
 		_, err = s.Take(ctx, &shape, fmt.Sprint("client-", i), 1)
 		require.NoError(t, err)
@@ -131,14 +139,14 @@ func TestKeysExpire(t *testing.T) {
 		ttl, err := client.PTTL(ctx, k).Result()
 		require.NoError(t, err)
 		assert.Positive(t, ttl, "key %s has a TTL", k)
-		assert.LessOrEqual(t, ttl, 2*time.Second, "key %s lives at most until its bucket is full", k)
+		assert.LessOrEqual(t, ttl, 100*time.Second, "key %s lives at most until its bucket is full", k)
 	}
-	// A cost of 1 out of 10 is earned back in 200 ms: the TTL says so.
-	_, err = s.Take(ctx, policy, "one", 1)
+	// A cost of 1 out of 10 is earned back in 10 s: the TTL says so.
+	_, err = s.Take(ctx, slow, "one", 1)
 	require.NoError(t, err)
 	ttl, err := client.PTTL(ctx, "ttl:api:one").Result()
 	require.NoError(t, err)
-	assert.InDelta(t, float64(200*time.Millisecond), float64(ttl), float64(50*time.Millisecond))
+	assert.InDelta(t, float64(10*time.Second), float64(ttl), float64(time.Second))
 }
 
 // TestKeysOnClockOutliveTheirState: Redis expires keys on its own clock, so
@@ -154,13 +162,16 @@ func TestKeysOnClockOutliveTheirState(t *testing.T) {
 	require.NoError(t, err)
 	ttl, err := client.PTTL(ctx, "ttl:api:one").Result()
 	require.NoError(t, err)
-	assert.InDelta(t, float64(10*time.Second+200*time.Millisecond), float64(ttl), float64(50*time.Millisecond))
+	// (PTTL only falls as real time runs; without the 10 s it would be 200 ms.)
+	assert.LessOrEqual(t, ttl, 10*time.Second+200*time.Millisecond)
+	assert.Greater(t, ttl, 9*time.Second)
 	_, ok, err := s.Acquire(ctx, "one", 1, time.Second)
 	require.NoError(t, err)
 	require.True(t, ok)
 	ttl, err = client.PTTL(ctx, "ttl::inflight:one").Result()
 	require.NoError(t, err)
-	assert.InDelta(t, float64(11*time.Second), float64(ttl), float64(50*time.Millisecond))
+	assert.LessOrEqual(t, ttl, 11*time.Second)
+	assert.Greater(t, ttl, 10*time.Second)
 }
 
 // TestInstancesShareOneQuota: four stores with clients of their own, 8
@@ -199,10 +210,10 @@ func TestClusterManyKeys(t *testing.T) {
 	s := newStore(t, client, &redisstore.Options{Timeout: 5 * time.Second}) // the first calls discover the slots and dial
 	ctx := context.Background()
 	for i := range 300 {
-		res, err := s.Take(ctx, policy, fmt.Sprint("user-", i), 10)
+		res, err := s.Take(ctx, slow, fmt.Sprint("user-", i), 10)
 		require.NoError(t, err)
 		require.True(t, res.Allowed)
-		res, err = s.Take(ctx, policy, fmt.Sprint("user-", i), 1)
+		res, err = s.Take(ctx, slow, fmt.Sprint("user-", i), 1)
 		require.NoError(t, err)
 		require.False(t, res.Allowed, "user-%d drained", i)
 	}
@@ -217,19 +228,19 @@ func TestClusterManyKeys(t *testing.T) {
 	daily := &ratelimit.Policy{Name: "daily", Limit: ratelimit.PerDay(3)}
 	results := make([]ratelimit.Result, 2)
 	for i := range 3 {
-		err := s.TakeAll(ctx, []ratelimit.Request{{Policy: policy, Key: "{tenant-1}", Cost: 1}, {Policy: daily, Key: "{tenant-1}", Cost: 1}}, results)
+		err := s.TakeAll(ctx, []ratelimit.Request{{Policy: slow, Key: "{tenant-1}", Cost: 1}, {Policy: daily, Key: "{tenant-1}", Cost: 1}}, results)
 		require.NoError(t, err)
 		assert.True(t, results[0].Allowed && results[1].Allowed, "request %d", i+1)
 	}
-	err := s.TakeAll(ctx, []ratelimit.Request{{Policy: policy, Key: "{tenant-1}", Cost: 1}, {Policy: daily, Key: "{tenant-1}", Cost: 1}}, results)
+	err := s.TakeAll(ctx, []ratelimit.Request{{Policy: slow, Key: "{tenant-1}", Cost: 1}, {Policy: daily, Key: "{tenant-1}", Cost: 1}}, results)
 	require.NoError(t, err)
 	assert.False(t, results[1].Allowed, "the daily quota is spent")
-	res, err := s.Take(ctx, policy, "{tenant-1}", 0)
+	res, err := s.Take(ctx, slow, "{tenant-1}", 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(7), res.Remaining, "the refused batch spent nothing from the other policy")
 
 	global := &ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(100), Global: true}
-	err = s.TakeAll(ctx, []ratelimit.Request{{Policy: policy, Key: "user-1", Cost: 1}, {Policy: global, Key: "*", Cost: 1}}, results)
+	err = s.TakeAll(ctx, []ratelimit.Request{{Policy: slow, Key: "user-1", Cost: 1}, {Policy: global, Key: "*", Cost: 1}}, results)
 	assert.ErrorIs(t, err, ratelimit.ErrNotAtomic)
 }
 
@@ -238,9 +249,9 @@ func TestPrefix(t *testing.T) {
 	a := newStore(t, client, &redisstore.Options{Prefix: "app-a:"})
 	b := newStore(t, client, &redisstore.Options{Prefix: "app-b:"})
 	ctx := context.Background()
-	_, err := a.Take(ctx, policy, "k", 10)
+	_, err := a.Take(ctx, slow, "k", 10)
 	require.NoError(t, err)
-	res, err := b.Take(ctx, policy, "k", 1)
+	res, err := b.Take(ctx, slow, "k", 1)
 	require.NoError(t, err)
 	assert.Equal(t, int64(9), res.Remaining, "another prefix is another bucket")
 	n, err := client.Exists(ctx, "app-a:api:k", "app-b:api:k").Result()

@@ -27,7 +27,7 @@ func TestSlotsShared(t *testing.T) {
 	var running, peak atomic.Int64
 	gate := make(chan struct{})
 	instance := func() http.Handler {
-		slots := newStore(t, srv.Client(), &redisstore.Options{Timeout: time.Second})
+		slots := newStore(t, srv.Client(), &redisstore.Options{Timeout: 5 * time.Second})
 		mem, err := memorystore.New(nil)
 		require.NoError(t, err)
 		lim, err := ratelimit.New(mem, ratelimit.Policy{Limit: ratelimit.PerSecond(1000).WithBurst(1000)})
