@@ -160,7 +160,7 @@ func newStore(cfg config, m *metrics.Metrics) (ratelimit.Store, func(), error) {
 	cleanup := func() {
 		client.Close()
 	}
-	shared, err := redisstore.New(client, &redisstore.Options{Prefix: "geocoding:", Clock: cfg.clock, NoRefusalCache: !cfg.refusalCache, Lease: cfg.lease})
+	shared, err := redisstore.New(client, &redisstore.Options{Prefix: "geocoding:", Timeout: redisTimeout, Clock: cfg.clock, NoRefusalCache: !cfg.refusalCache, Lease: cfg.lease})
 	if err != nil {
 		cleanup()
 		return nil, nil, err
@@ -187,14 +187,20 @@ func redisOptions(url string) (*redis.Options, error) {
 		return nil, fmt.Errorf("-redis-url: %w", err)
 	}
 	opts.ContextTimeoutEnabled = true
-	opts.DialTimeout = 250 * time.Millisecond
+	opts.DialTimeout = redisClientTimeout
 	opts.DialerRetries = 1
-	opts.ReadTimeout = 250 * time.Millisecond
-	opts.WriteTimeout = 250 * time.Millisecond
-	opts.PoolTimeout = 250 * time.Millisecond
+	opts.ReadTimeout = redisClientTimeout
+	opts.WriteTimeout = redisClientTimeout
+	opts.PoolTimeout = redisClientTimeout
 	opts.MaxRetries = -1
 	return opts, nil
 }
+
+// redisTimeout is the deadline of each call of the Redis store, and
+// redisClientTimeout the client's dial, read, write and pool timeouts, a
+// little longer. The tests raise both, since a loaded test machine may
+// answer slower than a production Redis must.
+var redisTimeout, redisClientTimeout = 100 * time.Millisecond, 250 * time.Millisecond
 
 // pingTimeout bounds the start-up check of Redis.
 const pingTimeout = time.Second

@@ -17,7 +17,7 @@ import (
 // TestMetricsEndToEnd scrapes /metrics from a real demo server after a
 // known sequence of requests and finds the exact counts.
 func TestMetricsEndToEnd(t *testing.T) {
-	base := startServer(t, "-rate", "1", "-burst", "3", "-dry-run=false")
+	base := startServer(t, "-rate", "0.01", "-burst", "3", "-dry-run=false")
 	get := func(path, key string) int {
 		req, err := http.NewRequest("GET", base+path, nil)
 		require.NoError(t, err)

@@ -111,8 +111,9 @@ func TestStartupRedisUnreachable(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-	// The store's deadline is 100 ms; a refused connection fails before.
-	assert.Less(t, elapsed, 80*time.Millisecond, "the first 503 took %v", elapsed)
+	// The store's deadline is 2 s here (TestMain); a refused connection
+	// fails long before.
+	assert.Less(t, elapsed, time.Second, "the first 503 took %v", elapsed)
 	t.Logf("time to the first 503: %v", elapsed)
 }
 
