@@ -163,7 +163,7 @@ func TestShapingDefaultAnswerWhenAbandoned(t *testing.T) {
 func TestShapingOverRealServer(t *testing.T) {
 	var handled atomic.Int64
 	abandoned := make(chan error, 1)
-	srv := httptest.NewServer(shapingHandler(t, ratelimit.PerSecond(1).WithBurst(10),
+	srv := httptest.NewServer(shapingHandler(t, ratelimit.PerMinute(1).WithBurst(10),
 		func(w http.ResponseWriter, r *http.Request) { handled.Add(1) },
 		&ratelimit.Options{OnError: func(w http.ResponseWriter, r *http.Request, err error) { abandoned <- err }}))
 	defer srv.Close()
@@ -175,11 +175,11 @@ func TestShapingOverRealServer(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, int64(1), handled.Load())
 
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
 	require.NoError(t, err)
-	_, err = client.Do(req) // queued for 1 s; the client leaves after 100 ms
+	_, err = client.Do(req) // queued for a minute; the client leaves after 1 s
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -113,6 +114,7 @@ func testConcurrentDecisions(t *testing.T) {
 		}
 
 		stop := make(chan struct{})
+		floodStart := floodKey.Load()
 		var flooders sync.WaitGroup
 		for range 2 {
 			flooders.Go(func() {
@@ -158,6 +160,11 @@ func testConcurrentDecisions(t *testing.T) {
 			})
 		}
 		workersDone.Wait()
+		// Enough flood keys for a rebuild every round, even when the
+		// flooders got little CPU beside the workers on a loaded machine.
+		for floodKey.Load() < floodStart+256 && !t.Failed() {
+			runtime.Gosched()
+		}
 		close(stop)
 		flooders.Wait()
 		if t.Failed() {
