@@ -63,9 +63,9 @@ type IPOptions struct {
 	// trusted range that covers much of the internet, such as 0.0.0.0/0;
 	// and "forwarded-without-trusted-proxy", logged once by the KeyFunc when
 	// requests carry X-Forwarded-For or Forwarded while no proxy is trusted
-	// (it looks at one request in 16), which usually means that every client is keyed by the
-	// proxy's address. The default, nil, is slog.Default() at the time of
-	// the warning.
+	// (it looks at one request in 16), which usually means that every
+	// client is keyed by the proxy's address. The default, nil, is
+	// slog.Default() at the time of the warning.
 	Logger *slog.Logger
 
 	// Quiet lists the kinds of warning (see Logger) not to log. The
