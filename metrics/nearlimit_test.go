@@ -4,7 +4,6 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/tokenfair/ratelimit/failover"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/metrics"
-	"github.com/tokenfair/ratelimit/nethttp"
 	"github.com/tokenfair/ratelimit/storetest"
 )
 
@@ -150,29 +148,18 @@ func TestNearLimitNotWhenDegraded(t *testing.T) {
 // TestSetNearLimitRejects: a fraction outside (0, 1] is an error that
 // names it, and the fraction in force stays.
 func TestSetNearLimitRejects(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m, err := metrics.New(reg)
-	require.NoError(t, err)
-	require.NoError(t, m.SetNearLimit(0.5))
+	r := newRig(t, nil, ratelimit.Policy{Limit: ratelimit.PerMinute(10)})
+	require.NoError(t, r.m.SetNearLimit(0.5))
 	for _, tc := range []struct {
 		fraction float64
 		text     string
 	}{{0, "0"}, {-0.2, "-0.2"}, {1.5, "1.5"}, {math.NaN(), "NaN"}, {math.Inf(1), "+Inf"}} {
-		err := m.SetNearLimit(tc.fraction)
+		err := r.m.SetNearLimit(tc.fraction)
 		require.Error(t, err, "SetNearLimit(%s)", tc.text)
 		assert.Equal(t, "metrics: SetNearLimit("+tc.text+"): the fraction of the burst must be in (0, 1]", err.Error())
 	}
-	store, err := memorystore.New(&memorystore.Options{Clock: new(storetest.Clock).Now})
-	require.NoError(t, err)
-	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(10)})
-	require.NoError(t, err)
-	mw, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{Observe: m.Observe})
-	require.NoError(t, err)
-	h := nethttp.Middleware(mw)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	for range 10 {
-		req := httptest.NewRequest("GET", "/", nil)
-		req.Header.Set("X-Client", "a")
-		h.ServeHTTP(httptest.NewRecorder(), req)
+		r.get("a")
 	}
-	assert.Equal(t, 5, nearCount(t, reg, "default"), "still 0.5: 4 to 0 tokens left")
+	assert.Equal(t, 5, nearCount(t, r.reg, "default"), "still 0.5: 4 to 0 tokens left")
 }
