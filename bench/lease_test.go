@@ -1,13 +1,10 @@
 package bench
 
 import (
-	"context"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/tokenfair/ratelimit/redisstore"
 	"github.com/tokenfair/ratelimit/redisstore/redistest"
@@ -37,13 +34,6 @@ func BenchmarkRedisLease(b *testing.B) {
 	for _, traffic := range []string{"hot", "cold"} {
 		for _, peer := range leasePeers {
 			b.Run(traffic+"/"+peer.name, func(b *testing.B) {
-				c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 64})
-				defer c.Close()
-				trips := new(roundTrips)
-				c.AddHook(trips)
-				take := peer.new(b, c, redisLimit)
-				ctx := context.Background()
-				take(ctx, "warm-up") // loads the script
 				prefix := "lease-" + strconv.FormatInt(leaseRuns.Add(1), 10) + ":"
 				hot := make([]string, 8)
 				for i := range hot {
@@ -53,25 +43,7 @@ func BenchmarkRedisLease(b *testing.B) {
 				if traffic == "cold" {
 					key = func(n int64) string { return prefix + strconv.FormatInt(n, 10) }
 				}
-				before := redistest.Commands(b, c)
-				trips.n.Store(0)
-				var n, allowed atomic.Int64
-				b.ReportAllocs()
-				b.ResetTimer()
-				b.SetParallelism(8)
-				b.RunParallel(func(pb *testing.PB) {
-					for pb.Next() {
-						if take(ctx, key(n.Add(1))) {
-							allowed.Add(1)
-						}
-					}
-				})
-				b.StopTimer()
-				if allowed.Load() != int64(b.N) {
-					b.Fatalf("%s allowed %d of %d", peer.name, allowed.Load(), b.N)
-				}
-				b.ReportMetric(float64(trips.n.Load())/float64(b.N), "round-trips/op")
-				b.ReportMetric(float64(redistest.Commands(b, c)-before)/float64(b.N), "redis-commands/op")
+				runRedis(b, srv, peer, true, key)
 			})
 		}
 	}

@@ -125,47 +125,56 @@ func tokenfairRedis(opts redisstore.Options) func(testing.TB, *redis.Client, lim
 // internals included).
 func BenchmarkRedis(b *testing.B) {
 	srv := redistest.Start(b)
+	key := func(n int64) string { return "key-" + strconv.FormatInt(n%1000, 10) }
 	for _, mode := range []string{"serial", "parallel"} {
 		for _, peer := range redisPeers {
 			b.Run(mode+"/"+peer.name, func(b *testing.B) {
-				c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 64})
-				defer c.Close()
-				trips := new(roundTrips)
-				c.AddHook(trips)
-				take := peer.new(b, c, redisLimit)
-				ctx := context.Background()
-				take(ctx, "warm-up") // loads the script
-				before := redistest.Commands(b, c)
-				trips.n.Store(0)
-				var allowed atomic.Int64
-				b.ReportAllocs()
-				b.ResetTimer()
-				if mode == "serial" {
-					for i := 0; i < b.N; i++ {
-						if take(ctx, "key-"+strconv.Itoa(i%1000)) {
-							allowed.Add(1)
-						}
-					}
-				} else {
-					b.SetParallelism(8)
-					var n atomic.Int64
-					b.RunParallel(func(pb *testing.PB) {
-						for pb.Next() {
-							if take(ctx, "key-"+strconv.Itoa(int(n.Add(1)%1000))) {
-								allowed.Add(1)
-							}
-						}
-					})
-				}
-				b.StopTimer()
-				if allowed.Load() != int64(b.N) {
-					b.Fatalf("%s allowed %d of %d", peer.name, allowed.Load(), b.N)
-				}
-				b.ReportMetric(float64(trips.n.Load())/float64(b.N), "round-trips/op")
-				b.ReportMetric(float64(redistest.Commands(b, c)-before-1)/float64(b.N), "redis-commands/op")
+				runRedis(b, srv, peer, mode == "parallel", key)
 			})
 		}
 	}
+}
+
+// runRedis measures peer's decisions on a client of its own to srv, on
+// the keys key(1), key(2) and so on, serially or from 8×GOMAXPROCS
+// goroutines (parallel), after a warm-up call that loads any script. Every
+// decision must be allowed. It reports the client's round trips and the
+// commands Redis executed per decision.
+func runRedis(b *testing.B, srv *redistest.Server, peer redisPeer, parallel bool, key func(n int64) string) {
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 64})
+	defer c.Close()
+	trips := new(roundTrips)
+	c.AddHook(trips)
+	take := peer.new(b, c, redisLimit)
+	ctx := context.Background()
+	take(ctx, "warm-up") // loads the script
+	before := redistest.Commands(b, c)
+	trips.n.Store(0)
+	var n, allowed atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	if parallel {
+		b.SetParallelism(8)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if take(ctx, key(n.Add(1))) {
+					allowed.Add(1)
+				}
+			}
+		})
+	} else {
+		for range b.N {
+			if take(ctx, key(n.Add(1))) {
+				allowed.Add(1)
+			}
+		}
+	}
+	b.StopTimer()
+	if allowed.Load() != int64(b.N) {
+		b.Fatalf("%s allowed %d of %d", peer.name, allowed.Load(), b.N)
+	}
+	b.ReportMetric(float64(trips.n.Load())/float64(b.N), "round-trips/op")
+	b.ReportMetric(float64(redistest.Commands(b, c)-before)/float64(b.N), "redis-commands/op")
 }
 
 // roundTrips counts the client's round trips to Redis: each command or
