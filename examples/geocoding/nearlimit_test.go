@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bufio"
-	"io"
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // TestNearLimitEndToEnd scrapes /metrics from a real demo server and finds
@@ -18,16 +14,7 @@ import (
 // refill during the test.
 func TestNearLimitEndToEnd(t *testing.T) {
 	base := startServer(t, "-rate", "0.01", "-burst", "10", "-global-rate", "0.01", "-global-burst", "20")
-	get := func(key string) int {
-		req, err := http.NewRequest("GET", base+"/geocode?q=paris", nil)
-		require.NoError(t, err)
-		req.Header.Set("X-API-Key", key)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	get := func(key string) int { return getStatus(t, base+"/geocode?q=paris", key) }
 	statuses := func(key string, n int) []int {
 		var got []int
 		for range n {
@@ -42,21 +29,9 @@ func TestNearLimitEndToEnd(t *testing.T) {
 	// carol: 9 and 8 left; global 1 and 0 (both near), then refused.
 	assert.Equal(t, []int{200, 200, 429}, statuses("carol", 3))
 
-	resp, err := http.Get(base + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	got := map[string]string{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if line := sc.Text(); strings.HasPrefix(line, "ratelimit_near_limit_total{") {
-			name, value, _ := strings.Cut(line, " ")
-			got[name] = value
-		}
-	}
-	require.NoError(t, sc.Err())
 	assert.Equal(t, map[string]string{
 		`ratelimit_near_limit_total{policy="default"}`: "2",
 		`ratelimit_near_limit_total{policy="global"}`:  "4",
-	}, got)
+	}, scrape(t, base, "ratelimit_near_limit_total{"))
 	http.DefaultClient.CloseIdleConnections()
 }

@@ -18,18 +18,7 @@ import (
 // known sequence of requests and finds the exact counts.
 func TestMetricsEndToEnd(t *testing.T) {
 	base := startServer(t, "-rate", "0.01", "-burst", "3", "-dry-run=false")
-	get := func(path, key string) int {
-		req, err := http.NewRequest("GET", base+path, nil)
-		require.NoError(t, err)
-		if key != "" {
-			req.Header.Set("X-API-Key", key)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	get := func(path, key string) int { return getStatus(t, base+path, key) }
 	for range 5 {
 		get("/geocode?q=paris", "alice") // 3 allowed, 2 limited
 	}
@@ -40,23 +29,11 @@ func TestMetricsEndToEnd(t *testing.T) {
 		assert.Equal(t, 200, get("/metrics", ""), "never limited")
 	}
 
-	resp, err := http.Get(base + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	assert.Contains(t, resp.Header.Get("Content-Type"), "text/plain")
-	got := map[string]string{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if line := sc.Text(); strings.HasPrefix(line, "ratelimit_decisions_total{") {
-			name, value, _ := strings.Cut(line, " ")
-			got[name] = value
-		}
-	}
 	assert.Equal(t, map[string]string{
 		`ratelimit_decisions_total{outcome="allowed",policy="default"}`: "4",
 		`ratelimit_decisions_total{outcome="limited",policy="default"}`: "2",
 		`ratelimit_decisions_total{outcome="invalid",policy="default"}`: "1",
-	}, got)
+	}, scrape(t, base, "ratelimit_decisions_total{"))
 	http.DefaultClient.CloseIdleConnections()
 }
 
@@ -66,6 +43,42 @@ func startServer(t *testing.T, args ...string) string {
 	t.Helper()
 	base, _ := startServerLog(t, args...)
 	return base
+}
+
+// getStatus sends GET url, with key as the API key unless it is empty, and
+// returns the status.
+func getStatus(t *testing.T, url, key string) int {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	require.NoError(t, err)
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// scrape reads base's /metrics, in the text format, and returns the value
+// of each series whose line starts with prefix, by its name and labels.
+func scrape(t *testing.T, base, prefix string) map[string]string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Contains(t, resp.Header.Get("Content-Type"), "text/plain")
+	got := map[string]string{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, prefix) {
+			name, value, _ := strings.Cut(line, " ")
+			got[name] = value
+		}
+	}
+	require.NoError(t, sc.Err())
+	return got
 }
 
 // startServerLog is startServer that also returns the server's log.
