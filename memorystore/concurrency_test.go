@@ -41,11 +41,18 @@ import (
 // breaks the state or the admitted count: built with -tags lostupdate, the
 // store's compare-and-swap is a plain store, and this test must fail.
 func TestConcurrentDecisionsAreExact(t *testing.T) {
-	t.Run("as-is", testConcurrentDecisions)
+	asIsAndLockFree(t, testConcurrentDecisions)
+}
+
+// asIsAndLockFree runs test on the store as it is, then with the lock
+// after a race turned off (contended = 0), so that decisions race by
+// compare-and-swap alone.
+func asIsAndLockFree(t *testing.T, test func(*testing.T)) {
+	t.Run("as-is", test)
 	t.Run("lock-free", func(t *testing.T) {
 		defer func(d int64) { contended = d }(contended)
 		contended = 0
-		testConcurrentDecisions(t)
+		test(t)
 	})
 }
 

@@ -53,12 +53,7 @@ func TestResetKillsTheSlot(t *testing.T) {
 // another key's state. It runs as the store is and with the contended
 // lock off, so that decisions race by compare-and-swap alone.
 func TestResetUnderConcurrentTraffic(t *testing.T) {
-	t.Run("as-is", testResetUnderConcurrentTraffic)
-	t.Run("lock-free", func(t *testing.T) {
-		defer func(d int64) { contended = d }(contended)
-		contended = 0
-		testResetUnderConcurrentTraffic(t)
-	})
+	asIsAndLockFree(t, testResetUnderConcurrentTraffic)
 }
 
 func testResetUnderConcurrentTraffic(t *testing.T) {
