@@ -17,8 +17,9 @@
 // instead), "store_error" (no decision: the store failed), and "invalid"
 // (no decision: no key, a bad cost). A request that
 // ratelimit.Options.MaxInFlight refused is counted once, as "limited" by
-// the policy "inflight". Labels never carry a client's key, so the number
-// of series stays small.
+// the policy "inflight", and one that a penalty box's ban refused once, as
+// "banned" by the punished policy (the other policies were not asked).
+// Labels never carry a client's key, so the number of series stays small.
 //
 // ratelimit_near_limit_total shows pressure before refusals: a decision is
 // counted for each policy whose outcome is "allowed" and which left fewer
@@ -122,7 +123,8 @@ const inFlightPolicy = "inflight"
 
 // Observe is a ratelimit.Options.Observe function: it counts the decision once for
 // each of the policies of ev.Limiter, or, for a request refused for want
-// of an in-flight slot, once for the policy "inflight"; and, for an allowed
+// of an in-flight slot, once for the policy "inflight", and for a request
+// refused by a ban, once for the punished policy; and, for an allowed
 // request, once for each policy near its limit (see SetNearLimit).
 func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 	var policies []ratelimit.Policy
@@ -141,9 +143,16 @@ func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 	}
 	m.duration.Observe(ev.Elapsed.Seconds())
 	res := ev.Result
-	if !res.Allowed && res.Policy != nil && res.Policy.Name == inFlightPolicy {
-		m.decisions.WithLabelValues(inFlightPolicy, Limited).Inc()
-		return
+	if !res.Allowed && res.Policy != nil {
+		switch name := res.Policy.Name; {
+		case name == inFlightPolicy:
+			m.decisions.WithLabelValues(inFlightPolicy, Limited).Inc()
+			return
+		case slices.ContainsFunc(res.Violated(), func(v string) bool { return isBan(v, name) }):
+			// A ban answers before the other policies are asked.
+			m.decisions.WithLabelValues(name, Banned).Inc()
+			return
+		}
 	}
 	if res.Delay > 0 {
 		m.delay.Observe(res.Delay.Seconds())

@@ -319,3 +319,20 @@ func TestBansCounted(t *testing.T) {
 	assert.Equal(t, 1, r.count("login", metrics.Limited))
 	assert.Equal(t, 3, r.count("login", metrics.Banned))
 }
+
+// A ban refuses before the other policies are asked, so they count
+// nothing for the requests it refuses.
+func TestBanCountsOnlyItsPolicy(t *testing.T) {
+	login := ratelimit.Policy{Name: "login", Limit: ratelimit.PerHour(1),
+		Penalty: ratelimit.Penalty{After: 2, Within: time.Minute, For: time.Hour}}
+	api := ratelimit.Policy{Name: "api", Limit: ratelimit.PerHour(100)}
+	r := newRig(t, nil, login, api)
+	for range 6 {
+		r.get("a") // allowed, limited, then banned four times
+	}
+	assert.Equal(t, 1, r.count("login", metrics.Allowed))
+	assert.Equal(t, 1, r.count("login", metrics.Limited))
+	assert.Equal(t, 4, r.count("login", metrics.Banned))
+	assert.Equal(t, 2, r.count("api", metrics.Allowed), "api counted for the requests it decided only")
+	assert.Equal(t, 4, testutil.CollectAndCount(r.reg, "ratelimit_decisions_total"), "no other series")
+}
