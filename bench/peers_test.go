@@ -76,14 +76,16 @@ func tokenfairLimiter(tb testing.TB, l limit) *ratelimit.Limiter {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	lim, err := ratelimit.New(s, ratelimit.Policy{
-		Name:  "bench",
-		Limit: ratelimit.Per(int64(l.n), l.per).WithBurst(int64(l.n)),
-	})
+	lim, err := ratelimit.New(s, tokenfairPolicy(l))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return lim
+}
+
+// tokenfairPolicy is l as our policy.
+func tokenfairPolicy(l limit) ratelimit.Policy {
+	return ratelimit.Policy{Name: "bench", Limit: ratelimit.Per(int64(l.n), l.per).WithBurst(int64(l.n))}
 }
 
 func newTokenfair(tb testing.TB, l limit) func(string) bool {
