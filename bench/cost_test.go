@@ -6,9 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/memorystore"
 )
 
 // BenchmarkOneKeyCost takes Decision/one-key/tokenfair apart, a step at a
@@ -23,21 +20,25 @@ import (
 //   - store: the memory store's Take, called directly;
 //   - limiter: Limiter.Take, the decision BenchmarkDecision measures.
 func BenchmarkOneKeyCost(b *testing.B) {
-	store, err := memorystore.New(&memorystore.Options{MaxKeys: maxKeys})
-	if err != nil {
-		b.Fatal(err)
-	}
-	lim, err := ratelimit.New(store, tokenfairPolicy(allowAll))
-	if err != nil {
-		b.Fatal(err)
-	}
+	lim, store := tokenfairLimiter(b, allowAll)
 	p := &lim.Policies()[0]
-	var slots [1024]struct {
+	type slot struct {
 		fp    atomic.Uint64
 		state atomic.Int64
 	}
+	var slots [1024]slot
 	seed := maphash.MakeSeed()
 	start := time.Now()
+	// find returns the slot of key and the time: the same first steps for
+	// bare and decide.
+	find := func(key string) (*slot, int64) {
+		fp := maphash.String(seed, key)
+		s := &slots[fp%uint64(len(slots))]
+		if s.fp.Load() != fp {
+			s.fp.Store(fp)
+		}
+		return s, int64(time.Since(start))
+	}
 	interval, tau := int64(allowAll.per)/int64(allowAll.n), int64(allowAll.per)
 	ctx := context.Background()
 	steps := []struct {
@@ -46,12 +47,7 @@ func BenchmarkOneKeyCost(b *testing.B) {
 	}{
 		{clock, func(string) bool { return time.Since(start) >= 0 }},
 		{"bare", func(key string) bool {
-			fp := maphash.String(seed, key)
-			s := &slots[fp%uint64(len(slots))]
-			if s.fp.Load() != fp {
-				s.fp.Store(fp)
-			}
-			now := int64(time.Since(start))
+			s, now := find(key)
 			for {
 				old := s.state.Load()
 				next := max(old, now) + interval
@@ -64,12 +60,7 @@ func BenchmarkOneKeyCost(b *testing.B) {
 			}
 		}},
 		{"decide", func(key string) bool {
-			fp := maphash.String(seed, key)
-			s := &slots[fp%uint64(len(slots))]
-			if s.fp.Load() != fp {
-				s.fp.Store(fp)
-			}
-			now := int64(time.Since(start))
+			s, now := find(key)
 			for {
 				old := s.state.Load()
 				res, next := p.Decide(old, now, 1)

@@ -113,7 +113,8 @@ var httpPeers = []httpPeer{
 }
 
 func tokenfairHTTP(tb testing.TB, l limit, key ratelimit.KeyFunc, next http.Handler) http.Handler {
-	mw, err := ratelimit.NewMiddleware(tokenfairLimiter(tb, l), key, nil)
+	lim, _ := tokenfairLimiter(tb, l)
+	mw, err := ratelimit.NewMiddleware(lim, key, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -127,7 +128,8 @@ func tokenfairMiddleware(tb testing.TB, l limit) *ratelimit.Middleware {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	mw, err := ratelimit.NewMiddleware(tokenfairLimiter(tb, l), byIP, nil)
+	lim, _ := tokenfairLimiter(tb, l)
+	mw, err := ratelimit.NewMiddleware(lim, byIP, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -70,26 +70,24 @@ var peers = []peer{
 }
 
 // tokenfairLimiter returns our Limiter over a memory store, through the
-// public API.
-func tokenfairLimiter(tb testing.TB, l limit) *ratelimit.Limiter {
+// public API, and the store.
+func tokenfairLimiter(tb testing.TB, l limit) (*ratelimit.Limiter, *memorystore.Store) {
 	s, err := memorystore.New(&memorystore.Options{MaxKeys: maxKeys})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	lim, err := ratelimit.New(s, tokenfairPolicy(l))
+	lim, err := ratelimit.New(s, ratelimit.Policy{
+		Name:  "bench",
+		Limit: ratelimit.Per(int64(l.n), l.per).WithBurst(int64(l.n)),
+	})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return lim
-}
-
-// tokenfairPolicy is l as our policy.
-func tokenfairPolicy(l limit) ratelimit.Policy {
-	return ratelimit.Policy{Name: "bench", Limit: ratelimit.Per(int64(l.n), l.per).WithBurst(int64(l.n))}
+	return lim, s
 }
 
 func newTokenfair(tb testing.TB, l limit) func(string) bool {
-	lim := tokenfairLimiter(tb, l)
+	lim, _ := tokenfairLimiter(tb, l)
 	ctx := context.Background()
 	return func(key string) bool {
 		res, err := lim.Take(ctx, key, 1)
