@@ -148,7 +148,7 @@ func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 		case name == inFlightPolicy:
 			m.decisions.WithLabelValues(inFlightPolicy, Limited).Inc()
 			return
-		case slices.ContainsFunc(res.Violated(), func(v string) bool { return isBan(v, name) }):
+		case outcome(name, res) == Banned:
 			// A ban answers before the other policies are asked.
 			m.decisions.WithLabelValues(name, Banned).Inc()
 			return
