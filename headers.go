@@ -139,9 +139,30 @@ func intField(n int64) []string {
 	return []string{strconv.FormatInt(n, 10)}
 }
 
-// quotaCache holds a policy's RateLimit values for the smallest remaining
-// counts r and waits t (0: no t), made the first time each is sent.
-type quotaCache [32][5]atomic.Pointer[[]string]
+// quotaCache holds a policy's RateLimit values for the remaining counts r
+// nearest 0 and nearest the burst, and the smallest waits t (0: no t),
+// made the first time each is sent. A client well within its limit sees
+// a nearly full bucket; one at its limit, a nearly empty one.
+type quotaCache struct {
+	burst  int64                              // the policy's burst, as a Structured Field Integer
+	values [2][32][5]atomic.Pointer[[]string] // [0][i]: r = i; [1][i]: r = burst - i
+}
+
+// slot returns where c keeps the value of r and t, or nil if it keeps none
+// (c may be nil).
+func (c *quotaCache) slot(r, t int64) *atomic.Pointer[[]string] {
+	if c == nil || t >= int64(len(c.values[0][0])) {
+		return nil
+	}
+	n := int64(len(c.values[0]))
+	if r < n {
+		return &c.values[0][r][t]
+	}
+	if d := c.burst - r; 0 <= d && d < n {
+		return &c.values[1][d][t]
+	}
+	return nil
+}
 
 // quotaField returns the RateLimit value `"name";r=R;t=T`, without t when
 // hasT is false, from c when it holds it (c may be nil).
@@ -149,9 +170,8 @@ func quotaField(c *quotaCache, name string, r, t int64, hasT bool) []string {
 	if !hasT {
 		t = 0 // t ≥ 1 when present
 	}
-	var slot *atomic.Pointer[[]string]
-	if c != nil && r < int64(len(c)) && t < int64(len(c[0])) {
-		slot = &c[r][t]
+	slot := c.slot(r, t)
+	if slot != nil {
 		if v := slot.Load(); v != nil {
 			return *v
 		}

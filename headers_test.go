@@ -282,10 +282,11 @@ func TestHeaderNamesAsTheDraftsSpellThem(t *testing.T) {
 		"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}, names)
 }
 
-// The RateLimit values that a policy made by New caches (small r and t) are
-// the ones it would make afresh, with and without t, and stay per policy.
+// The RateLimit values that a policy made by New caches (r near 0 and near
+// the burst, small t) are the ones it would make afresh, with and without
+// t, stay per policy, and are made once.
 func TestQuotaFieldCache(t *testing.T) {
-	lim, err := New(nopStore{}, Policy{Name: "a", Limit: PerSecond(5).WithBurst(50)}, Policy{Name: "b", Limit: PerSecond(5).WithBurst(50)})
+	lim, err := New(nopStore{}, Policy{Name: "a", Limit: PerSecond(5).WithBurst(100)}, Policy{Name: "b", Limit: PerSecond(5).WithBurst(100)})
 	require.NoError(t, err)
 	assert.Nil(t, lim.quotasOf(&Policy{Name: "a"}), "not one of the limiter's policies")
 	for round := range 2 { // the second round reads what the first one stored
@@ -293,7 +294,7 @@ func TestQuotaFieldCache(t *testing.T) {
 			p := &lim.Policies()[i]
 			c := lim.quotasOf(p)
 			require.NotNil(t, c, "the cache of %q", p.Name)
-			for r := int64(0); r <= 40; r++ {
+			for r := int64(0); r <= 101; r++ {
 				for tt := int64(0); tt <= 7; tt++ {
 					for _, hasT := range []bool{false, true} {
 						if hasT && tt == 0 {
@@ -306,6 +307,11 @@ func TestQuotaFieldCache(t *testing.T) {
 			}
 		}
 	}
+	c := lim.quotasOf(&lim.Policies()[0])
+	for _, r := range []int64{0, 31, 69, 99, 100} {
+		assert.Zero(t, testing.AllocsPerRun(10, func() { quotaField(c, "a", r, 1, true) }), "quotaField(r=%d of a burst of 100) allocates", r)
+	}
+	assert.NotZero(t, testing.AllocsPerRun(10, func() { quotaField(c, "a", 50, 1, true) }), "r=50 of a burst of 100 is not cached")
 }
 
 func TestWriteHeadersUnknownFormat(t *testing.T) {

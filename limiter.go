@@ -71,6 +71,9 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 	}
 	l.refused = &lists{violated: l.names[:1:1]}
 	l.quotas = make([]quotaCache, len(l.policies))
+	for i := range l.quotas {
+		l.quotas[i].burst = sfInteger(l.policies[i].Limit.burst)
+	}
 	l.fields = [2][]string{policyField(l.policies, false), policyField(l.policies, true)}
 	return l, nil
 }
