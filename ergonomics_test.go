@@ -63,6 +63,27 @@ func TestLoginGuard(t *testing.T) {
 	assert.Equal(t, 200, login(h, "bob", "right"), "another client is unaffected")
 }
 
+// A request whose handler panics under CountIf gets its cost back: its
+// status never came, so it cannot count.
+func TestCountIfPanicGivesBack(t *testing.T) {
+	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Name: "logins", Limit: ratelimit.PerMinute(5)})
+	require.NoError(t, err)
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{CountIf: func(int) bool { return true }})
+	require.NoError(t, err)
+	r := httptest.NewRequest("POST", "/login", nil)
+	r.Header.Set("X-Client", "alice")
+	for range 10 {
+		assert.PanicsWithValue(t, "boom", func() { m.Handle(httptest.NewRecorder(), r, func() int { panic("boom") }) })
+	}
+	res, err := lim.Take(context.Background(), "alice", 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(5), res.Remaining, "every panicking request gave its token back")
+	m.Handle(httptest.NewRecorder(), r, func() int { return 200 })
+	res, err = lim.Take(context.Background(), "alice", 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), res.Remaining, "a counted request keeps its token")
+}
+
 func TestLoginGuardConcurrent(t *testing.T) {
 	h, lim, failures := loginServer(t)
 	var wg sync.WaitGroup

@@ -104,9 +104,10 @@ var (
 	xKeys      = [...]fieldName{{"X-RateLimit-Limit", "X-Ratelimit-Limit"}, {"X-RateLimit-Remaining", "X-Ratelimit-Remaining"}, {"X-RateLimit-Reset", "X-Ratelimit-Reset"}}
 )
 
-// set replaces the field f, in whichever spelling it was set.
-func set(h http.Header, f fieldName, v []string) {
-	if len(h) > 0 {
+// set replaces the field f, in whichever spelling it was set; when fresh,
+// h held none of the fields written with it, so nothing is deleted.
+func set(h http.Header, f fieldName, v []string, fresh bool) {
+	if !fresh {
 		delete(h, f.canonical)
 	}
 	h[f.draft] = v
@@ -206,19 +207,20 @@ type fieldValue struct {
 // writes nothing for HeadersNone or an unknown format.
 func writeHeaders(h http.Header, f HeaderFormat, res Result, policies []string, quotas *quotaCache) {
 	p := res.Policy
+	fresh := len(h) == 0
 	switch f {
 	case HeadersIETF:
 		t, hasT := quotaSeconds(res)
-		set(h, quotaKey, quotaField(quotas, p.Name, sfInteger(res.Remaining), t, hasT))
-		set(h, policyKey, policies)
+		set(h, quotaKey, quotaField(quotas, p.Name, sfInteger(res.Remaining), t, hasT), fresh)
+		set(h, policyKey, policies, fresh)
 	case HeadersLegacy, HeadersX:
 		keys := &legacyKeys
 		if f == HeadersX {
 			keys = &xKeys
 		}
-		set(h, keys[0], intField(p.Limit.burst))
-		set(h, keys[1], intField(max(res.Remaining, 0)))
-		set(h, keys[2], intField(ceilSeconds(res.ResetAfter)))
+		set(h, keys[0], intField(p.Limit.burst), fresh)
+		set(h, keys[1], intField(max(res.Remaining, 0)), fresh)
+		set(h, keys[2], intField(ceilSeconds(res.ResetAfter)), fresh)
 	}
 }
 
@@ -269,7 +271,7 @@ func quotaSeconds(res Result) (int64, bool) {
 		return 0, false
 	}
 	wait := res.ResetAfter
-	if iv := res.Policy.Limit.interval; iv > 0 {
+	if iv := res.Policy.Limit.interval; wait > iv && iv > 0 {
 		if wait %= iv; wait == 0 {
 			wait = iv
 		}

@@ -109,37 +109,62 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 	if m.cfg.Observe != nil {
 		start = time.Now()
 	}
-	lim, key, cost, res, err := m.decide(r)
+	d := m.decide(r)
+	if d.err == nil && d.res.Allowed && m.cfg.inflight != nil {
+		m.hold(w, r, next, start, &d)
+		return
+	}
+	m.answer(w, r, next, start, &d)
+}
+
+// decision is what Handle learned of a request: the limiter that decided
+// it, its key and cost, and the result or the error.
+type decision struct {
+	lim  *Limiter
+	key  string
+	cost int64
+	res  Result
+	err  error
+}
+
+// hold answers an allowed request under an in-flight limit
+// (Options.MaxInFlight). It takes a slot before the decision is observed
+// and answered, since an in-flight refusal is a refusal, and holds it
+// until next returns or panics.
+func (m *Middleware) hold(w http.ResponseWriter, r *http.Request, next func() int, start time.Time, d *decision) {
 	var release func()
-	if err == nil && res.Allowed {
-		// An in-flight refusal is a refusal: take the slot before the
-		// decision is observed and answered.
-		if release, res, err = m.acquire(r, lim, key, cost, res); release != nil {
-			defer release()
-		}
+	if release, d.res, d.err = m.acquire(r, d); release != nil {
+		defer release()
 	}
+	m.answer(w, r, next, start, d)
+}
+
+// answer observes d, which was decided from start, writes the header
+// fields and answers r: through the error or the deny handler, or by
+// running next once the request's turn has come.
+func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func() int, start time.Time, d *decision) {
 	if m.cfg.Observe != nil {
-		m.cfg.Observe(r, Event{Limiter: lim, KeyHash: keyHash(key), Result: res, Err: err, Elapsed: time.Since(start)})
+		m.cfg.Observe(r, Event{Limiter: d.lim, KeyHash: keyHash(d.key), Result: d.res, Err: d.err, Elapsed: time.Since(start)})
 	}
-	if err != nil {
-		m.fail(w, r, err)
+	if d.err != nil {
+		m.fail(w, r, d.err)
 		return
 	}
 	if m.keys != nil {
-		m.keys.see(key, m.cfg.Logger)
+		m.keys.see(d.key, m.cfg.Logger)
 	}
-	if !res.Allowed && m.cfg.RetryJitter > 0 {
+	if !d.res.Allowed && m.cfg.RetryJitter > 0 {
 		j := time.Duration(rand.Int64N(int64(m.cfg.RetryJitter)))
-		res.RetryAfter += j
-		res.ResetAfter = max(res.ResetAfter, res.RetryAfter)
+		d.res.RetryAfter += j
+		d.res.ResetAfter = max(d.res.ResetAfter, d.res.RetryAfter)
 	}
-	m.writeHeaders(w.Header(), lim, res)
-	if !res.Allowed {
-		m.refuse(w, r, res)
+	m.writeHeaders(w.Header(), d.lim, d.res)
+	if !d.res.Allowed {
+		m.refuse(w, r, d.res)
 		return
 	}
-	if res.Delay > 0 {
-		if err := sleep(r.Context(), res.Delay); err != nil {
+	if d.res.Delay > 0 {
+		if err := sleep(r.Context(), d.res.Delay); err != nil {
 			m.cfg.OnError(w, r, fmt.Errorf("%w: %w", ErrWaitAbandoned, err))
 			return
 		}
@@ -148,10 +173,16 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 		next()
 		return
 	}
+	m.count(r, next, d)
+}
+
+// count runs next and gives back what d spent when next's status does
+// not count (Options.CountIf) or next panics.
+func (m *Middleware) count(r *http.Request, next func() int, d *decision) {
 	counted := false
 	defer func() {
 		if !counted { // next did not return normally, or its status does not count
-			lim.giveBack(r.Context(), key, cost, res)
+			d.lim.giveBack(r.Context(), d.key, d.cost, d.res)
 		}
 	}()
 	counted = m.cfg.CountIf(next())
@@ -165,30 +196,27 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 	m.cfg.OnError(w, r, err)
 }
 
-// acquire takes an in-flight slot for an allowed request (MaxInFlight)
-// and returns the function that releases it. When no slot is free it gives
-// back what the decision spent and returns the in-flight refusal; when the
-// SlotStore fails, an error wrapping ErrStore.
-func (m *Middleware) acquire(r *http.Request, lim *Limiter, key string, cost int64, res Result) (func(), Result, error) {
-	f := m.cfg.inflight
-	if f == nil {
-		return nil, res, nil
-	}
+// acquire takes an in-flight slot for the request that d allowed
+// (MaxInFlight) and returns the function that releases it. When no slot
+// is free it gives back what d spent and returns the in-flight refusal;
+// when the SlotStore fails, an error wrapping ErrStore.
+func (m *Middleware) acquire(r *http.Request, d *decision) (func(), Result, error) {
+	f, key := m.cfg.inflight, d.key
 	if m.cfg.Slots == nil {
 		if f.acquire(key) {
-			return func() { f.release(key) }, res, nil
+			return func() { f.release(key) }, d.res, nil
 		}
 	} else {
 		held, ok, err := f.acquireShared(r.Context(), m.cfg.Slots, m.cfg.SlotLease, key)
 		if err != nil {
-			lim.giveBack(r.Context(), key, cost, res)
+			d.lim.giveBack(r.Context(), d.key, d.cost, d.res)
 			return nil, Result{}, fmt.Errorf("%w: in-flight slots: %w", ErrStore, err)
 		}
 		if ok {
-			return func() { f.releaseShared(r.Context(), m.cfg.Slots, held) }, res, nil
+			return func() { f.releaseShared(r.Context(), m.cfg.Slots, held) }, d.res, nil
 		}
 	}
-	lim.giveBack(r.Context(), key, cost, res)
+	d.lim.giveBack(r.Context(), d.key, d.cost, d.res)
 	return nil, f.refused, nil
 }
 
@@ -230,33 +258,36 @@ func (m *Middleware) skip(r *http.Request) (skip bool, err error) {
 
 // decide finds the limiter, key and cost of r and takes the decision. A
 // panic in the key or cost function becomes an error wrapping ErrPanic.
-func (m *Middleware) decide(r *http.Request) (lim *Limiter, key string, cost int64, res Result, err error) {
-	lim = m.limiter
+func (m *Middleware) decide(r *http.Request) (d decision) {
+	d.lim = m.limiter
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %v", ErrPanic, p)
+			d.err = fmt.Errorf("%w: %v", ErrPanic, p)
 		}
 	}()
 	if m.cfg.LimiterFor != nil {
 		if picked := m.cfg.LimiterFor(r); picked != nil {
-			lim = picked
+			d.lim = picked
 			if m.limits != nil {
-				m.limits.check(lim, m.cfg.Logger) // the limiters it picks, the first time each
+				m.limits.check(d.lim, m.cfg.Logger) // the limiters it picks, the first time each
 			}
 		}
 	}
-	if key, err = m.key(r); err != nil {
-		return lim, "", 0, Result{}, err
+	key, err := m.key(r)
+	if err != nil {
+		d.err = err
+		return d
 	}
-	cost = 1
+	d.key, d.cost = key, 1
 	if m.cfg.Cost != nil {
-		if cost, err = m.cfg.Cost(r); err != nil {
-			return lim, key, 0, Result{}, &clientkey.Error{Err: fmt.Errorf("%w: the cost function failed: %w", ErrBadRequest, err),
+		if d.cost, err = m.cfg.Cost(r); err != nil {
+			d.err = &clientkey.Error{Err: fmt.Errorf("%w: the cost function failed: %w", ErrBadRequest, err),
 				Kind: clientkey.KindCost, Detail: "the cost function failed"}
+			return d
 		}
 	}
-	res, err = lim.Take(r.Context(), key, cost) // it refuses an empty key and a bad cost
-	return lim, key, cost, res, err
+	d.res, d.err = d.lim.Take(r.Context(), d.key, d.cost) // it refuses an empty key and a bad cost
+	return d
 }
 
 // sleep waits for d or until ctx ends, and returns ctx's error in the latter
