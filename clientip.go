@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -63,9 +62,9 @@ type IPOptions struct {
 	// trusted range that covers much of the internet, such as 0.0.0.0/0;
 	// and "forwarded-without-trusted-proxy", logged once by the KeyFunc when
 	// requests carry X-Forwarded-For or Forwarded while no proxy is trusted
-	// (it looks at one request in 16), which usually means that every
-	// client is keyed by the proxy's address. The default, nil, is
-	// slog.Default() at the time of the warning.
+	// (it looks at the first request of each connection), which usually
+	// means that every client is keyed by the proxy's address. The default,
+	// nil, is slog.Default() at the time of the warning.
 	Logger *slog.Logger
 
 	// Quiet lists the kinds of warning (see Logger) not to log. The
@@ -207,8 +206,7 @@ func KeyByIP(opts *IPOptions) (KeyFunc, error) {
 	}
 	c.warnWide()
 	return func(r *http.Request) (string, error) {
-		c.warnForwarded(r)
-		peer, err := c.peer(r.RemoteAddr)
+		peer, err := c.peer(r)
 		if err != nil {
 			return "", err
 		}
@@ -238,27 +236,23 @@ func (c *ipConfig) warnWide() {
 }
 
 // warnForwarded logs the forwarded-without-trusted-proxy warning once,
-// when requests carry a forwarding header while no proxy is trusted. It
-// looks at one request in forwardedSample, chosen at random, so that the
-// other requests pay for no header lookup; a proxy in front forwards every
-// request, so the warning still comes within the first few dozen.
+// when requests carry a forwarding header while no proxy is trusted. peer
+// calls it for the first request from each TCP peer (each connection, as
+// RemoteAddr has the port) that its cache does not hold, so that the other
+// requests pay for no header lookup: a proxy in front forwards every
+// request, the first of each connection included.
 func (c *ipConfig) warnForwarded(r *http.Request) {
-	// (A random draw writes nothing shared, as a counter would.)
-	if c.checkForwarded && !c.warned.Load() && rand.Uint32()%forwardedSample == 0 &&
+	if c.checkForwarded && !c.warned.Load() &&
 		(r.Header["X-Forwarded-For"] != nil || r.Header["Forwarded"] != nil) && c.warned.CompareAndSwap(false, true) {
 		c.log().WarnContext(r.Context(), "ratelimit: requests carry X-Forwarded-For or Forwarded but no proxy is trusted, so every client behind the proxy shares its address; see IPOptions.TrustedProxies",
 			"warning", warnForwardedWithoutTrustedProxy)
 	}
 }
 
-// forwardedSample: warnForwarded looks at one request in this many.
-const forwardedSample = 16
-
 // clientAddr returns the address of r's client as KeyByIP finds it,
 // unmapped and without a zone, or KeyByIP's error.
 func (c *ipConfig) clientAddr(r *http.Request) (netip.Addr, error) {
-	c.warnForwarded(r)
-	peer, err := c.peer(r.RemoteAddr)
+	peer, err := c.peer(r)
 	if err != nil {
 		return netip.Addr{}, err
 	}
@@ -274,14 +268,17 @@ type peerKey struct {
 	key  string
 }
 
-// peer returns the address and key of the TCP peer remote (r.RemoteAddr).
-// The peers seen lately are remembered, so that a client's requests on one
-// connection parse its address and make its key once.
-func (c *ipConfig) peer(remote string) (peerKey, error) {
+// peer returns the address and key of r's TCP peer (r.RemoteAddr). The
+// peers seen lately are remembered, so that a client's requests on one
+// connection parse its address, make its key and look for forwarding
+// headers (warnForwarded) once.
+func (c *ipConfig) peer(r *http.Request) (peerKey, error) {
+	remote := r.RemoteAddr
 	h := maphash.String(c.seed, remote)
 	if p, ok := c.peers.get(remote, h); ok {
 		return p, nil
 	}
+	c.warnForwarded(r)
 	a, ok := clientkey.ParseAddr(remote)
 	if !ok {
 		return peerKey{}, noClientIP("the request's remote address is not an IP address",

@@ -101,8 +101,10 @@ func TestWarnForwardedWithoutTrustedProxy(t *testing.T) {
 	logs := captureLogs(t)
 	byIP, err := ratelimit.KeyByIP(nil)
 	require.NoError(t, err)
-	serveKeys(t, byIP, 1000, nil) // the check looks at one request in 16
-	assert.Equal(t, 1, warnings(logs, "forwarded-without-trusted-proxy"), logs.String())
+	serveKeys(t, byIP, 1, nil)
+	assert.Equal(t, 1, warnings(logs, "forwarded-without-trusted-proxy"), "on the first forwarded request: %s", logs.String())
+	serveKeys(t, byIP, 1000, nil)
+	assert.Equal(t, 1, warnings(logs, "forwarded-without-trusted-proxy"), "once: %s", logs.String())
 
 	logs.Reset()
 	trusted, err := ratelimit.KeyByIP(&ratelimit.IPOptions{TrustedProxies: []string{"192.0.2.0/24"}})
@@ -325,7 +327,7 @@ func TestWarningsOneByOne(t *testing.T) {
 	logs.Reset()
 	byIP, err := ratelimit.KeyByIP(&ratelimit.IPOptions{Quiet: []string{"wide-trusted-range"}})
 	require.NoError(t, err)
-	serveKeys(t, byIP, 1000, nil) // the check looks at one request in 16
+	serveKeys(t, byIP, 1, nil)
 	assert.Equal(t, 1, warnings(logs, "forwarded-without-trusted-proxy"), "only the other IP warning is off")
 
 	logs.Reset()

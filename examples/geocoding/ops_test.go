@@ -136,7 +136,7 @@ func TestCountFailed(t *testing.T) {
 // in ratelimit_warnings_total, KeyByIP's as well as the middleware's.
 func TestWarningsCounted(t *testing.T) {
 	h, _ := newTestHandler(t, "-key", "ip")
-	for i := range 400 { // KeyByIP looks at one request in 16 for the headers
+	for i := range 400 { // 400 clients, all forwarded
 		w := serve(h, request{target: "/geocode?q=paris", remoteAddr: fmt.Sprintf("10.0.%d.%d:1234", i/200, i%200), forwardedFor: "203.0.113.7"})
 		require.Equal(t, 200, w.Code)
 	}
