@@ -2,7 +2,6 @@ package bench
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/tokenfair/ratelimit"
@@ -64,19 +63,6 @@ func BenchmarkHTTPCost(b *testing.B) {
 		{"by-ip-fields", middleware(byIP, ratelimit.HeadersIETF)},
 	}
 	for _, s := range steps {
-		b.Run(s.name, func(b *testing.B) {
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				w := httptest.NewRecorder()
-				s.h.ServeHTTP(w, rs[i])
-				if w.Code != http.StatusOK {
-					b.Fatalf("%s answered %d", s.name, w.Code)
-				}
-				if i++; i == len(rs) {
-					i = 0
-				}
-			}
-		})
+		b.Run(s.name, func(b *testing.B) { serveAll(b, s.h, rs) })
 	}
 }
