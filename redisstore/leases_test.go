@@ -312,7 +312,8 @@ func TestLeaseRoomFreed(t *testing.T) {
 // (the global bucket, every client's, leases most): every bucket's
 // admissions, the global one's included, replay whole through the exact
 // bucket, and the same requests reach Redis far less often than without
-// leases. The load is near the global rate, so that it binds at times.
+// leases. The load stays below the global rate, then rushes past it, so
+// that the global limit binds.
 func TestLeasesSeveralPolicies(t *testing.T) {
 	with := leaseSeveralPolicies(t, 40*time.Millisecond)
 	without := leaseSeveralPolicies(t, 0)
