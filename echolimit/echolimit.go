@@ -90,8 +90,10 @@ func Limit(limit ratelimit.Limit, key ratelimit.KeyFunc) echo.MiddlewareFunc {
 // Two settings of Echo change the body that DefaultHTTPErrorHandler writes
 // for that HTTPError: Debug mode, and a "pretty" query parameter, both of
 // which indent the JSON. Use [Options.WriteResponse] when that matters.
+//
+// It panics, with an error that says so, when m is nil.
 func Middleware(m *ratelimit.Middleware, opts *Options) echo.MiddlewareFunc {
-	return middleware(m, false, opts)
+	return middleware(quick.Given("echolimit.Middleware", m), false, opts)
 }
 
 // KeyFunc returns the key that identifies the client of an Echo request,

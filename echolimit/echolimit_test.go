@@ -423,6 +423,8 @@ func TestLimit(t *testing.T) {
 	assert.True(t, strings.HasPrefix(err.Error(), "echolimit.Limit: "), err)
 	assert.Contains(t, err.Error(), "PerSecond(-5): the number of tokens must be positive")
 	assert.EqualError(t, panicError(func() { echolimit.Limit(ratelimit.PerSecond(5), nil) }), "echolimit.Limit: nil key function")
+	assert.EqualError(t, panicError(func() { echolimit.Middleware(nil, nil) }),
+		"echolimit.Middleware: nil *ratelimit.Middleware (check the error of ratelimit.NewMiddleware)")
 }
 
 // panicError returns the error that f panics with, nil if none.

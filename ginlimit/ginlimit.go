@@ -44,8 +44,10 @@ func Limit(limit ratelimit.Limit, key ratelimit.KeyFunc) gin.HandlerFunc {
 // or its error handler's answer) and the handler calls c.Abort. The status
 // that m needs for Options.CountIf is c.Writer.Status() after the chain,
 // and an in-flight slot of Options.MaxInFlight is held while it runs. It
-// costs no allocation of its own.
+// costs no allocation of its own. It panics, with an error that says so,
+// when m is nil.
 func Middleware(m *ratelimit.Middleware) gin.HandlerFunc {
+	m = quick.Given("ginlimit.Middleware", m)
 	return func(c *gin.Context) { handle(m, c, c.Request) }
 }
 

@@ -256,6 +256,8 @@ func TestLimit(t *testing.T) {
 	assert.True(t, strings.HasPrefix(err.Error(), "ginlimit.Limit: "), err)
 	assert.Contains(t, err.Error(), "PerSecond(-5): the number of tokens must be positive")
 	assert.EqualError(t, panicError(func() { ginlimit.Limit(ratelimit.PerSecond(5), nil) }), "ginlimit.Limit: nil key function")
+	assert.EqualError(t, panicError(func() { ginlimit.Middleware(nil) }),
+		"ginlimit.Middleware: nil *ratelimit.Middleware (check the error of ratelimit.NewMiddleware)")
 }
 
 // panicError returns the error that f panics with, nil if none.

@@ -4,6 +4,7 @@
 package nethttp
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/tokenfair/ratelimit"
@@ -28,9 +29,14 @@ func Limit(limit ratelimit.Limit, key ratelimit.KeyFunc) func(next http.Handler)
 
 // Middleware returns middleware that lets a request reach next only when m
 // admits it; otherwise m has already answered it (429, or the error
-// handler's answer).
+// handler's answer). It panics, with an error that says so, when m or
+// next is nil.
 func Middleware(m *ratelimit.Middleware) func(next http.Handler) http.Handler {
+	m = quick.Given("nethttp.Middleware", m)
 	return func(next http.Handler) http.Handler {
+		if next == nil {
+			panic(errors.New("nethttp.Middleware: nil next handler"))
+		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			m.Handle(w, r, func() int {
 				if !m.CountsResponses() {

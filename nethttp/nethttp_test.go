@@ -68,6 +68,10 @@ func TestLimit(t *testing.T) {
 	assert.True(t, strings.HasPrefix(err.Error(), "nethttp.Limit: "), err)
 	assert.Contains(t, err.Error(), "PerSecond(-5): the number of tokens must be positive")
 	assert.EqualError(t, panicError(func() { Limit(ratelimit.PerSecond(5), nil) }), "nethttp.Limit: nil key function")
+	assert.EqualError(t, panicError(func() { Middleware(nil) }),
+		"nethttp.Middleware: nil *ratelimit.Middleware (check the error of ratelimit.NewMiddleware)")
+	assert.EqualError(t, panicError(func() { Limit(ratelimit.PerSecond(5), ratelimit.KeyByAPIKey("X-API-Key"))(nil) }),
+		"nethttp.Middleware: nil next handler")
 }
 
 // panicError returns the error that f panics with, nil if none.

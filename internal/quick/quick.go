@@ -1,6 +1,6 @@
 // Package quick builds the middleware of the adapters' one-line forms
-// (nethttp.Limit, ginlimit.Limit, echolimit.Limit), so that the three build
-// it the same way.
+// (nethttp.Limit, ginlimit.Limit, echolimit.Limit), and checks the one each
+// adapter is given, so that the three do both the same way.
 package quick
 
 import (
@@ -30,6 +30,17 @@ func Middleware(caller string, limit ratelimit.Limit, key ratelimit.KeyFunc) *ra
 	m, err := ratelimit.NewMiddleware(l, key, nil)
 	if err != nil {
 		panic(fmt.Errorf("%s: %w", caller, err))
+	}
+	return m
+}
+
+// Given returns m, the middleware given to caller (such as
+// "nethttp.Middleware"), and panics with an error that says so when it is
+// nil: the usual cause is an error of ratelimit.NewMiddleware left
+// unchecked.
+func Given(caller string, m *ratelimit.Middleware) *ratelimit.Middleware {
+	if m == nil {
+		panic(fmt.Errorf("%s: nil *ratelimit.Middleware (check the error of ratelimit.NewMiddleware)", caller))
 	}
 	return m
 }
