@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"net/http"
@@ -21,8 +22,7 @@ type KeyFunc func(r *http.Request) (string, error)
 // KeyByAPIKey returns a KeyFunc that keys requests by the API key in the
 // request header field named header, such as "X-API-Key". Only the first
 // line of the field is used, with surrounding spaces removed; a missing or
-// empty field gives an error wrapping ErrMissingKey (so does an empty
-// header name, which matches no field). The default error handler answers
+// empty field gives an error wrapping ErrMissingKey. The default error handler answers
 // it with 401, a problem detail naming the header ("the request carries no
 // X-API-Key header") and the challenge WWW-Authenticate: ApiKey
 // in="header", name="X-API-Key", the fields of an OpenAPI apiKey security
@@ -38,8 +38,17 @@ type KeyFunc func(r *http.Request) (string, error)
 // authentication middleware, or limit by IP in front of authentication,
 // otherwise a client can escape its limit by sending a fresh made-up key with
 // every request.
+//
+// KeyByAPIKey panics, with an error that names the value, when header is
+// not a field name (an RFC 9110 token: empty, or with a space, a colon or
+// another separator): no request could carry the field, so every request
+// would be refused.
 func KeyByAPIKey(header string) KeyFunc {
-	header = strings.TrimSpace(header)
+	trimmed := strings.TrimSpace(header)
+	if !isToken(trimmed) {
+		panic(fmt.Errorf("ratelimit: KeyByAPIKey(%q): not a header field name, such as X-API-Key", header))
+	}
+	header = trimmed
 	name := http.CanonicalHeaderKey(header)
 	c := &apiKeyCache{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed()}
 	missing, empty := apiKeyErrors(header)
@@ -58,20 +67,13 @@ func KeyByAPIKey(header string) KeyFunc {
 // apiKeyErrors returns the refusals of KeyByAPIKey(header): no field, and
 // an empty one. They quote the header's name, never its value.
 func apiKeyErrors(header string) (missing, empty error) {
-	challenge := "ApiKey"
-	switch {
-	case strings.EqualFold(header, "Authorization"):
+	challenge := `ApiKey in="header", name="` + header + `"`
+	if strings.EqualFold(header, "Authorization") {
 		challenge = "Bearer"
-	case isToken(header):
-		challenge = `ApiKey in="header", name="` + header + `"`
 	}
 	describe := func(detail string) error {
 		return &clientkey.Error{Err: fmt.Errorf("%w: %s", ErrMissingKey, detail), Kind: clientkey.KindMissingKey,
 			Detail: detail, Challenge: challenge}
-	}
-	if header == "" {
-		e := describe(`the key function reads no header: KeyByAPIKey("")`)
-		return e, e
 	}
 	return describe("the request carries no " + header + " header"), describe("the request's " + header + " header is empty")
 }
@@ -126,7 +128,13 @@ func (c *apiKeyCache) key(secret string) string {
 // hashed as by [KeyByAPIKey] so that keys stay short: its key is "user#:"
 // followed by 22 characters of base64url SHA-256. The two forms never
 // collide.
+//
+// It panics when ctxKey is nil, which no context can hold a value under
+// (context.WithValue panics on it too).
 func KeyByContextValue(ctxKey any) KeyFunc {
+	if ctxKey == nil {
+		panic(errors.New("ratelimit: KeyByContextValue: nil context key"))
+	}
 	return func(r *http.Request) (string, error) { return clientkey.User(r.Context().Value(ctxKey)) }
 }
 
@@ -172,17 +180,23 @@ func decimalLen(n int) int {
 // their keys, each after its length ("3:abc2:de"), so that no two lists of
 // keys give the same key: for limits per route and client, or per tenant
 // and user. It fails with the first error, and with an error wrapping
-// ErrMissingKey when a function returns an empty key without an error. A nil
-// function makes every call fail.
+// ErrMissingKey when a function returns an empty key without an error. It
+// panics, with an error that says so, when fs is empty or holds a nil
+// function.
 func JoinKeyFuncs(fs ...KeyFunc) KeyFunc {
+	if len(fs) == 0 {
+		panic(errors.New("ratelimit: JoinKeyFuncs: no key function"))
+	}
+	for i, f := range fs {
+		if f == nil {
+			panic(fmt.Errorf("ratelimit: JoinKeyFuncs: key function %d is nil", i))
+		}
+	}
 	fs = append([]KeyFunc(nil), fs...)
 	return func(r *http.Request) (string, error) {
 		var buf [4]string
 		parts := buf[:0]
 		for i, f := range fs {
-			if f == nil {
-				return "", fmt.Errorf("ratelimit: JoinKeyFuncs: key function %d is nil", i)
-			}
 			k, err := f(r)
 			if err != nil {
 				return "", err
