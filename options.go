@@ -89,11 +89,12 @@ type Options struct {
 	// including while the request waits in a LeakyShape queue. Default: 0,
 	// no limit.
 	MaxInFlight, MaxInFlightTotal int
-	// Slots shares the in-flight slots among instances, each slot leased
-	// for SlotLease (a request running longer may lose its slot). A failure
-	// of Slots is answered like a store failure. Default: slots are kept
-	// in the process, so each instance allows its own MaxInFlight.
-	Slots     SlotStore
+	// Slots shares the in-flight slots among instances. A failure of Slots
+	// is answered like a store failure. Default: slots are kept in the
+	// process, so each instance allows its own MaxInFlight.
+	Slots SlotStore
+	// SlotLease is how long a slot of Slots is leased: a request running
+	// longer may lose its slot. Required, and positive, with Slots.
 	SlotLease time.Duration
 	// Observe is told about every request the Middleware decides, or fails
 	// to decide, for metrics and logs (the metrics module's Metrics.Observe

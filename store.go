@@ -30,9 +30,9 @@ type Store interface {
 
 // Request is one of the decisions a [BatchStore] takes together.
 type Request struct {
-	Policy *Policy
-	Key    string
-	Cost   int64 // not negative
+	Policy *Policy // the policy to decide under; shared, not to be modified
+	Key    string  // the bucket's key under Policy (never empty)
+	Cost   int64   // the tokens to spend; 0 only looks, and never negative
 }
 
 // BatchStore is a Store that can decide several requests atomically, all

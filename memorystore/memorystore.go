@@ -1,5 +1,6 @@
 // Package memorystore is the in-process [ratelimit.Store]: a sharded hash
-// table, 16 bytes per key, that decides a key it holds without a lock and
+// table of 16-byte slots (about 34 bytes a key, with the tables' room to
+// grow), that decides a key it holds without a lock and
 // without allocating.
 //
 // A bucket is found by a 64-bit fingerprint of its policy name and key
@@ -106,10 +107,10 @@ func New(opts *Options) (*Store, error) {
 		o = *opts
 	}
 	if o.MaxKeys < 0 {
-		return nil, fmt.Errorf("memorystore: MaxKeys %d: want at least 1", o.MaxKeys)
+		return nil, fmt.Errorf("memorystore: MaxKeys %d: want at least 1, or 0 for the default", o.MaxKeys)
 	}
 	if o.Shards < 0 {
-		return nil, fmt.Errorf("memorystore: Shards %d: want at least 1", o.Shards)
+		return nil, fmt.Errorf("memorystore: Shards %d: want at least 1, or 0 for the default", o.Shards)
 	}
 	if o.MaxKeys == 0 {
 		o.MaxKeys = 1 << 20

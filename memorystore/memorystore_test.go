@@ -57,8 +57,8 @@ func TestOptions(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{Options{MaxKeys: -1}, "memorystore: MaxKeys -1: want at least 1"},
-		{Options{Shards: -5}, "memorystore: Shards -5: want at least 1"},
+		{Options{MaxKeys: -1}, "memorystore: MaxKeys -1: want at least 1, or 0 for the default"},
+		{Options{Shards: -5}, "memorystore: Shards -5: want at least 1, or 0 for the default"},
 	} {
 		s, err := New(&tc.opts)
 		assert.Nil(t, s)
