@@ -22,11 +22,12 @@ type KeyFunc func(r *http.Request) (string, error)
 // KeyByAPIKey returns a KeyFunc that keys requests by the API key in the
 // request header field named header, such as "X-API-Key". Only the first
 // line of the field is used, with surrounding spaces removed; a missing or
-// empty field gives an error wrapping ErrMissingKey. The default error handler answers
-// it with 401, a problem detail naming the header ("the request carries no
-// X-API-Key header") and the challenge WWW-Authenticate: ApiKey
-// in="header", name="X-API-Key", the fields of an OpenAPI apiKey security
-// scheme; Bearer when header is Authorization (see Options.Challenge).
+// empty field gives an error wrapping ErrMissingKey. The default error
+// handler answers it with 401, a problem detail naming the header ("the
+// request carries no X-API-Key header") and the challenge
+// WWW-Authenticate: ApiKey in="header", name="X-API-Key", the fields of an
+// OpenAPI apiKey security scheme; Bearer when header is Authorization (see
+// Options.Challenge).
 //
 // Keys are hashed so stores never hold secrets: the key is "ak:" followed by
 // the first 16 bytes of the SHA-256 of the API key in unpadded base64url, 25

@@ -1,7 +1,6 @@
 // Package memorystore is the in-process [ratelimit.Store]: a sharded hash
 // table of 16-byte slots (about 34 bytes a key, with the tables' room to
-// grow), that decides a key it holds without a lock and
-// without allocating.
+// grow) that decides a key it holds without a lock and without allocating.
 //
 // A bucket is found by a 64-bit fingerprint of its policy name and key
 // (maphash, with a seed drawn when the store is made); the key itself is not
