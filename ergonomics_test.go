@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"crypto/subtle"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -433,4 +434,19 @@ func TestInFlightTotal(t *testing.T) {
 	assert.Equal(t, http.StatusOK, serve("c", "/").Code, "a slot came back")
 	close(release)
 	assert.Equal(t, http.StatusOK, <-done)
+}
+
+// TestInFlightQuotaIsAnSFInteger: a limit too large for a Structured Field
+// Integer (15 digits at most, RFC 9651) is sent clamped, as policies' are,
+// so that strict parsers still read the field.
+func TestInFlightQuotaIsAnSFInteger(t *testing.T) {
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(10)})
+	require.NoError(t, err)
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{MaxInFlightTotal: math.MaxInt})
+	require.NoError(t, err)
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("X-Client", "a")
+	nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, r)
+	assert.Equal(t, `"default";q=10;w=1,"inflight";q=999999999999999;qu="concurrent-requests"`, field(w.Header(), "RateLimit-Policy"))
 }

@@ -19,7 +19,7 @@ func newInflight(perKey, total int) *inflight {
 		q = total
 	}
 	f := &inflight{perKey: perKey, total: total, running: map[string]int{},
-		item:   `"` + inflightName + `";q=` + strconv.Itoa(q) + `;qu="concurrent-requests"`,
+		item:   `"` + inflightName + `";q=` + strconv.FormatInt(sfInteger(int64(q)), 10) + `;qu="concurrent-requests"`,
 		policy: Policy{Name: inflightName, Limit: Per(int64(q), time.Second)},
 	}
 	f.refused = Result{Policy: &f.policy, RetryAfter: time.Second, ResetAfter: time.Second,
