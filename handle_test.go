@@ -358,14 +358,17 @@ func TestStoreResultWithoutPolicy(t *testing.T) {
 }
 
 // A panic in Options.Skip is answered like one in the key function: 500,
-// through the error handler with ErrPanic, and the handler never runs.
+// through the error handler with ErrPanic, and the handler never runs;
+// Observe is told, as of every request that fails before its decision.
 func TestSkipPanics(t *testing.T) {
 	lim, err := ratelimit.New(handBuiltStore{}, ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
 	require.NoError(t, err)
 	var got error
+	var observed []ratelimit.Event
 	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{
 		Skip:    func(*http.Request) bool { panic("boom") },
 		OnError: func(w http.ResponseWriter, r *http.Request, err error) { got = err; w.WriteHeader(500) },
+		Observe: func(_ *http.Request, e ratelimit.Event) { observed = append(observed, e) },
 	})
 	require.NoError(t, err)
 	w := httptest.NewRecorder()
@@ -375,4 +378,7 @@ func TestSkipPanics(t *testing.T) {
 	assert.Equal(t, 500, w.Code)
 	assert.ErrorIs(t, got, ratelimit.ErrPanic)
 	assert.ErrorContains(t, got, "boom")
+	require.Len(t, observed, 1, "Observe is told of the failure")
+	assert.Same(t, lim, observed[0].Limiter)
+	assert.ErrorIs(t, observed[0].Err, ratelimit.ErrPanic)
 }

@@ -79,12 +79,8 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *Options) (*Middleware, error) 
 func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() (status int)) {
 	if m.cfg.lists != nil {
 		switch v, err := m.cfg.lists.check(r); {
-		case err != nil:
-			// As the key function's errors: KeyByIP would fail alike.
-			if m.cfg.Observe != nil {
-				m.cfg.Observe(r, Event{Limiter: m.limiter, Err: err})
-			}
-			m.fail(w, r, err)
+		case err != nil: // as the key function's errors: KeyByIP would fail alike
+			m.undecided(w, r, err)
 			return
 		case v == blocked:
 			forbid(w)
@@ -97,7 +93,7 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 	if m.cfg.Skip != nil {
 		skip, err := m.skip(r)
 		if err != nil {
-			m.cfg.OnError(w, r, err)
+			m.undecided(w, r, err)
 			return
 		}
 		if skip {
@@ -186,6 +182,15 @@ func (m *Middleware) count(r *http.Request, next func() int, d *decision) {
 		}
 	}()
 	counted = m.cfg.CountIf(next())
+}
+
+// undecided observes and answers a request that failed before its
+// decision (the client lists, Options.Skip) because of err.
+func (m *Middleware) undecided(w http.ResponseWriter, r *http.Request, err error) {
+	if m.cfg.Observe != nil {
+		m.cfg.Observe(r, Event{Limiter: m.limiter, Err: err})
+	}
+	m.fail(w, r, err)
 }
 
 // fail answers a request that could not be decided because of err.
