@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/bits"
 	"time"
 )
@@ -29,14 +28,16 @@ type Penalty struct {
 	After int64
 	// Within is the span in which After refusals ban (see above).
 	Within time.Duration
-	// For is how long a ban lasts.
+	// For is how long a ban lasts, at most 50 years.
 	For time.Duration
 	// Max, when longer than For, makes bans back off: a ban lasts For
 	// doubled once for each earlier ban the key still has against it, up
 	// to Max; the key forgets one ban every 2 × Max (its bans are counted
 	// in a token bucket that refills one per 2 × Max). So a key banned
 	// again as soon as each ban ends is banned For, 2 × For, 4 × For, …,
-	// Max, Max, …. Zero (the default): every ban lasts For.
+	// Max, Max, …. Zero (the default): every ban lasts For. Max is at most
+	// 50 years, and so is the longest a key's bans are remembered: 2 × Max
+	// times one more than the doublings from For to Max.
 	Max time.Duration
 }
 
@@ -51,8 +52,12 @@ func (b Penalty) validate(p *Policy) error {
 		return fmt.Errorf("Penalty.For %v: want a positive ban", b.For)
 	case b.After > 1 && b.Within <= 0:
 		return fmt.Errorf("Penalty.Within %v: want a positive span", b.Within)
+	case b.For > maxSpan:
+		return fmt.Errorf("Penalty.For %v: want at most %v (50 years)", b.For, maxSpan)
 	case b.Max != 0 && b.Max < b.For:
 		return fmt.Errorf("Penalty.Max %v: want 0 or at least Penalty.For %v", b.Max, b.For)
+	case b.Max > maxSpan:
+		return fmt.Errorf("Penalty.Max %v: want at most %v (50 years)", b.Max, maxSpan)
 	case p.Global:
 		return errors.New("Penalty on a Global policy would ban every client at once")
 	case p.DryRun:
@@ -63,10 +68,23 @@ func (b Penalty) validate(p *Policy) error {
 			return fmt.Errorf("Penalty: %d strikes within %v: %w", b.After-1, b.Within, err)
 		}
 	}
-	if b.Max > b.For && b.Max > math.MaxInt64/4 {
-		return fmt.Errorf("Penalty.Max %v: want at most %v", b.Max, time.Duration(math.MaxInt64/4))
+	if bans := b.bans(p.Name); bans != nil && bans.Limit.validate() != nil {
+		return fmt.Errorf("Penalty.Max %v with For %v: remembering %d bans for 2 × Max each spans more than 50 years; want a shorter Max or a longer For",
+			b.Max, b.For, bans.Limit.burst)
 	}
 	return nil
+}
+
+// bans returns the policy that counts the bans of the policy named name,
+// for the back-off, or nil when bans do not back off: a bucket of levels +
+// 1 bans that forgets one every 2 × Max, where levels is the least number
+// of doublings with For << levels ≥ Max.
+func (b Penalty) bans(name string) *Policy {
+	if b.Max <= b.For {
+		return nil
+	}
+	levels := int64(bits.Len64(uint64((b.Max - 1) / b.For)))
+	return &Policy{Name: name + "/bans", Limit: Per(1, 2*b.Max).WithBurst(levels + 1)}
 }
 
 // A box is the penalty box of one of a Limiter's policies: the policies of
@@ -87,10 +105,8 @@ func newBox(i int, p *Policy) *box {
 	if pen.After > 1 {
 		b.strikes = &Policy{Name: p.Name + "/strikes", Limit: Per(pen.After-1, pen.Within).WithBurst(pen.After - 1)}
 	}
-	if pen.Max > pen.For {
-		// the least levels with For << levels ≥ Max
-		b.levels = int64(bits.Len64(uint64((pen.Max - 1) / pen.For)))
-		b.bans = &Policy{Name: p.Name + "/bans", Limit: Per(1, 2*pen.Max).WithBurst(b.levels + 1)}
+	if b.bans = pen.bans(p.Name); b.bans != nil {
+		b.levels = b.bans.Limit.burst - 1
 	}
 	b.lists = &lists{violated: []string{b.ban.Name}, ban: true}
 	return b

@@ -1,7 +1,9 @@
 package ratelimit_test
 
 import (
+	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"testing"
 	"time"
@@ -67,6 +69,12 @@ func TestPenaltyValidation(t *testing.T) {
 		{ratelimit.Policy{Limit: limit, Global: true, Penalty: ratelimit.Penalty{After: 1, For: time.Minute}}, "Global"},
 		{ratelimit.Policy{Limit: limit, DryRun: true, Penalty: ratelimit.Penalty{After: 1, For: time.Minute}}, "DryRun"},
 		{ratelimit.Policy{Limit: limit, Algorithm: ratelimit.Ban}, "set Policy.Penalty"},
+		{ratelimit.Policy{Limit: limit, Penalty: ratelimit.Penalty{After: 1, For: math.MaxInt64}},
+			"Penalty.For 2562047h47m16.854775807s: want at most 438000h0m0s (50 years)"},
+		{ratelimit.Policy{Limit: limit, Penalty: ratelimit.Penalty{After: 1, For: time.Hour, Max: 51 * year}},
+			"Penalty.Max 446760h0m0s: want at most 438000h0m0s (50 years)"},
+		{ratelimit.Policy{Limit: limit, Penalty: ratelimit.Penalty{After: 1, For: time.Minute, Max: 7 * year}},
+			"Penalty.Max 61320h0m0s with For 1m0s: remembering 23 bans for 2 × Max each spans more than 50 years; want a shorter Max or a longer For"},
 	} {
 		_, err := ratelimit.New(clockStore(t, new(fakeClock)), tc.policy)
 		if assert.Error(t, err, "%+v", tc.policy) {
@@ -76,4 +84,35 @@ func TestPenaltyValidation(t *testing.T) {
 	}
 	var a ratelimit.Algorithm
 	assert.Error(t, a.UnmarshalText([]byte("ban")), "no policy of yours is a ban")
+}
+
+const year = 365 * 24 * time.Hour
+
+// TestPenaltyLongBans: the longest bans New accepts are kept as they are:
+// a ban of 50 years still holds an hour later, and with a back-off up to a
+// year from a ban of an hour, the first ban lasts an hour. (Longer ones
+// overflowed the store's int64 times: a ban For MaxInt64 was never stored,
+// and a Max of 7 years made the first ban last 7 years.)
+func TestPenaltyLongBans(t *testing.T) {
+	ctx := context.Background()
+	for _, pen := range []ratelimit.Penalty{
+		{After: 1, For: 50 * year},
+		{After: 1, For: time.Hour, Max: year},
+	} {
+		clock := new(fakeClock)
+		lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Limit: ratelimit.PerHour(1), Penalty: pen})
+		require.NoError(t, err, "%+v", pen)
+		res, err := lim.Take(ctx, "k", 1)
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+		res, err = lim.Take(ctx, "k", 1) // the refusal that bans
+		require.NoError(t, err)
+		require.False(t, res.Allowed)
+		assert.Equal(t, pen.For, res.RetryAfter, "%+v: the first ban lasts For", pen)
+		clock.Advance(time.Hour - time.Nanosecond)
+		res, err = lim.Take(ctx, "k", 1)
+		require.NoError(t, err)
+		assert.False(t, res.Allowed, "%+v: still banned", pen)
+		assert.Equal(t, pen.For-time.Hour+time.Nanosecond, res.RetryAfter, "%+v", pen)
+	}
 }
