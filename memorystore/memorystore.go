@@ -51,7 +51,9 @@
 //
 // Time comes from a monotonic clock (wall-clock jumps do not affect
 // decisions) unless [Options].Clock injects another, whose times must lie
-// between the years 1678 and 2262, as for [time.Time.UnixNano].
+// between the years 1970 and 2162: a bucket's state is a time in Unix
+// nanoseconds, 0 for a bucket never seen, and up to two spans of a limit
+// (50 years each, at most) ahead of now.
 package memorystore
 
 import (
@@ -81,8 +83,9 @@ var _ ratelimit.BatchStore = (*Store)(nil)
 // Options configures a Store. A nil *Options, like the zero Options, gives
 // every field its default.
 type Options struct {
-	// Clock is the store's time source. Nil means the system's monotonic
-	// clock, so that wall-clock jumps do not affect decisions.
+	// Clock is the store's time source, reading between 1970 and 2162 (see
+	// the package documentation). Nil means the system's monotonic clock,
+	// so that wall-clock jumps do not affect decisions.
 	Clock func() time.Time
 
 	// MaxKeys caps the number of keys held. Zero means 1 048 576 (1<<20).
