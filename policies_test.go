@@ -165,4 +165,9 @@ func TestResultsPerPolicy(t *testing.T) {
 	assert.Equal(t, []string{"per-key"}, res.Violated())
 	assert.Equal(t, ratelimit.PerSecond(5).WithBurst(10), res.Policy.Limit)
 	assert.Equal(t, "5/s burst 10", res.Policy.Limit.String())
+	assert.True(t, res.Results()[1].Allowed, "daily would have allowed it")
+	assert.Equal(t, int64(9998-9), res.Results()[1].Remaining, "what daily would have left had the request passed")
+	look, err := lim.Take(ctx, "k", 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(9998), look.Results()[1].Remaining, "the refused request spent nothing from daily")
 }

@@ -57,8 +57,10 @@ func (r Result) DryRunViolated() []string {
 }
 
 // Results returns the result of every policy, in the Limiter's order, when
-// it has more than one; nil otherwise. The slice is shared: do not modify
-// it.
+// it has more than one; nil otherwise. When the request was refused, the
+// results of the policies that allowed it say what they would have left
+// had it passed (a refused request spends nothing from any policy). The
+// slice is shared: do not modify it.
 func (r Result) Results() []Result {
 	if r.lists == nil {
 		return nil
