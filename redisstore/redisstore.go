@@ -355,8 +355,11 @@ func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, results []ra
 	if err := s.run(ctx, reqs, results); err != nil {
 		return err
 	}
+	// A refused batch spent nothing: the results of its allowed requests
+	// are what they would have left, not what their buckets hold.
+	all := !slices.ContainsFunc(results[:len(reqs)], func(res ratelimit.Result) bool { return !res.Allowed })
 	for i, r := range reqs {
-		if r.Cost >= 0 {
+		if r.Cost >= 0 && (all || !results[i].Allowed) {
 			s.refusals.record(fps[i], r, sent, results[i])
 		}
 	}

@@ -143,6 +143,38 @@ func TestRefusalCacheBatch(t *testing.T) {
 	assert.True(t, res.Allowed, "the refused batch spent nothing of the global bucket")
 }
 
+// TestRefusalCacheSkipsARefusedBatch: a batch that one policy refuses in
+// Redis spends nothing from the others, so what their results would have
+// left is not cached as their state: the next request, once the refusing
+// bucket has a token again, is allowed, as it is without the cache.
+func TestRefusalCacheSkipsARefusedBatch(t *testing.T) {
+	for _, noCache := range []bool{true, false} {
+		client := redistest.Start(t).Client()
+		c := new(storetest.Clock)
+		policies := []ratelimit.Policy{
+			{Name: "a", Limit: ratelimit.PerMinute(2)},
+			{Name: "b", Limit: ratelimit.PerSecond(10).WithBurst(1)},
+		}
+		instance := func() *ratelimit.Limiter {
+			lim, err := ratelimit.New(newStore(t, client, &redisstore.Options{Clock: c.Now, NoRefusalCache: noCache}), policies...)
+			require.NoError(t, err)
+			return lim
+		}
+		ctx := context.Background()
+		res, err := instance().Take(ctx, "k", 1)
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+		second := instance()
+		res, err = second.Take(ctx, "k", 1)
+		require.NoError(t, err)
+		require.Equal(t, []string{"b"}, res.Violated(), "b is empty; a would have been")
+		c.Advance(100 * time.Millisecond) // b has a token again, a still one
+		res, err = second.Take(ctx, "k", 1)
+		require.NoError(t, err)
+		assert.True(t, res.Allowed, "NoRefusalCache %v: refused by %v for %v", noCache, res.Violated(), res.RetryAfter)
+	}
+}
+
 // TestNoRefusalCache: with the cache off, every refusal is Redis's.
 func TestNoRefusalCache(t *testing.T) {
 	client := redistest.Start(t).Client()
