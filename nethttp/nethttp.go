@@ -4,7 +4,9 @@
 package nethttp
 
 import (
+	"bufio"
 	"errors"
+	"net"
 	"net/http"
 
 	"github.com/tokenfair/ratelimit"
@@ -77,4 +79,12 @@ func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 func (s *statusWriter) Flush() {
 	s.written = true
 	_ = http.NewResponseController(s.ResponseWriter).Flush()
+}
+
+// Hijack keeps handlers that take over the connection (which assert
+// http.Hijacker, as WebSocket upgraders do) working; it fails as the
+// underlying writer does when that cannot hijack.
+func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	s.written = true
+	return http.NewResponseController(s.ResponseWriter).Hijack()
 }

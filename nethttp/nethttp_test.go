@@ -1,6 +1,8 @@
 package nethttp
 
 import (
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -158,4 +160,42 @@ func TestCountIfKeepsFlusher(t *testing.T) {
 		assert.Equal(t, 200, w.Code, "successful responses do not count")
 		assert.True(t, w.Flushed)
 	}
+}
+
+// TestCountIfKeepsHijacker: the status-recording writer still lets a
+// handler take over the connection, as WebSocket upgraders do, on a real
+// server; on a writer that cannot, Hijack fails instead.
+func TestCountIfKeepsHijacker(t *testing.T) {
+	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.PerMinute(5)),
+		func(*http.Request) (string, error) { return "k", nil },
+		&ratelimit.Options{CountIf: func(s int) bool { return s >= 400 }})
+	require.NoError(t, err)
+	hijackErr := make(chan error, 1)
+	h := Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hj, ok := w.(http.Hijacker)
+		if !ok {
+			hijackErr <- errors.New("the writer is not an http.Hijacker")
+			return
+		}
+		conn, rw, err := hj.Hijack()
+		hijackErr <- err
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		rw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nhijacked")
+		rw.Flush()
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	res, err := srv.Client().Get(srv.URL)
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.NoError(t, <-hijackErr)
+	assert.Equal(t, "hijacked", string(body))
+
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+	assert.ErrorIs(t, <-hijackErr, http.ErrNotSupported, "a recorder cannot be hijacked")
 }
