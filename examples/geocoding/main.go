@@ -114,8 +114,9 @@
 //
 // The three frameworks answer every request alike, with the same status,
 // header fields and body: Gin runs in release mode with ginlimit, Echo with
-// echolimit (whose refusals take Echo's error path to its default error
-// handler), and the same handlers write the 400, 404 and 405 answers.
+// echolimit writing its own answers (so that a "pretty" query parameter
+// does not indent them), and the same handlers write the 400, 404 and 405
+// answers.
 //
 // The server logs to standard error, naming its store (memory, or redis and
 // the address, never the password) on its start-up line, and shuts down

@@ -102,12 +102,13 @@ func ginRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler {
 }
 
 // echoRouter is Echo with its 404 and 405 answered by the same handlers as
-// the net/http router. The limiter's refusals take Echo's error path to
-// DefaultHTTPErrorHandler, which writes them as the core does.
+// the net/http router. The limiter writes its answers itself
+// (WriteResponse), so that they are the core's bytes even when Echo's
+// error handler would indent them (a "pretty" query parameter).
 func echoRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	limit := echolimit.Middleware(mw, nil)
+	limit := echolimit.Middleware(mw, &echolimit.Options{WriteResponse: true})
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		limited := limit(next)
 		return func(c echo.Context) error {
