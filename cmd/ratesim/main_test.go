@@ -173,6 +173,7 @@ func TestTraceErrors(t *testing.T) {
 		{"0 k 1.5\n", `line 1: cost "1.5": not a whole number`},
 		{"0 k 99999999999999999999\n", `line 1: cost "99999999999999999999": too large`},
 		{"0 k 1 x\n", `line 1: unexpected "x" after the cost: want TIME [KEY [COST]]`},
+		{"1\r2\r3\n", `line 1: time "1\r2\r3": not a decimal number of seconds`}, // a bare CR ends no line
 		{"# c\n\n0\n" + strings.Repeat("9", maxLine+1) + "\n1\n", `line 4: longer than 65536 bytes`},
 	} {
 		_, stderr, code := runCLI(t, tc.trace)

@@ -146,7 +146,8 @@ func parseTraceLine(line []byte, req *request) (bool, error) {
 	return true, nil
 }
 
-// field returns the first field of b, separated by blanks, and what follows.
+// field returns the first field of b, separated by blanks (spaces and
+// tabs), and what follows.
 func field(b []byte) (f, rest []byte) {
 	i := 0
 	for i < len(b) && isBlank(b[i]) {
@@ -159,7 +160,7 @@ func field(b []byte) (f, rest []byte) {
 	return b[i:j], b[j:]
 }
 
-func isBlank(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f' }
+func isBlank(c byte) bool { return c == ' ' || c == '\t' }
 
 // quote returns b quoted for an error message, cut to a readable length.
 func quote(b []byte) string {

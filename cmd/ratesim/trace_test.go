@@ -21,7 +21,7 @@ func TestParseTraceLine(t *testing.T) {
 		"0.2 k":          {t: 200e6, key: []byte("k"), cost: 1},
 		" 1.5\tk,1\t7 ":  {t: 1500e6, key: []byte("k,1"), cost: 7},
 		"0 #k 0":         {t: 0, key: []byte("#k"), cost: 0},
-		"2 日本 1\r":       {t: 2e9, key: []byte("日本"), cost: 1},
+		"2 日本 1":         {t: 2e9, key: []byte("日本"), cost: 1},
 		"1.000000001 \"": {t: 1e9 + 1, key: []byte(`"`), cost: 1},
 	} {
 		var req request
