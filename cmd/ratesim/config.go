@@ -104,6 +104,9 @@ Flags:
 		return fail("want at most one TRACE file, got %d arguments", fs.NArg())
 	case math.IsNaN(cfg.rate) || math.IsInf(cfg.rate, 0) || cfg.rate <= 0:
 		return fail("-rate %s: want a positive, finite number of tokens per second", strconv.FormatFloat(cfg.rate, 'g', -1, 64))
+	case float64(time.Second)/cfg.rate >= math.MaxInt64:
+		return fail("-rate %s: one token every %.3g s, more than 50 years",
+			strconv.FormatFloat(cfg.rate, 'g', -1, 64), 1/cfg.rate)
 	case cfg.burst < 1:
 		return fail("-burst %d: want a capacity of at least 1", cfg.burst)
 	case cfg.top < 0:

@@ -208,6 +208,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-rate", "0"}, "-rate 0: want a positive, finite number of tokens per second"},
 		{[]string{"-rate", "-1"}, "-rate -1: want a positive, finite number"},
 		{[]string{"-rate", "NaN"}, "-rate NaN: want a positive"},
+		{[]string{"-rate", "1e-10"}, "-rate 1e-10: one token every 1e+10 s, more than 50 years"},
 		{[]string{"-rate", "+Inf"}, "-rate +Inf: want a positive"},
 		{[]string{"-rate", "1e10"}, "-rate 1e+10: more than one token per nanosecond"},
 		{[]string{"-rate", "1e-12"}, "more than 50 years"},
