@@ -36,6 +36,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -73,7 +74,9 @@ type Metrics struct {
 	nearFraction atomic.Uint64 // of SetNearLimit, in 1e-18ths
 }
 
-// New registers the metrics with reg and returns them.
+// New registers the metrics with reg and returns them. When one cannot be
+// registered (most often because reg already has it: call New once per
+// registry), New returns an error naming it and leaves reg as it was.
 func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -109,9 +112,15 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		reg: reg,
 	}
 	m.nearFraction.Store(defaultNearLimit)
-	for _, c := range []prometheus.Collector{m.decisions, m.duration, m.delay, m.degraded, m.storeErrors, m.warnings, m.nearLimit} {
+	names := []string{"ratelimit_decisions_total", "ratelimit_decision_duration_seconds", "ratelimit_shaping_delay_seconds",
+		"ratelimit_store_degraded", "ratelimit_store_errors_total", "ratelimit_warnings_total", "ratelimit_near_limit_total"}
+	cs := []prometheus.Collector{m.decisions, m.duration, m.delay, m.degraded, m.storeErrors, m.warnings, m.nearLimit}
+	for i, c := range cs {
 		if err := reg.Register(c); err != nil {
-			return nil, err
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			return nil, fmt.Errorf("metrics: New: registering %s: %w", names[i], err)
 		}
 	}
 	return m, nil
@@ -275,10 +284,16 @@ func (m *Metrics) OnHealthChange(healthy bool, _ error) {
 
 // TrackKeys exports the number of keys an in-process store holds, such as
 // a memorystore's Len, as ratelimit_keys{store=name}, read at each scrape.
+// It returns an error naming the store when the registry refuses the
+// gauge, as it does for a name already tracked.
 func (m *Metrics) TrackKeys(name string, keys func() int) error {
-	return m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	err := m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "ratelimit_keys",
 		Help:        "Keys held by an in-process rate-limit store.",
 		ConstLabels: prometheus.Labels{"store": name},
 	}, func() float64 { return float64(keys()) }))
+	if err != nil {
+		return fmt.Errorf("metrics: TrackKeys(%q): %w", name, err)
+	}
+	return nil
 }

@@ -229,12 +229,36 @@ ratelimit_decisions_total{outcome="limited",policy="default"} 1
 	assert.NoError(t, err)
 }
 
+// TestRegisterTwice: registering the metrics twice, or a store's keys
+// twice, fails with an error naming the metric or the store.
 func TestRegisterTwice(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	_, err := metrics.New(reg)
+	m, err := metrics.New(reg)
 	require.NoError(t, err)
 	_, err = metrics.New(reg)
-	assert.Error(t, err, "the same metrics cannot be registered twice")
+	assert.ErrorContains(t, err, "metrics: New: registering ratelimit_decisions_total: ")
+	require.NoError(t, m.TrackKeys("memory", func() int { return 0 }))
+	assert.ErrorContains(t, m.TrackKeys("memory", func() int { return 0 }), `metrics: TrackKeys("memory"): `)
+}
+
+// TestNewLeavesTheRegistryAsItWas: when one metric cannot be registered,
+// New names it and leaves none of the others registered.
+func TestNewLeavesTheRegistryAsItWas(t *testing.T) {
+	for _, name := range []string{"ratelimit_decisions_total", "ratelimit_decision_duration_seconds", "ratelimit_shaping_delay_seconds",
+		"ratelimit_store_degraded", "ratelimit_store_errors_total", "ratelimit_warnings_total", "ratelimit_near_limit_total"} {
+		reg := prometheus.NewRegistry()
+		other := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: "someone else's"})
+		require.NoError(t, reg.Register(other))
+		_, err := metrics.New(reg)
+		assert.ErrorContains(t, err, "metrics: New: registering "+name+": ", name)
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		var names []string
+		for _, f := range families {
+			names = append(names, f.GetName())
+		}
+		assert.Equal(t, []string{name}, names, "only the other gauge is left")
+	}
 }
 
 // TestWarnings: the records with a "warning" attribute that go through
