@@ -75,26 +75,28 @@ func newLeases(dur int64, now func() int64) *leases {
 }
 
 // spend decides a request of cost for key under p from its lease, if it
-// has one with enough tokens left; it reports false otherwise.
-func (l *leases) spend(fp uint64, p *ratelimit.Policy, cost int64) (ratelimit.Result, bool) {
+// has one with enough tokens left; it reports false otherwise, and held
+// when the key holds a lease nonetheless, one that has ended or cannot pay
+// for the request, which takeLeased gives back.
+func (l *leases) spend(fp uint64, p *ratelimit.Policy, cost int64) (_ ratelimit.Result, ok, held bool) {
 	e := &l.slots[fp%leaseSlots]
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.fp != fp || e.left < cost {
-		return ratelimit.Result{}, false
+	if e.fp != fp {
+		return ratelimit.Result{}, false, false
 	}
 	now := l.now()
-	if now >= e.until {
-		return ratelimit.Result{}, false
+	if e.left < cost || now >= e.until {
+		return ratelimit.Result{}, false, e.until != 0
 	}
 	// The result is the algorithm's on the bucket's state as if what is
 	// left of the lease were still in it, which admits cost.
 	res, next := p.Decide(e.shadow, now, cost)
 	if !res.Allowed {
-		return ratelimit.Result{}, false
+		return ratelimit.Result{}, false, true
 	}
 	e.left, e.shadow, e.seen = e.left-cost, next, now
-	return res, true
+	return res, true, true
 }
 
 // refund gives n tokens back to the lease of the bucket fp under p, if

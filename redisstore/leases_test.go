@@ -307,6 +307,33 @@ func TestLeaseRoomFreed(t *testing.T) {
 	assert.Equal(t, int64(80-60-5+20), res.Remaining, "only the live lease's 5 tokens are out")
 }
 
+// TestLeaseEndBeatsRefusalCache: a lease that ends with a token left goes
+// back with the key's next request, which that token then pays for, as the
+// exact bucket's would; the refusal cache, which counted the whole lease as
+// spent when it was taken, does not refuse it first.
+func TestLeaseEndBeatsRefusalCache(t *testing.T) {
+	const lease = 100 * time.Millisecond
+	for _, noCache := range []bool{true, false} {
+		c := new(storetest.Clock)
+		s := newStore(t, redistest.Start(t).Client(), &redisstore.Options{Clock: c.Now, Lease: lease, NoRefusalCache: noCache})
+		p := &ratelimit.Policy{Limit: ratelimit.PerMinute(17)} // leases of 2 at most
+		ctx := context.Background()
+		for i := range 16 { // 1 alone, then leases of 2: the last one has a token left
+			res, err := s.Take(ctx, p, "k", 1)
+			require.NoError(t, err)
+			require.True(t, res.Allowed, "request %d", i+1)
+		}
+		c.Advance(lease) // the lease ends; the bucket earns nothing in 100 ms
+		res, err := s.Take(ctx, p, "k", 1)
+		require.NoError(t, err)
+		assert.True(t, res.Allowed, "NoRefusalCache %v: the 17th token (refused for %v)", noCache, res.RetryAfter)
+		assert.Equal(t, int64(0), res.Remaining)
+		res, err = s.Take(ctx, p, "k", 1)
+		require.NoError(t, err)
+		assert.False(t, res.Allowed, "NoRefusalCache %v: 17 of 17 spent", noCache)
+	}
+}
+
 // TestLeasesSeveralPolicies: two limiters of a per-client policy and a
 // global one, over stores with leases, take each policy from its lease
 // (the global bucket, every client's, leases most): every bucket's

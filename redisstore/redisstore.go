@@ -270,15 +270,18 @@ func (s *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 		// The key's lease answers, without a round trip: a request it
 		// pays for, a look at the bucket (cost 0), tokens given back.
 		var res ratelimit.Result
-		var ok bool
+		var ok, held bool
 		if cost < 0 {
 			res, ok = s.leases.refund(fp, p, -cost)
 		} else {
-			res, ok = s.leases.spend(fp, p, cost)
+			res, ok, held = s.leases.spend(fp, p, cost)
 		}
 		if ok {
 			return res, nil
 		}
+		// A lease that ended or cannot pay goes back with this request
+		// (takeLeased): the refusal cache counts its tokens as spent.
+		asks = asks && !held
 	}
 	if s.refusals != nil && asks {
 		if res, ok := s.refusals.refuse(fp, p, cost); ok {
