@@ -33,7 +33,9 @@ const (
 	// among the instances: with N instances each allows 1/N of the rate and
 	// of the burst (at least 1, and at least the request's cost) and of
 	// Policy.Immediate, so that together they stay near the shared quota
-	// instead of multiplying it.
+	// instead of multiplying it. What a Local decision spends stays spent:
+	// the Limiter gives nothing back to a degraded result, so while
+	// degraded a response that Options.CountIf does not count still counts.
 	Local
 )
 
@@ -162,17 +164,20 @@ func (f *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 	return f.fallback(ctx, p, key, cost, cause)
 }
 
-// TakeAll implements [ratelimit.BatchStore] when the primary store does
-// (and returns ratelimit.ErrNotAtomic otherwise). While degraded, Local
-// decides in the Local store, atomically if it is a BatchStore.
+// TakeAll implements [ratelimit.BatchStore]: while healthy, with the
+// primary store's TakeAll, or ratelimit.ErrNotAtomic when the primary has
+// none or cannot. While degraded, Local decides in the Local store,
+// atomically if that is a BatchStore (as a memorystore is) whatever the
+// primary: a request that one policy refuses then spends nothing from the
+// others. (The Limiter gives nothing back to a degraded store, so
+// decisions taken one at a time in Local mode keep what a refusal spent.)
 func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
-	bs, ok := f.primary.(ratelimit.BatchStore)
-	if !ok {
-		return ratelimit.ErrNotAtomic
-	}
 	var cause error
 	if probe := f.degraded.Load(); f.askPrimary() {
-		err := bs.TakeAll(ctx, reqs, results)
+		err := ratelimit.ErrNotAtomic
+		if bs, ok := f.primary.(ratelimit.BatchStore); ok {
+			err = bs.TakeAll(ctx, reqs, results)
+		}
 		if errors.Is(err, ratelimit.ErrNotAtomic) {
 			if probe { // no I/O was done: let the Limiter's next Take probe
 				f.nextProbe.Store(0)

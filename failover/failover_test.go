@@ -307,6 +307,33 @@ func TestFailoverRecoversWithoutBatches(t *testing.T) {
 	assert.True(t, fo.Healthy())
 }
 
+// TestFailoverLocalRefusalSpendsNothing: while degraded in Local mode, a
+// request that one policy refuses spends nothing from the others, even
+// when the primary cannot decide several policies at once: the Local
+// store does. (Without it, a client's refused flood would drain a global
+// policy's local bucket for everybody.)
+func TestFailoverLocalRefusalSpendsNothing(t *testing.T) {
+	rig := newFailover(t, failover.Local, 1)
+	lim, err := ratelimit.New(rig.store,
+		ratelimit.Policy{Name: "a", Limit: ratelimit.PerMinute(10)},
+		ratelimit.Policy{Name: "b", Limit: ratelimit.PerMinute(1)})
+	require.NoError(t, err)
+	rig.primary.down.Store(true)
+	ctx := context.Background()
+	res, err := lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	require.True(t, res.Degraded)
+	for range 4 {
+		res, err = lim.Take(ctx, "k", 1)
+		require.NoError(t, err)
+		require.Equal(t, []string{"b"}, res.Violated())
+	}
+	look, err := lim.Take(ctx, "k", 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(9), look.Results()[0].Remaining, "a lost nothing to the refusals")
+}
+
 // TestFailoverLocalCostAboveShare: a cost the shared limit allows is not
 // refused for ever by an instance's smaller share.
 func TestFailoverLocalCostAboveShare(t *testing.T) {
