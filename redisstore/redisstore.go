@@ -425,8 +425,8 @@ var (
 
 // run decides reqs, as one group of the script (see take.lua), and fills
 // results.
-func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+func (s *Store) run(parent context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
+	ctx, cancel := context.WithTimeout(parent, s.timeout)
 	defer cancel()
 	n := len(reqs)
 	c := s.newCall(ctx, n)
@@ -439,7 +439,7 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, results []rat
 	reply, err := s.decide(c)
 	s.dials.done(&c.watch)
 	if err != nil {
-		return fmt.Errorf("redisstore: %w", c.watch.cause(err))
+		return fmt.Errorf("redisstore: %w", s.failure(parent, ctx, &c.watch, err))
 	}
 	if len(reply) != 3*n {
 		return fmt.Errorf("redisstore: malformed reply %v", reply)
@@ -658,10 +658,9 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 }
 
 // within runs f, a call to Redis, under the store's deadline, and returns
-// f's error, or the dial's when a refused dial ended the call (see
-// dialWatch).
-func (s *Store) within(ctx context.Context, f func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+// f's error as failure does.
+func (s *Store) within(parent context.Context, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(parent, s.timeout)
 	defer cancel()
 	var w watcher
 	s.dials.watch(&w, ctx, cancel)
@@ -669,9 +668,22 @@ func (s *Store) within(ctx context.Context, f func(ctx context.Context) error) e
 	err := f(ctx)
 	s.dials.done(&w) // before reading w.cause
 	if err != nil {
-		return w.cause(err)
+		return s.failure(parent, ctx, &w, err)
 	}
 	return nil
+}
+
+// failure returns err, the error of a call made under ctx, the store's
+// deadline over parent: naming the deadline when it was what ended the
+// call, or the dial's error when a refused dial ended it (see dialWatch).
+// The deadline has passed by the clock, not by ctx.Err: a socket's read
+// deadline, set from it, may fire before ctx's own timer.
+func (s *Store) failure(parent, ctx context.Context, w *watcher, err error) error {
+	d, _ := ctx.Deadline()
+	if pd, ok := parent.Deadline(); (!ok || pd.After(d)) && parent.Err() == nil && !time.Now().Before(d) {
+		return fmt.Errorf("no answer within Options.Timeout %v: %w", s.timeout, err)
+	}
+	return w.cause(err)
 }
 
 func (s *Store) slotsKey(key string) string { return s.prefix + ":inflight:" + shortKey(key) }
