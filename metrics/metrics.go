@@ -157,7 +157,7 @@ func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 		case name == inFlightPolicy:
 			m.decisions.WithLabelValues(inFlightPolicy, Limited).Inc()
 			return
-		case outcome(name, res) == Banned:
+		case outcome(name, res, res.Degraded) == Banned:
 			// A ban answers before the other policies are asked.
 			m.decisions.WithLabelValues(name, Banned).Inc()
 			return
@@ -167,18 +167,19 @@ func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 		m.delay.Observe(res.Delay.Seconds())
 	}
 	near := m.nearFraction.Load()
+	all := res.Results() // nil for a Limiter of one policy
 	for i := range policies {
 		p := &policies[i]
-		o := outcome(p.Name, res)
+		own := res
+		if all != nil {
+			own = all[i]
+		}
+		o := outcome(p.Name, res, own.Degraded)
 		m.decisions.WithLabelValues(p.Name, o).Inc()
 		if o != Allowed || !res.Allowed {
 			continue
 		}
-		own := res // a Limiter of one policy has no Results
-		if all := res.Results(); all != nil {
-			own = all[i]
-		}
-		if !own.Degraded && nearLimit(own.Remaining, p.Limit.Burst(), near) {
+		if nearLimit(own.Remaining, p.Limit.Burst(), near) {
 			m.nearLimit.WithLabelValues(p.Name).Inc()
 		}
 	}
@@ -191,7 +192,9 @@ func isBan(violated, policy string) bool {
 	return ok && name == policy
 }
 
-func outcome(policy string, res ratelimit.Result) string {
+// outcome returns the outcome of the request res answers for policy,
+// whose own result is degraded or not.
+func outcome(policy string, res ratelimit.Result, degraded bool) string {
 	switch {
 	case slices.Contains(res.Violated(), policy):
 		return Limited
@@ -199,7 +202,7 @@ func outcome(policy string, res ratelimit.Result) string {
 		return Banned
 	case slices.Contains(res.DryRunViolated(), policy):
 		return DryRunLimited
-	case res.Degraded:
+	case degraded:
 		return Fallback
 	}
 	return Allowed

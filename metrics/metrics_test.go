@@ -145,6 +145,31 @@ func TestDecisionsCounted(t *testing.T) {
 	assert.Equal(t, 5.0, testutil.ToFloat64(gauge(r.reg, "ratelimit_keys")), "per-key a and b, global *, shadow a and b")
 }
 
+// shadowDown is a memory store whose dry-run policy "shadow" fails.
+type shadowDown struct{ ratelimit.Store }
+
+func (s shadowDown) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+	if p.Name == "shadow" {
+		return ratelimit.Result{}, errors.New("connection refused")
+	}
+	return s.Store.Take(ctx, p, key, cost)
+}
+
+// TestEachPolicysOwnFallback: a policy is counted as a fallback by its own
+// result, not the binding one's: a dry-run policy whose store fails while
+// the enforcing one answers is a fallback, and the enforcing one allowed.
+func TestEachPolicysOwnFallback(t *testing.T) {
+	store, err := memorystore.New(nil)
+	require.NoError(t, err)
+	r := newRig(t, shadowDown{store},
+		ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(5)},
+		ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true})
+	assert.Equal(t, http.StatusOK, r.get("a"))
+	assert.Equal(t, 1, r.count("api", metrics.Allowed))
+	assert.Equal(t, 1, r.count("shadow", metrics.Fallback))
+	assert.Equal(t, 2, testutil.CollectAndCount(r.reg, "ratelimit_decisions_total"), "no other series")
+}
+
 // A request refused for want of an in-flight slot is counted as limited by
 // the in-flight policy, not as allowed by the limiter's.
 func TestInFlightRefusalsCounted(t *testing.T) {
