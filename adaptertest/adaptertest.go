@@ -137,7 +137,7 @@ func newFixture(t *testing.T, nh NewHandler, s setup) *fixture {
 		require.NoError(t, err)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			m.Handle(w, r, func() int {
-				sw := &statusWriter{ResponseWriter: w}
+				sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 				next.ServeHTTP(sw, r)
 				return sw.status
 			})
@@ -167,18 +167,26 @@ func newSide(t *testing.T, s setup, build func(*ratelimit.Limiter, http.Handler)
 // WriteHeader.
 type statusWriter struct {
 	http.ResponseWriter
-	status int
+	status int  // the response's status: 200 until another is written
+	sent   bool // the status is final
 }
 
 func (s *statusWriter) WriteHeader(code int) {
-	s.status = code
+	if !s.sent && code >= 200 {
+		s.status, s.sent = code, true
+	}
 	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	s.sent = true
+	return s.ResponseWriter.Write(b)
 }
 
 // next is the rest of the chain: it counts its runs and answers with
 // header fields and a body of its own, which the adapter must leave alone.
-// It answers /status/NNN with status NNN, holds /block until released,
-// and panics on /panic.
+// It answers /status/NNN with status NNN, /implicit with a body and no
+// WriteHeader (so 200), holds /block until released, and panics on /panic.
 func next(sd *side) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sd.calls.Add(1)
@@ -195,7 +203,9 @@ func next(sd *side) http.Handler {
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("X-Next", "ran")
-		w.WriteHeader(status)
+		if r.URL.Path != "/implicit" {
+			w.WriteHeader(status)
+		}
 		io.WriteString(w, "next: "+r.Method+" "+r.URL.Path+"\n")
 	})
 }
@@ -363,10 +373,14 @@ func testCountIf(t *testing.T, nh NewHandler) {
 			return status >= 400
 		},
 	}})
-	for _, status := range []int{200, 204, 201, 401, 500} {
-		f.send(request{client: "alice", path: "/status/" + strconv.Itoa(status)})
+	for _, status := range []int{200, 204, 201, 0, 401, 500} {
+		path := "/status/" + strconv.Itoa(status)
+		if status == 0 { // no WriteHeader: the status is 200
+			path, status = "/implicit", http.StatusOK
+		}
+		f.send(request{client: "alice", path: path})
 		require.Len(t, seen, 2, "CountIf runs once on each side")
-		assert.Equal(t, [2]int{status, status}, [2]int{<-seen, <-seen}, "the status CountIf saw: reference, adapter")
+		assert.Equal(t, [2]int{status, status}, [2]int{<-seen, <-seen}, "the status CountIf saw for %s: reference, adapter", path)
 	}
 	assertStopped(t, f.send(request{client: "alice"}), http.StatusTooManyRequests)
 	assert.Zero(t, len(seen), "CountIf saw a refused request")

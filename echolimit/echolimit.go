@@ -64,7 +64,9 @@ func Limit(limit ratelimit.Limit, key ratelimit.KeyFunc) echo.MiddlewareFunc {
 // Middleware returns Echo middleware, configured by opts (nil for the
 // defaults), that calls the next handler only when m admits the request,
 // and returns its error. The status that m needs for Options.CountIf is
-// c.Response().Status after the next handler; when it returns an error,
+// c.Response().Status after the next handler (200 if that is an interim
+// 1xx, as the client then gets: Echo commits the response at the first
+// status it is given, 1xx included); when it returns an error,
 // the middleware first has Echo's HTTPErrorHandler write it (c.Error) and
 // then returns it, as Echo's RequestLogger does with HandleError;
 // DefaultHTTPErrorHandler leaves the committed response alone. An
@@ -144,7 +146,7 @@ func middleware(m *ratelimit.Middleware, withContext bool, opts *Options) echo.M
 					// committed response alone when err comes back to it.
 					c.Error(err)
 				}
-				return c.Response().Status
+				return max(c.Response().Status, http.StatusOK) // a 1xx is never final
 			}
 			// The core writes header fields to the response, and its
 			// answer, if any, to w: nothing when next ran.

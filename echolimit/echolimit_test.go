@@ -433,3 +433,37 @@ func panicError(f func()) (err error) {
 	f()
 	return nil
 }
+
+// TestCountIfSeesTheFinalStatus: a handler that sends an interim 103
+// before its answer: Echo commits the response at the 103, so the client
+// gets 200, and CountIf sees that 200, never the 1xx. (A handler that only
+// writes a body is a 200 too.)
+func TestCountIfSeesTheFinalStatus(t *testing.T) {
+	var seen []int
+	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.PerMinute(2)),
+		func(*http.Request) (string, error) { return "k", nil },
+		&ratelimit.Options{CountIf: func(s int) bool { seen = append(seen, s); return s >= 400 }})
+	require.NoError(t, err)
+	e := echo.New()
+	e.Use(echolimit.Middleware(m, nil))
+	e.GET("/hints", echo.WrapHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusEarlyHints)
+		w.WriteHeader(http.StatusUnauthorized)
+		w.Write([]byte("who are you?"))
+	})))
+	e.GET("/body", func(c echo.Context) error {
+		_, err := c.Response().Write([]byte("hello"))
+		return err
+	})
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	var got []int
+	for _, path := range []string{"/hints", "/body", "/hints"} {
+		res, err := srv.Client().Get(srv.URL + path)
+		require.NoError(t, err)
+		res.Body.Close()
+		got = append(got, res.StatusCode)
+	}
+	assert.Equal(t, got, seen, "CountIf saw the statuses the client got")
+	assert.Equal(t, []int{200, 200, 200}, seen)
+}
