@@ -78,7 +78,7 @@ func Hash(prefix, v string) string {
 	var buf [32]byte
 	b := append(buf[:0], prefix...)
 	n := len(b)
-	b = b[:n+hashedLen]
+	b = append(b, make([]byte, hashedLen)...) // in buf for a prefix of up to 10 bytes
 	base64.RawURLEncoding.Encode(b[n:], sum[:16])
 	return string(b)
 }

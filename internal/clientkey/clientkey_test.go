@@ -1,6 +1,7 @@
 package clientkey_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -104,4 +105,14 @@ func TestIPDetail(t *testing.T) {
 	assert.ErrorIs(t, err, clientkey.ErrBadRequest)
 	assert.Equal(t, "the request's client address is not an IP address", ce.Detail)
 	assert.Equal(t, clientkey.KindClientIP, ce.Kind)
+}
+
+// TestHash: the prefix, then 22 characters of base64url SHA-256, whatever
+// the prefix's length (one past the stack buffer included).
+func TestHash(t *testing.T) {
+	// The first 16 bytes of SHA-256("x"), in unpadded base64url.
+	const digest = "LXEWQrcmsEQBYnyp-6wy9Q" // echo -n x | sha256sum, first 16 bytes, base64url
+	for _, prefix := range []string{"", "ak:", "user#:", "tenant-key:", strings.Repeat("p", 40)} {
+		assert.Equal(t, prefix+digest, clientkey.Hash(prefix, "x"), "prefix %q", prefix)
+	}
 }
