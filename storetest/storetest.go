@@ -25,6 +25,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -248,16 +250,28 @@ func testGiveBack(t *testing.T, c *Clock, s ratelimit.Store) {
 	})
 }
 
+// testIndependent: every key, and every policy, has a bucket of its own,
+// whatever bytes they hold: keys that differ only in case, in trailing or
+// leading spaces, after their 255th byte, or in where the policy name
+// ends and the key begins never share a bucket (as a store keyed by a
+// case-insensitive, space-padding or length-limited column, or by the two
+// names joined, would make them).
 func testIndependent(t *testing.T, c *Clock, s ratelimit.Store) {
 	a, b := policy("a", fivePerSecond), policy("b", fivePerSecond)
-	keys := []string{"k", "k:1", "k:", ":k", "1:k", "ключ", "k\x00", "\x00", "🙂", string(make([]byte, 1000))}
+	long := strings.Repeat("x", 255)
+	keys := []string{"k", "K", "k ", " k", "k:1", "k:", ":k", "1:k", "ключ", "КЛЮЧ", "k\x00", "\x00", "🙂",
+		string(make([]byte, 1000)), long + "1", long + "2", "bk"}
 	for _, k := range keys {
-		assert.Equal(t, int64(0), take(t, s, a, k, 10).Remaining, "drain %q", k)
+		res := take(t, s, a, k, 10)
+		assert.True(t, res.Allowed, "drain %q: its bucket was full (no other key's)", k)
+		assert.Equal(t, int64(0), res.Remaining, "drain %q", k)
 	}
 	for _, k := range keys {
 		assert.False(t, take(t, s, a, k, 1).Allowed, "policy a, key %q drained", k)
 		assert.Equal(t, int64(9), take(t, s, b, k, 1).Remaining, "policy b, key %q untouched", k)
 	}
+	ab := policy("ab", fivePerSecond)
+	assert.Equal(t, int64(9), take(t, s, ab, "k", 1).Remaining, `policy "ab", key "k" is not policy "a", key "bk"`)
 }
 
 func testFullBucketForgotten(t *testing.T, c *Clock, s ratelimit.Store) {
@@ -299,58 +313,70 @@ func testLongLimits(t *testing.T, c *Clock, s ratelimit.Store) {
 }
 
 func testConcurrentOneKey(t *testing.T, c *Clock, s ratelimit.Store) {
-	concurrentOneKey(t, s, policy("p", ratelimit.PerSecond(1).WithBurst(100)), 100)
+	concurrentOneKey(t, s, policy("p", ratelimit.PerSecond(1).WithBurst(1000)), 1000)
 }
 
 func testShapeConcurrent(t *testing.T, c *Clock, s ratelimit.Store) {
 	// One request runs at once and a full queue waits behind it.
-	concurrentOneKey(t, s, shape("p", ratelimit.PerSecond(1).WithBurst(100)), 101)
+	concurrentOneKey(t, s, shape("p", ratelimit.PerSecond(1).WithBurst(1000)), 1001)
 }
 
+// concurrentOneKey: in each of several rounds, goroutines released at
+// once race for a fresh key; exactly want requests are admitted. A store
+// whose read and write of a bucket are not one atomic step admits more in
+// some round.
 func concurrentOneKey(t *testing.T, s ratelimit.Store, p *ratelimit.Policy, want int64) {
-	const goroutines, each = 8, 50
-	var admitted atomic.Int64
-	errs := make(chan error, goroutines)
-	var wg sync.WaitGroup
-	for range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range each {
-				res, err := s.Take(context.Background(), p, "hot", 1)
-				if err != nil {
-					errs <- err
-					return
+	const rounds, goroutines, each = 4, 8, 150
+	for round := range rounds {
+		key := fmt.Sprint("hot-", round)
+		var admitted atomic.Int64
+		errs := make(chan error, goroutines)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for range each {
+					res, err := s.Take(context.Background(), p, key, 1)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if res.Allowed {
+						admitted.Add(1)
+					}
 				}
-				if res.Allowed {
-					admitted.Add(1)
-				}
-			}
-		}()
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err, "Take(%q)", key)
+		}
+		require.Equal(t, want, admitted.Load(), "round %d: %d goroutines × %d requests on one key: %v", round, goroutines, each, p.Limit)
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	assert.Equal(t, want, admitted.Load(), "%d goroutines × %d requests on one key: %v", goroutines, each, p.Limit)
 }
 
 func testConcurrentManyKeys(t *testing.T, c *Clock, s ratelimit.Store) {
 	p := policy("p", ratelimit.PerSecond(1).WithBurst(5))
 	const keys, goroutines = 20, 4
 	counts := make([]atomic.Int64, keys)
-	var failed atomic.Bool
+	var failed atomic.Pointer[error] // the first error
+	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-start
 			for i := range keys * 10 {
 				k := (i + g) % keys
 				res, err := s.Take(context.Background(), p, fmt.Sprint("key-", k), 1)
 				if err != nil {
-					failed.Store(true)
+					failed.CompareAndSwap(nil, &err)
 					return
 				}
 				if res.Allowed {
@@ -359,8 +385,11 @@ func testConcurrentManyKeys(t *testing.T, c *Clock, s ratelimit.Store) {
 			}
 		}()
 	}
+	close(start)
 	wg.Wait()
-	require.False(t, failed.Load(), "Take failed")
+	if err := failed.Load(); err != nil {
+		require.NoError(t, *err, "Take")
+	}
 	for k := range counts {
 		assert.Equal(t, int64(5), counts[k].Load(), "key-%d", k)
 	}
@@ -473,26 +502,35 @@ func testDryRun(t *testing.T, c *Clock, s ratelimit.Store) {
 	assert.Equal(t, []string{"shadow"}, res.DryRunViolated())
 }
 
-// testPoliciesConcurrent: goroutines on mixed keys under per-client (5 an
-// hour) and global (30) policies admit at most 5 per client and 30 in all,
-// and no per-client token is lost to global refusals: once the global
-// bucket refills, each client gets exactly what it has left.
+// testPoliciesConcurrent: in each of several rounds, goroutines released
+// at once on mixed keys under per-client (5 an hour) and global (200 a
+// second) policies admit at most 5 per client and exactly 200 in all, and
+// no per-client token is lost to global refusals: once the global bucket
+// refills, each client gets exactly what it has left.
 func testPoliciesConcurrent(t *testing.T, c *Clock, s ratelimit.Store) {
-	g := ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(30), Global: true}
+	g := ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(200), Global: true}
 	l := limiter(t, s, ratelimit.Policy{Name: "per-client", Limit: ratelimit.PerHour(5)}, g)
-	const clients, goroutines = 12, 6
+	for round := range 4 {
+		policiesConcurrentRound(t, c, l, fmt.Sprintf("round-%d-client-", round))
+	}
+}
+
+func policiesConcurrentRound(t *testing.T, c *Clock, l *ratelimit.Limiter, prefix string) {
+	const clients, goroutines, global = 60, 6, 200
 	counts := make([]atomic.Int64, clients)
-	var failed atomic.Bool
+	var failed atomic.Pointer[error] // the first error
+	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for gr := range goroutines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-start
 			for i := range clients * 3 {
 				k := (i*7 + gr) % clients
-				res, err := l.Take(context.Background(), fmt.Sprint("client-", k), 1)
+				res, err := l.Take(context.Background(), prefix+strconv.Itoa(k), 1)
 				if err != nil {
-					failed.Store(true)
+					failed.CompareAndSwap(nil, &err)
 					return
 				}
 				if res.Allowed {
@@ -501,22 +539,25 @@ func testPoliciesConcurrent(t *testing.T, c *Clock, s ratelimit.Store) {
 			}
 		}()
 	}
+	close(start)
 	wg.Wait()
-	require.False(t, failed.Load())
+	if err := failed.Load(); err != nil {
+		require.NoError(t, *err, "Take")
+	}
 	total := int64(0)
 	for k := range counts {
-		require.LessOrEqual(t, counts[k].Load(), int64(5), "client-%d", k)
+		require.LessOrEqual(t, counts[k].Load(), int64(5), "%s%d", prefix, k)
 		total += counts[k].Load()
 	}
-	assert.Equal(t, int64(30), total, "the global capacity is spent exactly")
+	require.Equal(t, int64(global), total, "the global capacity is spent exactly")
 	c.Advance(time.Second)
 	total = 0
 	for k := range counts {
-		left := limit(t, l, fmt.Sprint("client-", k), 0).Results()[0].Remaining
-		assert.Equal(t, 5-counts[k].Load(), left, "client-%d's tokens", k)
+		left := limit(t, l, prefix+strconv.Itoa(k), 0).Results()[0].Remaining
+		assert.Equal(t, 5-counts[k].Load(), left, "%s%d's tokens", prefix, k)
 		total += left
 	}
-	assert.Equal(t, int64(clients*5-30), total)
+	assert.Equal(t, int64(clients*5-global), total)
 }
 
 // testLeakyPolice runs the token bucket's steps through LeakyPolice: the
