@@ -15,8 +15,9 @@
 // The suite drives time through the clock it hands to the factory, so the
 // store must read time only from it. It checks exact decisions (refill to
 // the nanosecond, costs, refusals that spend nothing), that keys and
-// policies are independent, and that concurrent requests on one key admit
-// exactly the burst. For a [ratelimit.ResetStore] it checks that Reset
+// policies are independent (keys that differ only in case, in spaces or
+// after their 255th byte included), and that concurrent requests on one
+// key admit exactly the burst. For a [ratelimit.ResetStore] it checks that Reset
 // forgets one bucket exactly, and no other; for other stores those tests
 // are skipped.
 package storetest
