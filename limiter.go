@@ -205,8 +205,11 @@ func (l *Limiter) takeMany(ctx context.Context, key string, cost int64) (Result,
 			results[i] = Result{Allowed: true, Policy: p, Degraded: true}
 			continue
 		}
-		if c != cost { // a look: would the cost have fit?
-			res.Allowed = cost <= p.Limit.burst && res.Remaining >= cost
+		if c != cost {
+			// A look: would the cost have fit? The algorithm depends on
+			// how far the state is ahead of now, which the look tells.
+			would, _ := p.Decide(int64(res.ResetAfter), 0, cost)
+			res.Allowed, res.RetryAfter = would.Allowed, would.RetryAfter
 		}
 		results[i] = res
 	}

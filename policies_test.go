@@ -171,3 +171,43 @@ func TestResultsPerPolicy(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(9998), look.Results()[1].Remaining, "the refused request spent nothing from daily")
 }
+
+// TestDryRunLookDecidesByTheAlgorithm: when an enforcing policy refuses, a
+// dry-run policy only looks at its bucket, and says whether the request
+// would have passed as its own algorithm decides: a shaping queue admits
+// a cost whose wait fits, whatever its Remaining (which counts requests of
+// cost 1), and a would-be refusal says when the request would pass.
+func TestDryRunLookDecidesByTheAlgorithm(t *testing.T) {
+	clock := new(fakeClock)
+	shape := ratelimit.Policy{Name: "shape", Limit: ratelimit.PerSecond(1).WithBurst(10), Algorithm: ratelimit.LeakyShape, DryRun: true}
+	lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Name: "tb", Limit: ratelimit.PerSecond(5)}, shape)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = lim.Take(ctx, "k", 5) // the queue empties 5 s from now
+	require.NoError(t, err)
+	clock.Advance(time.Second)
+	_, err = lim.Take(ctx, "k", 4) // then 8 s from now
+	require.NoError(t, err)
+	res, err := lim.Take(ctx, "k", 5)
+	require.NoError(t, err)
+	require.Equal(t, []string{"tb"}, res.Violated())
+	assert.Nil(t, res.DryRunViolated(), "a wait of 8 s fits the queue's 10 s")
+	assert.True(t, res.Results()[1].Allowed)
+
+
+	// A queue 3 s long, of 2 s room: a would-be refusal, by 1 s.
+	clock = new(fakeClock)
+	shape.Limit = ratelimit.PerSecond(1).WithBurst(2)
+	lim, err = ratelimit.New(clockStore(t, clock), ratelimit.Policy{Name: "tb", Limit: ratelimit.PerSecond(1).WithBurst(3)}, shape)
+	require.NoError(t, err)
+	for _, cost := range []int64{2, 1} { // the queue then empties 3 s from now
+		res, err = lim.Take(ctx, "k", cost)
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+	}
+	res, err = lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	require.Equal(t, []string{"tb"}, res.Violated())
+	assert.Equal(t, []string{"shape"}, res.DryRunViolated())
+	assert.Equal(t, time.Second, res.Results()[1].RetryAfter, "3 s of wait against 2 s of room")
+}
