@@ -75,6 +75,7 @@ func (s *Server) start() {
 			return
 		}
 		if time.Now().After(deadline) {
+			s.Kill() // Fatalf ends the test before a caller registers the cleanup
 			s.t.Fatalf("redistest: redis-server on %s did not answer: %v", s.Addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
