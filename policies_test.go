@@ -194,7 +194,6 @@ func TestDryRunLookDecidesByTheAlgorithm(t *testing.T) {
 	assert.Nil(t, res.DryRunViolated(), "a wait of 8 s fits the queue's 10 s")
 	assert.True(t, res.Results()[1].Allowed)
 
-
 	// A queue 3 s long, of 2 s room: a would-be refusal, by 1 s.
 	clock = new(fakeClock)
 	shape.Limit = ratelimit.PerSecond(1).WithBurst(2)
