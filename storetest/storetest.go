@@ -87,6 +87,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"PoliciesMultiWindow", testMultiWindow},
 		{"PoliciesDryRun", testDryRun},
 		{"PoliciesConcurrent", testPoliciesConcurrent},
+		{"BatchRefusedSpendsAtNoMoment", testBatchNoMoment},
 		{"Reset", testReset},
 		{"ResetConcurrent", testResetConcurrent},
 		{"PoliciesReset", testPoliciesReset},
@@ -457,6 +458,66 @@ func testRefusedByGlobal(t *testing.T, c *Clock, s ratelimit.Store) {
 	c.Advance(time.Second)
 	res = limit(t, l, "b", 1)
 	assert.Equal(t, []string{"per-client"}, res.Violated(), "now b's own quota is spent")
+}
+
+// testBatchNoMoment: a BatchStore's TakeAll that one request refuses
+// spends nothing from the others at any moment: a goroutine looking at a
+// global bucket while batches run that an empty per-client bucket refuses
+// never sees the global one spent. (A TakeAll that takes each request and
+// gives back on a refusal shows the spend.) Skipped for a store that is no
+// BatchStore, or whose TakeAll answers ratelimit.ErrNotAtomic.
+func testBatchNoMoment(t *testing.T, c *Clock, s ratelimit.Store) {
+	bs, ok := s.(ratelimit.BatchStore)
+	if !ok {
+		t.Skip("not a ratelimit.BatchStore")
+	}
+	l := limiter(t, s, ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(1).WithBurst(1000), Global: true},
+		ratelimit.Policy{Name: "per-client", Limit: ratelimit.PerHour(1)})
+	global, perClient := &l.Policies()[0], &l.Policies()[1]
+	ctx := context.Background()
+	require.True(t, take(t, s, perClient, "c", 1).Allowed)
+	batch := []ratelimit.Request{{Policy: global, Key: "*", Cost: 1}, {Policy: perClient, Key: "c", Cost: 1}}
+	if err := bs.TakeAll(ctx, batch, make([]ratelimit.Result, 2)); errors.Is(err, ratelimit.ErrNotAtomic) {
+		t.Skip("TakeAll answers ErrNotAtomic")
+	}
+	const goroutines, each = 4, 1000
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	done := make(chan struct{})
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results := make([]ratelimit.Result, 2)
+			for range each {
+				if err := bs.TakeAll(ctx, batch, results); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+				if results[1].Allowed {
+					err := errors.New("the empty per-client bucket allowed a request")
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	least := int64(1000)
+	for looking := true; looking; {
+		select {
+		case <-done:
+			looking = false
+		default:
+		}
+		res, err := s.Take(ctx, global, "*", 0)
+		require.NoError(t, err)
+		least = min(least, res.Remaining)
+	}
+	if err := failed.Load(); err != nil {
+		require.NoError(t, *err, "TakeAll")
+	}
+	assert.Equal(t, int64(1000), least, "the global bucket, seen while refused batches ran")
 }
 
 // testMultiWindow: 5/s burst 10 and 15 a day; the result reports the
