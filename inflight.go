@@ -118,7 +118,11 @@ func (f *inflight) releaseShared(ctx context.Context, s SlotStore, held sharedSl
 // IETF format, on the same field line, so that a client that reads only
 // the first line of the field sees it too.
 func (f *inflight) list(h map[string][]string, format HeaderFormat) {
-	if v := h[policyKey.draft]; format == HeadersIETF && len(v) == 1 {
+	switch v := h[policyKey.draft]; {
+	case format != HeadersIETF || len(v) != 1:
+	case v[0] == "": // no policy to list but this one
+		h[policyKey.draft] = []string{f.item}
+	default:
 		h[policyKey.draft] = []string{v[0] + "," + f.item}
 	}
 }

@@ -227,14 +227,19 @@ func (m *Middleware) acquire(r *http.Request, d *decision) (func(), Result, erro
 
 // writeHeaders writes the rate-limit header fields of res, decided by lim:
 // none for a degraded decision, or when every policy is dry-run and hidden.
+// With DryRunHeaders every policy is listed, and an allowed request's
+// RateLimit is the binding one of every policy, dry-run ones included; a
+// refusal's is the refusing policy's, so that t is Retry-After.
 func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
 	switch {
 	case res.Degraded:
 		return
-	case m.cfg.DryRunHeaders && res.Results() != nil:
+	case m.cfg.DryRunHeaders && res.Allowed && res.Results() != nil:
 		b := res.Results()[binding(res.Results(), lim.all)]
 		writeHeaders(h, m.cfg.Headers, b, lim.fields[1], lim.quotasOf(b.Policy))
-	case len(lim.enforce) == 0 && !m.cfg.DryRunHeaders:
+	case m.cfg.DryRunHeaders:
+		writeHeaders(h, m.cfg.Headers, res, lim.fields[1], lim.quotasOf(res.Policy))
+	case len(lim.enforce) == 0:
 		return
 	default:
 		writeHeaders(h, m.cfg.Headers, res, lim.fields[0], lim.quotasOf(res.Policy))

@@ -19,8 +19,11 @@ type Options struct {
 	// Headers selects the rate-limit header fields. Default: HeadersIETF.
 	Headers HeaderFormat
 	// DryRunHeaders makes the header fields describe the dry-run policies
-	// too, as if they were enforced, so that clients see a limit coming.
-	// Default: dry-run policies are invisible to clients.
+	// too, as if they were enforced, so that clients see a limit coming:
+	// RateLimit-Policy lists them on every answer, and an allowed
+	// request's RateLimit may be a dry-run policy's (a refusal's is the
+	// refusing policy's, whose t is Retry-After). Default: dry-run
+	// policies are invisible to clients.
 	DryRunHeaders bool
 	// OnDeny answers a refused request; the rate-limit header fields and
 	// Retry-After are already set. Default: 429 Too Many Requests with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -209,4 +210,42 @@ func TestDryRunLookDecidesByTheAlgorithm(t *testing.T) {
 	require.Equal(t, []string{"tb"}, res.Violated())
 	assert.Equal(t, []string{"shape"}, res.DryRunViolated())
 	assert.Equal(t, time.Second, res.Results()[1].RetryAfter, "3 s of wait against 2 s of room")
+}
+
+// TestDryRunHeadersOnRefusals: with DryRunHeaders, a refusal's RateLimit
+// is the refusing policy's, so that its t is Retry-After (jitter
+// included), even when a dry-run policy would wait longer; and
+// RateLimit-Policy lists every policy on every answer, in-flight
+// refusals included, as one valid list.
+func TestDryRunHeadersOnRefusals(t *testing.T) {
+	perKey := ratelimit.Policy{Name: "per-key", Limit: ratelimit.PerSecond(2).WithBurst(4)}
+	dry := ratelimit.Policy{Name: "dry", Limit: ratelimit.PerMinute(3), DryRun: true}
+	for _, jitter := range []time.Duration{0, 3 * time.Second} {
+		s := policyServer(t, []ratelimit.Policy{perKey, dry}, &ratelimit.Options{DryRunHeaders: true, RetryJitter: jitter})
+		for range 4 {
+			require.Equal(t, 200, s.get("a").Code)
+		}
+		w := s.get("a")
+		require.Equal(t, 429, w.Code)
+		assert.Equal(t, `"per-key";q=4;w=2,"dry";q=3;w=60`, field(w.Header(), "RateLimit-Policy"))
+		assert.Equal(t, `"per-key";r=0;t=`+w.Header().Get("Retry-After"), field(w.Header(), "RateLimit"), "jitter %v", jitter)
+	}
+
+	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), dry)
+	require.NoError(t, err)
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{DryRunHeaders: true, MaxInFlight: 1})
+	require.NoError(t, err)
+	request := func() *http.Request {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-Client", "a")
+		return r
+	}
+	first, second := httptest.NewRecorder(), httptest.NewRecorder()
+	m.Handle(first, request(), func() int {
+		m.Handle(second, request(), func() int { return 200 }) // while the first holds the slot
+		return 200
+	})
+	require.Equal(t, 429, second.Code)
+	assert.Equal(t, `"dry";q=3;w=60,"inflight";q=1;qu="concurrent-requests"`, field(second.Header(), "RateLimit-Policy"))
+	assert.Equal(t, `"dry";q=3;w=60,"inflight";q=1;qu="concurrent-requests"`, field(first.Header(), "RateLimit-Policy"), "the same list when allowed")
 }
