@@ -11,9 +11,7 @@ import (
 // HeaderFormat selects which rate-limit header fields a [Middleware] writes
 // on every decided response. Every format writes its fields with Set
 // semantics, so stacked middleware never duplicates a field. Retry-After is
-// written on every refusal whatever the format. A number too long for a
-// Structured Field Integer (more than 15 digits) is sent as the largest
-// one, 999999999999999.
+// written on every refusal whatever the format.
 //
 // For a policy "default" of 5 tokens per second with a burst of 10, after one
 // request:
@@ -220,9 +218,9 @@ func writeHeaders(h http.Header, f HeaderFormat, res Result, policies []string, 
 		if f == HeadersX {
 			keys = &xKeys
 		}
-		set(h, keys[0], intField(sfInteger(p.Limit.burst)), fresh)
-		set(h, keys[1], intField(sfInteger(res.Remaining)), fresh)
-		set(h, keys[2], intField(sfInteger(ceilSeconds(res.ResetAfter))), fresh)
+		set(h, keys[0], intField(p.Limit.burst), fresh)
+		set(h, keys[1], intField(max(res.Remaining, 0)), fresh)
+		set(h, keys[2], intField(ceilSeconds(res.ResetAfter)), fresh)
 	}
 }
 
