@@ -332,33 +332,43 @@ func concurrentOneKey(t *testing.T, s ratelimit.Store, p *ratelimit.Policy, want
 	for round := range rounds {
 		key := fmt.Sprint("hot-", round)
 		var admitted atomic.Int64
-		errs := make(chan error, goroutines)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for range goroutines {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				for range each {
-					res, err := s.Take(context.Background(), p, key, 1)
-					if err != nil {
-						errs <- err
-						return
-					}
-					if res.Allowed {
-						admitted.Add(1)
-					}
+		race(t, goroutines, func(int) error {
+			for range each {
+				res, err := s.Take(context.Background(), p, key, 1)
+				if err != nil {
+					return fmt.Errorf("Take(%q): %w", key, err)
 				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			require.NoError(t, err, "Take(%q)", key)
-		}
+				if res.Allowed {
+					admitted.Add(1)
+				}
+			}
+			return nil
+		})
 		require.Equal(t, want, admitted.Load(), "round %d: %d goroutines × %d requests on one key: %v", round, goroutines, each, p.Limit)
+	}
+}
+
+// race runs f(0), …, f(n−1) in goroutines released at once, waits for
+// them all, and fails the test with the first error one returned.
+func race(t *testing.T, n int, f func(g int) error) {
+	t.Helper()
+	var first atomic.Pointer[error]
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if err := f(g); err != nil {
+				first.CompareAndSwap(nil, &err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if err := first.Load(); err != nil {
+		require.NoError(t, *err)
 	}
 }
 
@@ -366,32 +376,19 @@ func testConcurrentManyKeys(t *testing.T, c *Clock, s ratelimit.Store) {
 	p := policy("p", ratelimit.PerSecond(1).WithBurst(5))
 	const keys, goroutines = 20, 4
 	counts := make([]atomic.Int64, keys)
-	var failed atomic.Pointer[error] // the first error
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for i := range keys * 10 {
-				k := (i + g) % keys
-				res, err := s.Take(context.Background(), p, fmt.Sprint("key-", k), 1)
-				if err != nil {
-					failed.CompareAndSwap(nil, &err)
-					return
-				}
-				if res.Allowed {
-					counts[k].Add(1)
-				}
+	race(t, goroutines, func(g int) error {
+		for i := range keys * 10 {
+			k := (i + g) % keys
+			res, err := s.Take(context.Background(), p, fmt.Sprint("key-", k), 1)
+			if err != nil {
+				return fmt.Errorf("Take(key-%d): %w", k, err)
 			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	if err := failed.Load(); err != nil {
-		require.NoError(t, *err, "Take")
-	}
+			if res.Allowed {
+				counts[k].Add(1)
+			}
+		}
+		return nil
+	})
 	for k := range counts {
 		assert.Equal(t, int64(5), counts[k].Load(), "key-%d", k)
 	}
@@ -480,43 +477,32 @@ func testBatchNoMoment(t *testing.T, c *Clock, s ratelimit.Store) {
 	if err := bs.TakeAll(ctx, batch, make([]ratelimit.Result, 2)); errors.Is(err, ratelimit.ErrNotAtomic) {
 		t.Skip("TakeAll answers ErrNotAtomic")
 	}
-	const goroutines, each = 4, 1000
-	var wg sync.WaitGroup
-	var failed atomic.Pointer[error]
-	done := make(chan struct{})
-	for range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results := make([]ratelimit.Result, 2)
-			for range each {
-				if err := bs.TakeAll(ctx, batch, results); err != nil {
-					failed.CompareAndSwap(nil, &err)
-					return
-				}
-				if results[1].Allowed {
-					err := errors.New("the empty per-client bucket allowed a request")
-					failed.CompareAndSwap(nil, &err)
-					return
-				}
-			}
-		}()
-	}
-	go func() { wg.Wait(); close(done) }()
+	const batchers, each = 4, 1000
+	var finished atomic.Int64
 	least := int64(1000)
-	for looking := true; looking; {
-		select {
-		case <-done:
-			looking = false
-		default:
+	race(t, batchers+1, func(g int) error {
+		if g == batchers { // the looker, until every batcher is done
+			for finished.Load() < batchers {
+				res, err := s.Take(ctx, global, "*", 0)
+				if err != nil {
+					return fmt.Errorf("Take(global): %w", err)
+				}
+				least = min(least, res.Remaining)
+			}
+			return nil
 		}
-		res, err := s.Take(ctx, global, "*", 0)
-		require.NoError(t, err)
-		least = min(least, res.Remaining)
-	}
-	if err := failed.Load(); err != nil {
-		require.NoError(t, *err, "TakeAll")
-	}
+		defer finished.Add(1)
+		results := make([]ratelimit.Result, 2)
+		for range each {
+			if err := bs.TakeAll(ctx, batch, results); err != nil {
+				return fmt.Errorf("TakeAll: %w", err)
+			}
+			if results[1].Allowed {
+				return errors.New("TakeAll: the empty per-client bucket allowed a request")
+			}
+		}
+		return nil
+	})
 	assert.Equal(t, int64(1000), least, "the global bucket, seen while refused batches ran")
 }
 
@@ -580,32 +566,19 @@ func testPoliciesConcurrent(t *testing.T, c *Clock, s ratelimit.Store) {
 func policiesConcurrentRound(t *testing.T, c *Clock, l *ratelimit.Limiter, prefix string) {
 	const clients, goroutines, global = 60, 6, 200
 	counts := make([]atomic.Int64, clients)
-	var failed atomic.Pointer[error] // the first error
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for gr := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for i := range clients * 3 {
-				k := (i*7 + gr) % clients
-				res, err := l.Take(context.Background(), prefix+strconv.Itoa(k), 1)
-				if err != nil {
-					failed.CompareAndSwap(nil, &err)
-					return
-				}
-				if res.Allowed {
-					counts[k].Add(1)
-				}
+	race(t, goroutines, func(g int) error {
+		for i := range clients * 3 {
+			k := (i*7 + g) % clients
+			res, err := l.Take(context.Background(), prefix+strconv.Itoa(k), 1)
+			if err != nil {
+				return fmt.Errorf("Take(%s%d): %w", prefix, k, err)
 			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	if err := failed.Load(); err != nil {
-		require.NoError(t, *err, "Take")
-	}
+			if res.Allowed {
+				counts[k].Add(1)
+			}
+		}
+		return nil
+	})
 	total := int64(0)
 	for k := range counts {
 		require.LessOrEqual(t, counts[k].Load(), int64(5), "%s%d", prefix, k)
@@ -763,41 +736,30 @@ func testResetConcurrent(t *testing.T, c *Clock, s ratelimit.Store) {
 	p := policy("p", ratelimit.PerHour(1000))
 	const keys, goroutines, resets = 12, 4, 50
 	var spent [keys]atomic.Int64
-	var failed atomic.Value
-	var wg sync.WaitGroup
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range keys * 10 {
-				k := (i*5 + g) % keys
-				res, err := s.Take(context.Background(), p, fmt.Sprint("key-", k), 1)
-				if err != nil {
-					failed.Store(err)
-					return
+	race(t, goroutines+1, func(g int) error {
+		if g == goroutines { // the resetter
+			for range resets {
+				if _, err := s.Take(context.Background(), p, "reset-me", 7); err != nil {
+					return fmt.Errorf("Take(reset-me): %w", err)
 				}
-				if res.Allowed {
-					spent[k].Add(1)
+				if err := rs.Reset(context.Background(), p, "reset-me"); err != nil {
+					return fmt.Errorf("Reset(reset-me): %w", err)
 				}
 			}
-		}()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for range resets {
-			if _, err := s.Take(context.Background(), p, "reset-me", 7); err != nil {
-				failed.Store(err)
-				return
+			return nil
+		}
+		for i := range keys * 10 {
+			k := (i*5 + g) % keys
+			res, err := s.Take(context.Background(), p, fmt.Sprint("key-", k), 1)
+			if err != nil {
+				return fmt.Errorf("Take(key-%d): %w", k, err)
 			}
-			if err := rs.Reset(context.Background(), p, "reset-me"); err != nil {
-				failed.Store(err)
-				return
+			if res.Allowed {
+				spent[k].Add(1)
 			}
 		}
-	}()
-	wg.Wait()
-	require.Nil(t, failed.Load())
+		return nil
+	})
 	for k := range spent {
 		assert.Equal(t, int64(10*goroutines), spent[k].Load(), "key-%d: requests admitted", k)
 		left := take(t, s, p, fmt.Sprint("key-", k), 0).Remaining
