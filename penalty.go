@@ -92,8 +92,7 @@ func (b Penalty) bans(name string) *Policy {
 type box struct {
 	policy  int     // the index of the policy it punishes
 	strikes *Policy // the strikes' bucket; nil when one refusal bans
-	bans    *Policy // the bans remembered, for the back-off; nil without
-	levels  int64   // the doublings of the back-off: For << levels ≥ Max
+	bans    *Policy // the bans remembered, for the back-off (see Penalty.bans); nil without
 	ban     Policy  // the ban
 	lists   *lists  // of a refusal by the ban
 }
@@ -105,9 +104,7 @@ func newBox(i int, p *Policy) *box {
 	if pen.After > 1 {
 		b.strikes = &Policy{Name: p.Name + "/strikes", Limit: Per(pen.After-1, pen.Within).WithBurst(pen.After - 1)}
 	}
-	if b.bans = pen.bans(p.Name); b.bans != nil {
-		b.levels = b.bans.Limit.burst - 1
-	}
+	b.bans = pen.bans(p.Name)
 	b.lists = &lists{violated: []string{b.ban.Name}, ban: true}
 	return b
 }
@@ -150,9 +147,10 @@ func (l *Limiter) strike(ctx context.Context, key string, results []Result) (Res
 		pen := l.policies[b.policy].Penalty
 		length := pen.For
 		if b.bans != nil {
-			level := b.levels // more bans remembered than levels: the longest
+			levels := b.bans.Limit.burst - 1 // the doublings from For to Max
+			level := levels                  // more bans remembered than levels: the longest
 			if res, err := l.store.Take(ctx, b.bans, key, 1); err == nil && res.Allowed {
-				level = b.levels - res.Remaining
+				level = levels - res.Remaining
 			}
 			length = min(pen.For<<level, pen.Max)
 		}
