@@ -295,8 +295,16 @@ func (m *Middleware) decide(r *http.Request) (d decision) {
 				Kind: clientkey.KindCost, Detail: "the cost function failed"}
 			return d
 		}
+		if d.cost == 0 {
+			// Take would only look at the bucket (and refuses a negative
+			// cost): an admitted request costs at least one token; free
+			// requests are exempted with Skip.
+			d.err = &clientkey.Error{Err: fmt.Errorf("%w: cost 0 is below 1", ErrBadRequest),
+				Kind: clientkey.KindCost, Detail: "the request's cost, 0, is below 1"}
+			return d
+		}
 	}
-	d.res, d.err = d.lim.Take(r.Context(), d.key, d.cost) // it refuses an empty key and a bad cost
+	d.res, d.err = d.lim.Take(r.Context(), d.key, d.cost) // it refuses an empty key and a cost above a burst
 	return d
 }
 

@@ -13,8 +13,9 @@ import (
 // value, or a nil *Options, is the documented default of each.
 type Options struct {
 	// Cost tells how many tokens a request costs, for example the number
-	// of addresses in a batch request; an error is answered with 400 Bad
-	// Request. Default: every request costs 1.
+	// of addresses in a batch request; an error, or a cost below 1, is
+	// answered with 400 Bad Request (exempt free requests with Skip).
+	// Default: every request costs 1.
 	Cost func(r *http.Request) (int64, error)
 	// Headers selects the rate-limit header fields. Default: HeadersIETF.
 	Headers HeaderFormat

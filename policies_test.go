@@ -73,6 +73,23 @@ func TestPoliciesCostAboveOneBurst(t *testing.T) {
 	assert.Equal(t, 200, s.get("a", "X-Cost", "4").Code)
 }
 
+// TestCostBelowOneIsRefused: a cost of 0 would only look at the bucket, so
+// a client that can pick it (?count=0) would pass an empty bucket at will.
+func TestCostBelowOneIsRefused(t *testing.T) {
+	s := policyServer(t, []ratelimit.Policy{perKey}, nil)
+	require.Equal(t, 200, s.get("a", "X-Cost", "10").Code)
+	require.Equal(t, 429, s.get("a").Code, "the bucket is empty")
+	for _, cost := range []string{"0", "-1"} {
+		for range 100 {
+			w := s.get("a", "X-Cost", cost)
+			require.Equal(t, http.StatusBadRequest, w.Code, "cost %s", cost)
+		}
+		w := s.get("a", "X-Cost", cost)
+		assert.Contains(t, w.Body.String(), "the request's cost, "+cost+", is ")
+	}
+	assert.Equal(t, 1, s.calls, "only the first request reached the handler")
+}
+
 // TestTiers: one middleware, a limiter per plan chosen per request.
 func TestTiers(t *testing.T) {
 	clock := new(fakeClock)
