@@ -74,8 +74,11 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *Options) (*Middleware, error) 
 //
 // With Options.CountIf, the cost is taken before next runs, so a spent
 // budget refuses the request, and given back after it returns if its status
-// does not count. With Options.MaxInFlight, the request holds a slot while
-// next runs, released when next returns or panics.
+// does not count. If next panics, the request counts only if the
+// response had begun: an adapter recovers such a panic, returns the status
+// and raises the panic again after Handle returns. With
+// Options.MaxInFlight, the request holds a slot while next runs, released
+// when next returns or panics.
 func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() (status int)) {
 	if m.cfg.lists != nil {
 		switch v, err := m.cfg.lists.check(r); {

@@ -26,7 +26,8 @@
 // request is admitted, and its answer reaches the client untouched; a
 // refusal or an error (default or custom handlers, GET or HEAD) stops the
 // chain and is the core's answer; the status of the response reaches
-// Options.CountIf; an in-flight slot (Options.MaxInFlight) is held while
+// Options.CountIf, also for a response whose handler panicked after it
+// began; an in-flight slot (Options.MaxInFlight) is held while
 // next runs and released after it, also when it panics; Options.Skip; the
 // address lists (Options.Block answers 403, Options.Safe skips); the
 // rate-limit field names reach the wire as the core spells them
@@ -55,6 +56,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/quick"
 	"github.com/tokenfair/ratelimit/memorystore"
 )
 
@@ -76,6 +78,7 @@ func Run(t *testing.T, newHandler NewHandler) {
 		{"Errors", testErrors},
 		{"CustomHandlers", testCustomHandlers},
 		{"CountIf", testCountIf},
+		{"Aborted", testAborted},
 		{"InFlight", testInFlight},
 		{"Skip", testSkip},
 		{"AddressLists", testAddressLists},
@@ -136,11 +139,15 @@ func newFixture(t *testing.T, nh NewHandler, s setup) *fixture {
 		m, err := ratelimit.NewMiddleware(l, key, s.opts)
 		require.NoError(t, err)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			m.Handle(w, r, func() int {
+			var panicked any
+			m.Handle(w, r, func() (status int) {
 				sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-				next.ServeHTTP(sw, r)
-				return sw.status
+				status, panicked = quick.Run(func() { next.ServeHTTP(sw, r) }, func() (int, bool) { return sw.status, sw.sent })
+				return status
 			})
+			if panicked != nil {
+				panic(panicked)
+			}
 		})
 	})
 	return f
@@ -186,7 +193,8 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 // next is the rest of the chain: it counts its runs and answers with
 // header fields and a body of its own, which the adapter must leave alone.
 // It answers /status/NNN with status NNN, /implicit with a body and no
-// WriteHeader (so 200), holds /block until released, and panics on /panic.
+// WriteHeader (so 200), holds /block until released, panics on /panic, and
+// on /abort panics after it has sent a 200 and part of the body.
 func next(sd *side) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sd.calls.Add(1)
@@ -200,6 +208,11 @@ func next(sd *side) http.Handler {
 			<-sd.release
 		case "/panic":
 			panic(http.ErrAbortHandler) // the server closes the connection
+		case "/abort": // the client hung up mid-body, as httputil.ReverseProxy reports it
+			w.WriteHeader(http.StatusOK)
+			io.WriteString(w, "the first part")
+			http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler)
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("X-Next", "ran")
@@ -384,6 +397,29 @@ func testCountIf(t *testing.T, nh NewHandler) {
 	}
 	assertStopped(t, f.send(request{client: "alice"}), http.StatusTooManyRequests)
 	assert.Zero(t, len(seen), "CountIf saw a refused request")
+}
+
+// testAborted: a response counts once it has begun, whatever happens after;
+// only a handler that wrote nothing and panicked gets its cost back. The
+// adapter must report the status of a response whose handler panicked
+// after it began (a download whose client hung up: httputil.ReverseProxy
+// panics with http.ErrAbortHandler), and let the panic go on.
+func testAborted(t *testing.T, nh NewHandler) {
+	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.Options{
+		CountIf: func(status int) bool { return status < 400 }, // downloads count, failures do not
+	}})
+	for _, sd := range []*side{f.ref, f.adapter} {
+		for range 3 {
+			_, err := sd.do(request{client: "alice", path: "/panic"})
+			require.Error(t, err, "the server closes the connection")
+		}
+		_, err := sd.do(request{client: "alice", path: "/abort"})
+		require.Error(t, err, "the body is cut short")
+		r := sd.must(t, request{client: "alice", path: "/abort"})
+		assertStopped(t, r, http.StatusTooManyRequests)
+	}
+	assert.Equal(t, f.ref.calls.Load(), f.adapter.calls.Load())
+	assert.EqualValues(t, 4, f.adapter.calls.Load(), "three panics that wrote nothing were given back; the begun download counted")
 }
 
 // testInFlight: with one request at a time per key, the slot is held while

@@ -139,20 +139,30 @@ func middleware(m *ratelimit.Middleware, withContext bool, opts *Options) echo.M
 				r = r.WithContext(context.WithValue(r.Context(), echoContextKey{}, c))
 			}
 			var err error
-			run := func() int {
-				if err = next(c); err != nil && counts {
-					// The status of an error is known once the error
-					// handler has written it; it then leaves the
-					// committed response alone when err comes back to it.
-					c.Error(err)
-				}
-				return max(c.Response().Status, http.StatusOK) // a 1xx is never final
+			var panicked any
+			status := func() (int, bool) {
+				return max(c.Response().Status, http.StatusOK), c.Response().Committed // a 1xx is never final
+			}
+			run := func() (code int) {
+				code, panicked = quick.Run(func() {
+					if err = next(c); err != nil && counts {
+						// The status of an error is known once the error
+						// handler has written it; it then leaves the
+						// committed response alone when err comes back to it.
+						c.Error(err)
+					}
+				}, status)
+				return code
 			}
 			// The core writes header fields to the response, and its
 			// answer, if any, to w: nothing when next ran.
 			w := captures.Get().(*capture)
 			w.Response = c.Response()
 			m.Handle(w, r, run)
+			if panicked != nil {
+				captures.Put(w)
+				panic(panicked) // once the response has begun, it counts by its status
+			}
 			if w.status == 0 {
 				captures.Put(w)
 				return err

@@ -55,13 +55,17 @@ func Middleware(m *ratelimit.Middleware) gin.HandlerFunc {
 // when m answered instead.
 func handle(m *ratelimit.Middleware, c *gin.Context, r *http.Request) {
 	admitted := false
-	m.Handle(c.Writer, r, func() int {
+	var panicked any
+	m.Handle(c.Writer, r, func() (status int) {
 		admitted = true
-		c.Next()
-		return c.Writer.Status()
+		status, panicked = quick.Run(c.Next, func() (int, bool) { return c.Writer.Status(), c.Writer.Written() })
+		return status
 	})
 	if !admitted {
 		c.Abort()
+	}
+	if panicked != nil {
+		panic(panicked) // once the response has begun, it counts by its status
 	}
 }
 

@@ -40,15 +40,19 @@ func Middleware(m *ratelimit.Middleware) func(next http.Handler) http.Handler {
 			panic(errors.New("nethttp.Middleware: nil next handler"))
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			m.Handle(w, r, func() int {
+			var panicked any
+			m.Handle(w, r, func() (status int) {
 				if !m.CountsResponses() {
 					next.ServeHTTP(w, r)
 					return 0
 				}
 				sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-				next.ServeHTTP(sw, r)
-				return sw.status
+				status, panicked = quick.Run(func() { next.ServeHTTP(sw, r) }, sw.begun)
+				return status
 			})
+			if panicked != nil {
+				panic(panicked) // http.ErrAbortHandler, say, once the response has begun
+			}
 		})
 	}
 }
@@ -71,6 +75,9 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 	s.written = true
 	return s.ResponseWriter.Write(b)
 }
+
+// begun returns the status and whether the response has begun.
+func (s *statusWriter) begun() (int, bool) { return s.status, s.written }
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

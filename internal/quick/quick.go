@@ -44,3 +44,24 @@ func Given(caller string, m *ratelimit.Middleware) *ratelimit.Middleware {
 	}
 	return m
 }
+
+// Run runs chain, the rest of an adapter's chain, for the next function of
+// Middleware.Handle, and returns the response's status as status reports
+// it. If chain panics after the response has begun (begun reports true),
+// Run returns the status and the panic's value, which the adapter raises
+// again once Handle has returned: the client got that status, so the
+// request counts by it (Options.CountIf). A chain that panics before it
+// has written anything panics through Handle, which gives the request's
+// cost back.
+func Run(chain func(), status func() (code int, begun bool)) (code int, panicked any) {
+	defer func() {
+		if c, begun := status(); begun {
+			if panicked = recover(); panicked != nil {
+				code = c
+			}
+		}
+	}()
+	chain()
+	code, _ = status()
+	return code, nil
+}
