@@ -12,8 +12,8 @@ import "time"
 //
 // A state at or before now carries no information (a full bucket, an empty
 // queue), so a store may forget the bucket when next ≤ now, and keep it for
-// next − now at most. A negative cost gives back −cost tokens spent earlier:
-// the state moves back by −cost intervals, never to before now.
+// next − now at most. The Result's Until is next. Tokens are given back
+// with [Policy.Refund], never with a negative cost, which Decide treats as 0.
 //
 // The state is, for TokenBucket and LeakyPolice, the time the bucket is full
 // again (GCRA's theoretical arrival time); for LeakyShape, the time the
@@ -22,12 +22,7 @@ import "time"
 // derives them.
 func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 	iv, burst := int64(p.Limit.interval), p.Limit.burst
-	if cost < 0 {
-		if state > now {
-			state = max(state+cost*iv, now)
-		}
-		cost = 0
-	}
+	cost = max(cost, 0)
 	var allowed bool
 	var remaining, retryAfter, resetAfter, delay int64
 	switch p.Algorithm {
@@ -45,7 +40,27 @@ func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 		RetryAfter: time.Duration(retryAfter),
 		ResetAfter: time.Duration(resetAfter),
 		Delay:      time.Duration(delay),
+		Until:      next,
 	}, next
+}
+
+// Refund returns the state of a bucket whose state is state at now, after
+// it is given back cost tokens that an allowed decision of p spent, whose
+// Result had Until until. It credits only what that decision still costs
+// the bucket: at most cost intervals, no more than until − now (nothing
+// once the bucket has been, or would have been, full since the decision),
+// and never moves the state before now, so the requests that count are
+// always a sequence one exact bucket admits (docs/algorithms.md). A Ban's
+// state never moves back.
+func (p *Policy) Refund(state, now, cost, until int64) (next int64) {
+	if state <= now || cost <= 0 || p.Algorithm == Ban {
+		return state
+	}
+	credit := min(until-now, cost*int64(p.Limit.interval))
+	if credit <= 0 {
+		return state
+	}
+	return max(state-credit, now)
 }
 
 // tokenBucket is GCRA: with τ = burst × interval and TAT = max(state, now),
@@ -76,8 +91,7 @@ func tokenBucket(state, now, interval, burst, cost int64) (allowed bool, next, r
 
 // ban is a penalty box's ban: the state is the time the ban ends. A cost of
 // 0 asks, and is refused until then; a positive cost bans for cost
-// nanoseconds from now, unless a longer ban is on. (A negative cost has
-// been made 0 by then, having shortened the ban by −cost intervals.)
+// nanoseconds from now, unless a longer ban is on.
 func ban(state, now, cost int64) (allowed bool, next, retryAfter, resetAfter int64) {
 	next = state
 	if cost > 0 {

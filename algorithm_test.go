@@ -547,22 +547,34 @@ func TestShapeInvariants(t *testing.T) {
 
 // TestDecideGiveBack: a negative cost is allowed and moves the state back
 // by −cost intervals, never to before now, for every algorithm.
-func TestDecideGiveBack(t *testing.T) {
+// TestRefund: a refund credits what the take still costs the bucket: at
+// most its cost, no more than until − now, never before now.
+func TestRefund(t *testing.T) {
 	const now = int64(1e18)
 	for _, p := range []*ratelimit.Policy{bucket(100, 10), queue(100, 10, 0, 0)} {
-		for _, tc := range []struct{ state, cost, next, remaining int64 }{
-			{now + 600, -2, now + 400, 6},
-			{now + 600, -10, now, 10},
-			{now - 5, -1, now - 5, 10}, // already full: nothing to give back
+		for _, tc := range []struct{ state, cost, until, next int64 }{
+			{now + 600, 2, now + 600, now + 400},  // all of it is owed
+			{now + 600, 2, now + 150, now + 450},  // 150 ns of it is still owed
+			{now + 600, 10, now + 600, now},       // never before now
+			{now + 600, 2, now, now + 600},        // earned back: nothing
+			{now + 600, 2, now - 300, now + 600},  // the bucket was full since
+			{now - 5, 1, now + 100, now - 5},      // already full: nothing to give back
+			{now + 600, 0, now + 600, now + 600},  // a cost of 0
+			{now + 600, -3, now + 600, now + 600}, // a negative cost is no refund
 		} {
-			res, next := p.Decide(tc.state, now, tc.cost)
-			got := [3]int64{b2i(res.Allowed), next, res.Remaining}
-			want := [3]int64{1, tc.next, tc.remaining}
-			if p.Algorithm == ratelimit.LeakyShape {
-				want[2] = min(tc.remaining+1, 10) // the queue also admits the request that runs now
-			}
-			assert.Equal(t, want, got, "%v: Decide(now%+d, now, %d)", p.Algorithm, tc.state-now, tc.cost)
-			assert.Same(t, p, res.Policy)
+			assert.Equal(t, tc.next, p.Refund(tc.state, now, tc.cost, tc.until), "%v: Refund(now%+d, now, %d, now%+d)", p.Algorithm, tc.state-now, tc.cost, tc.until-now)
 		}
 	}
+	ban := &ratelimit.Policy{Name: "b", Limit: ratelimit.PerSecond(1), Algorithm: ratelimit.Ban}
+	assert.Equal(t, now+600, ban.Refund(now+600, now, 1, now+600), "a ban never moves back")
+}
+
+// TestDecideNegativeCost: a negative cost is a look, not a give-back.
+func TestDecideNegativeCost(t *testing.T) {
+	const now = int64(1e18)
+	p := bucket(100, 10)
+	res, next := p.Decide(now+600, now, -2)
+	assert.Equal(t, now+600, next)
+	assert.True(t, res.Allowed)
+	assert.EqualValues(t, 4, res.Remaining)
 }

@@ -20,12 +20,16 @@ type mapStore struct {
 
 	mu      sync.Mutex
 	buckets map[string]int64 // bucket key → state; an absent bucket is full
+	resets  map[string]int64 // bucket key → the time of its last reset
 }
 
-var _ ratelimit.ResetStore = (*mapStore)(nil)
+var (
+	_ ratelimit.ResetStore  = (*mapStore)(nil)
+	_ ratelimit.RefundStore = (*mapStore)(nil)
+)
 
 func newMapStore(now func() time.Time) *mapStore {
-	return &mapStore{now: now, buckets: make(map[string]int64)}
+	return &mapStore{now: now, buckets: make(map[string]int64), resets: make(map[string]int64)}
 }
 
 // Take reads the bucket's state, lets the policy decide, and writes the
@@ -52,6 +56,29 @@ func (s *mapStore) Reset(_ context.Context, p *ratelimit.Policy, key string) err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.buckets, bucketKey(p.Name, key))
+	s.resets[bucketKey(p.Name, key)] = s.now().UnixNano() // a database would expire it after twice the policy's span
+	return nil
+}
+
+// Refund gives back what a take still costs the bucket, so that requests
+// that do not count (Options.CountIf) or that another policy refused cost
+// nothing: the optional ratelimit.RefundStore. Policy.Refund is the rule;
+// the store adds that a take made before the bucket's last reset gets
+// nothing back.
+func (s *mapStore) Refund(_ context.Context, p *ratelimit.Policy, key string, cost int64, took ratelimit.Result) error {
+	bucket := bucketKey(p.Name, key)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.resets[bucket] >= took.Until-int64(took.ResetAfter) {
+		return nil
+	}
+	now := s.now().UnixNano()
+	if next := p.Refund(s.buckets[bucket], now, cost, took.Until); next > now {
+		s.buckets[bucket] = next
+	} else {
+		delete(s.buckets, bucket)
+	}
 	return nil
 }
 

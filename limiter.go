@@ -267,17 +267,19 @@ func (l *Limiter) batch(ctx context.Context, bs BatchStore, idx []int, key strin
 	return all, out[len(idx):], nil
 }
 
-// giveBackSome returns the tokens that the allowed results among idx spent.
-// It runs even if ctx was canceled, and a failure to give back only leaves
-// the bucket emptier than it should be (never fuller).
+// giveBackSome returns the tokens that the allowed results among idx spent,
+// through the store's Refund. It runs even if ctx was canceled, and a
+// failure to give back only leaves the bucket emptier than it should be
+// (never fuller).
 func (l *Limiter) giveBackSome(ctx context.Context, idx []int, key string, cost int64, results []Result) {
-	if cost == 0 {
+	rs, ok := l.store.(RefundStore)
+	if cost == 0 || !ok {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
 	for _, i := range idx {
 		if r := results[i]; r.Allowed && !r.Degraded && cost <= l.policies[i].Limit.burst {
-			_, _ = l.take(ctx, i, key, -cost)
+			_ = rs.Refund(ctx, &l.policies[i], l.key(i, key), cost, r)
 		}
 	}
 }

@@ -429,7 +429,8 @@ func TestLimiterTakeErrors(t *testing.T) {
 	assert.ErrorContains(t, err, `cost 6, policy "api" has burst 5`)
 	res, err := lim.Take(ctx, "k", 5)
 	require.NoError(t, err)
-	assert.Equal(t, ratelimit.Result{Allowed: true, Policy: &lim.Policies()[0], ResetAfter: time.Second}, res)
+	assert.Equal(t, ratelimit.Result{Allowed: true, Policy: &lim.Policies()[0], ResetAfter: time.Second, Until: res.Until}, res)
+	assert.NotZero(t, res.Until, "the store's time until which the take can be given back")
 	assert.Same(t, &lim.Policies()[0], res.Policy, "the deciding policy is the limiter's own")
 	assert.Equal(t, ratelimit.PerSecond(5), res.Policy.Limit)
 
@@ -445,6 +446,10 @@ func TestLimiterTakeErrors(t *testing.T) {
 type notAtomicStore struct {
 	ratelimit.Store
 	batches atomic.Int64
+}
+
+func (s *notAtomicStore) Refund(ctx context.Context, p *ratelimit.Policy, key string, cost int64, took ratelimit.Result) error {
+	return s.Store.(ratelimit.RefundStore).Refund(ctx, p, key, cost, took)
 }
 
 func (s *notAtomicStore) TakeAll(context.Context, []ratelimit.Request, []ratelimit.Result) error {

@@ -18,7 +18,8 @@ import "context"
 // State is namespaced by policy name: the same key under two names is two
 // buckets. A [Limiter] validates its policies and the cost before it calls
 // a store, so a store may assume that p is valid, the key is not empty and
-// cost ≤ the burst; a negative cost gives tokens back. This package's Store
+// 0 ≤ cost ≤ the burst. Tokens are given back through [RefundStore]. This
+// package's Store
 // example is a complete store over a map, and the storetest package is the
 // conformance suite every store should pass.
 type Store interface {
@@ -49,4 +50,21 @@ type BatchStore interface {
 	// Limiter then takes them one at a time and gives back what a refusal
 	// left spent.
 	TakeAll(ctx context.Context, reqs []Request, results []Result) error
+}
+
+// RefundStore is a Store that can give back tokens that a request spent
+// but turned out not to use: a [Limiter] gives back through it what a
+// request refused by another policy spent (without a [BatchStore]) and
+// what a request that does not count spent (Options.CountIf). With a store
+// that lacks it nothing is given back, which never admits more than the
+// limit.
+type RefundStore interface {
+	Store
+	// Refund gives back to key's bucket under p the cost tokens that took,
+	// an allowed Result of this store's Take for them, spent, as
+	// [Policy.Refund] computes it at the store's now; and nothing if the
+	// bucket was reset (ResetStore) since took's decision, whose time is
+	// took.Until − took.ResetAfter. It returns an error only when the store
+	// cannot tell whether the tokens went back.
+	Refund(ctx context.Context, p *Policy, key string, cost int64, took Result) error
 }

@@ -76,6 +76,7 @@ type Store struct {
 	shift    uint // a fingerprint's top bits choose its shard
 	perShard int
 	now      func() int64
+	resets   resets
 }
 
 var _ ratelimit.BatchStore = (*Store)(nil)

@@ -16,9 +16,13 @@ var _ ratelimit.ResetStore = (*Store)(nil)
 // before the reset or fails its compare-and-swap and decides again on a
 // full bucket, and no other bucket changes. (A bucket that shares the
 // key's fingerprint, a chance of about n/2⁶⁴ with n keys held, is
-// forgotten with it.)
+// forgotten with it.) Refund gives nothing back of what was taken before
+// the reset.
 func (s *Store) Reset(_ context.Context, p *ratelimit.Policy, key string) error {
 	fp := s.fingerprint(p.Name, key)
+	// The reset's time first: a refund that does not see it yet swaps its
+	// credit in before the kill below, or fails its swap and sees it.
+	s.resets.add(fp, p, s.now())
 	sh := s.shard(fp)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

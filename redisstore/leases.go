@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tokenfair/ratelimit"
 )
@@ -40,6 +41,7 @@ type leases struct {
 	dur   int64        // the lease time, in nanoseconds (whole milliseconds)
 	ms    any          // the lease time in milliseconds, boxed for the script
 	now   func() int64 // this instance's clock, in nanoseconds
+	ids   atomic.Int64 // the number of the last lease granted
 	slots [leaseSlots]leaseSlot
 }
 
@@ -52,6 +54,7 @@ const maxLeaseShare = 8
 
 type leaseSlot struct {
 	mu sync.Mutex
+	id int64 // the lease's number, unique in the store: a refund finds the lease that paid
 	lease
 }
 
@@ -96,28 +99,32 @@ func (l *leases) spend(fp uint64, p *ratelimit.Policy, cost int64) (_ ratelimit.
 		return ratelimit.Result{}, false, true
 	}
 	e.left, e.shadow, e.seen = e.left-cost, next, now
+	// A refund goes back into this lease until its end, and never to the
+	// bucket: negative, Until is no time of the bucket's.
+	res.Until = -e.id
 	return res, true, true
 }
 
-// refund gives n tokens back to the lease of the bucket fp under p, if
-// it has one that has not ended and that they fit in (at most what it took:
-// the script keeps room for no more), and reports whether it did. The
-// tokens were taken from the shared bucket: back in the lease they are as
-// if never spent.
-func (l *leases) refund(fp uint64, p *ratelimit.Policy, n int64) (ratelimit.Result, bool) {
+// refund gives n tokens back to the lease of the bucket fp under p that
+// paid for them (numbered −until), if it has not ended and they fit in
+// it (at most what it took: the script keeps room for no more), and
+// reports whether it did. The tokens were taken from the shared bucket:
+// back in the lease they are as if never spent. Tokens that a lease paid
+// for are never given back to the bucket: a lease that has ended has
+// returned what it had left, and the bucket may have refilled since.
+func (l *leases) refund(fp uint64, p *ratelimit.Policy, n, until int64) bool {
 	e := &l.slots[fp%leaseSlots]
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.fp != fp || e.left+n > e.size {
-		return ratelimit.Result{}, false
+	if e.fp != fp || e.id != -until || e.left+n > e.size {
+		return false
 	}
 	now := l.now()
 	if now >= e.until {
-		return ratelimit.Result{}, false
+		return true // spent from a lease that has ended: nothing to give back
 	}
-	res, next := p.Decide(e.shadow, now, -n)
-	e.left, e.shadow = e.left+n, next
-	return res, true
+	e.left, e.shadow = e.left+n, p.Refund(e.shadow, now, n, e.shadow)
+	return true
 }
 
 // takeLeased decides a request of cost for key under p in Redis, taking a
@@ -179,6 +186,7 @@ func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, 
 	e.pending = false
 	if granted.until != 0 && e.fp == fp {
 		granted.until += l.dur
+		e.id = l.ids.Add(1)
 		e.until, e.left, e.size, e.epoch, e.shadow = granted.until, want-cost, want, granted.epoch, granted.shadow
 	}
 	e.mu.Unlock()
@@ -225,14 +233,16 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 	if err != nil {
 		return ratelimit.Result{}, lease{}, fmt.Errorf("redisstore: %w", err)
 	}
-	if len(c.reply) != 3 {
-		return ratelimit.Result{}, lease{}, fmt.Errorf("redisstore: malformed reply %v", c.reply)
+	now, err := groupNow(c.reply, 1)
+	if err != nil {
+		return ratelimit.Result{}, lease{}, err
 	}
 	allowed, ahead, err := decision(c.reply, 0)
 	if err != nil {
 		return ratelimit.Result{}, lease{}, err
 	}
 	res, next := p.Decide(ahead, 0, cost)
+	res.Until = now + next // paid from the bucket: a refund goes back there
 	all, _ := p.Decide(ahead, 0, want)
 	var granted lease
 	switch {

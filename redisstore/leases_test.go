@@ -416,38 +416,47 @@ func leaseSeveralPolicies(t *testing.T, lease time.Duration) int64 {
 }
 
 // TestLeaseRefundStaysLocal: tokens given back (a response that does not
-// count, a refusal by another policy) go back into the key's lease without
-// a round trip, as long as the lease could hold them; more go to Redis. A
-// look at the bucket (cost 0) is the lease's too.
+// count, a refusal by another policy) that a lease paid for go back into
+// that lease without a round trip while it lasts, and are lost once it has
+// been replaced; tokens the bucket paid for go back to Redis. A look at
+// the bucket (cost 0) is the lease's too.
 func TestLeaseRefundStaysLocal(t *testing.T) {
 	client := redistest.Start(t).Client()
 	c := new(storetest.Clock)
 	s := newStore(t, client, &redisstore.Options{Clock: c.Now, Lease: time.Minute})
 	p := &ratelimit.Policy{Limit: ratelimit.PerSecond(1).WithBurst(80)}
 	ctx := context.Background()
-	take := func(cost, remaining int64) {
+	take := func(cost, remaining int64) ratelimit.Result {
 		t.Helper()
 		res, err := s.Take(ctx, p, "k", cost)
 		require.NoError(t, err)
 		require.True(t, res.Allowed)
 		assert.Equal(t, remaining, res.Remaining, "Take(%d)", cost)
+		return res
 	}
-	take(1, 79) // alone
-	take(1, 78) // a lease of 2
-	take(1, 77)
-	take(1, 76) // a lease of 4: 3 left
+	refund := func(took ratelimit.Result) {
+		t.Helper()
+		require.NoError(t, s.Refund(ctx, p, "k", 1, took))
+	}
+	alone := take(1, 79) // alone
+	take(1, 78)          // a lease of 2
+	old := take(1, 77)   // paid by it
+	take(1, 76)          // a lease of 4: 3 left
 	before := scripts(t, client)
-	take(0, 76)  // a look, answered by the lease
-	take(-1, 77) // back into the lease
-	for r := int64(76); r > 72; r-- {
-		take(1, r) // the 4 tokens the lease holds
+	take(0, 76) // a look, answered by the lease
+	var paid []ratelimit.Result
+	for r := int64(75); r > 72; r-- {
+		paid = append(paid, take(1, r)) // the 3 tokens the lease holds
 	}
+	for _, r := range paid {
+		refund(r) // back into the lease
+	}
+	refund(old) // paid by a lease that has been replaced: lost
 	assert.Equal(t, int64(0), scripts(t, client)-before, "no round trip")
-	take(-1, 74)
-	take(-1, 75)
-	take(-1, 76)
-	take(-1, 77) // the lease holds its 4 again
-	take(-1, 74) // a fifth does not fit: Redis, whose bucket lacks the 4 leased
+	for r := int64(75); r > 72; r-- {
+		take(1, r) // the lease holds its 3 again, and no more
+	}
+	refund(alone) // paid by the bucket: back to Redis
 	assert.Equal(t, int64(1), scripts(t, client)-before)
 }
 

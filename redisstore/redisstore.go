@@ -271,12 +271,7 @@ func (s *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 		// pays for, a look at the bucket (cost 0), tokens given back.
 		var res ratelimit.Result
 		var ok, held bool
-		if cost < 0 {
-			res, ok = s.leases.refund(fp, p, -cost)
-		} else {
-			res, ok, held = s.leases.spend(fp, p, cost)
-		}
-		if ok {
+		if res, ok, held = s.leases.spend(fp, p, cost); ok {
 			return res, nil
 		}
 		// A lease that ended or cannot pay goes back with this request
@@ -441,8 +436,9 @@ func (s *Store) run(parent context.Context, reqs []ratelimit.Request, results []
 	if err != nil {
 		return fmt.Errorf("redisstore: %w", s.failure(parent, ctx, &c.watch, err))
 	}
-	if len(reply) != 3*n {
-		return fmt.Errorf("redisstore: malformed reply %v", reply)
+	now, err := groupNow(reply, n)
+	if err != nil {
+		return err
 	}
 	for i, r := range reqs {
 		allowed, ahead, err := decision(reply, i)
@@ -451,12 +447,28 @@ func (s *Store) run(parent context.Context, reqs []ratelimit.Request, results []
 		}
 		// The script reports how far the state is ahead of now; the
 		// algorithm depends only on that, so it decides at a now of 0.
-		results[i], _ = r.Policy.Decide(ahead, 0, r.Cost)
+		var next int64
+		results[i], next = r.Policy.Decide(ahead, 0, r.Cost)
+		results[i].Until = now + next
 		if allowed > 1 || results[i].Allowed != (allowed == 1) {
 			return fmt.Errorf("redisstore: the script decided %d with the state %d ahead of now, the algorithm %v", allowed, ahead, results[i].Allowed)
 		}
 	}
 	return nil
+}
+
+// groupNow returns the time at which the script decided a group of n keys,
+// the pair that ends its reply, in Unix nanoseconds.
+func groupNow(reply []any, n int) (int64, error) {
+	if len(reply) != 3*n+2 {
+		return 0, fmt.Errorf("redisstore: malformed reply %v", reply)
+	}
+	sec, ok1 := reply[3*n].(int64)
+	nsec, ok2 := reply[3*n+1].(int64)
+	if !ok1 || !ok2 || sec < 0 || sec > math.MaxInt64/1_000_000_000-1 || nsec < 0 || nsec >= 1e9 {
+		return 0, fmt.Errorf("redisstore: malformed reply %v", reply)
+	}
+	return sec*1e9 + nsec, nil
 }
 
 // decision returns the i-th decision of a group's reply: what the script
@@ -494,8 +506,6 @@ func appendKind(args []any, r ratelimit.Request) []any {
 	var kind any = "gcra"
 	inc, bound := r.Cost*iv, r.Policy.Limit.Burst()*iv
 	switch {
-	case r.Cost < 0:
-		kind, inc = "refund", -inc
 	case r.Policy.Algorithm == ratelimit.LeakyShape:
 		kind, bound = "shape", shapeBound(r.Policy)
 	case r.Policy.Algorithm == ratelimit.Ban:

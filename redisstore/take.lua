@@ -37,7 +37,14 @@
 --                       cost × interval, bound the depth burst × interval
 --              "shape"  inc bound: leaky shaping; bound is the longest
 --                       admissible wait
---              "refund" inc: give back inc (a pair)
+--              "refund" inc until: give back inc (a pair), but no more
+--                       than until − now (until, a time: the take's
+--                       Result.Until), and never to before now
+--              "mark"   taken span: the reset mark of the group's refund,
+--                       whose state is the time of the bucket's last reset
+--                       plus span; refused (so the group gives nothing
+--                       back) if that reset was at or after taken, the time
+--                       of the take being refunded; it changes nothing
 --              "lease"  inc bound want L: like gcra, but take want (a
 --                       pair, ≥ inc) if the bucket has it, as a lease of
 --                       L ms; else inc alone, as gcra would
@@ -60,8 +67,8 @@
 -- nothing), else, per key: allowed (0 or 1, or for a granted lease 2 + E,
 -- its epoch), then how far the key's state was ahead of now before the
 -- decision, leases counted, a pair (0, 0 for a full bucket, an empty queue
--- or a new key). The decision depends on nothing else, so the client can
--- compute the whole result from it.
+-- or a new key); and last the group's now, a pair. The decision depends on
+-- nothing else, so the client can compute the whole result from it.
 
 local G = 1000000000
 
@@ -206,8 +213,25 @@ while j <= #ARGV do
           incS, incN = 0, 0
         end
       end
+      if kind == "refund" then
+        -- no more than until - now: what the take still costs the bucket
+        local uS, uN = sub(tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), nowS, nowN)
+        if not positive(uS, uN) then
+          incS, incN = 0, 0
+        elseif le(uS, uN, incS, incN) then
+          incS, incN = uS, uN
+        end
+      end
       if positive(dS, dN) then
         aS, aN = sub(dS, dN, incS, incN)
+      end
+    elseif kind == "mark" then
+      if positive(dS, dN) then
+        local rS, rN = add(nowS, nowN, dS, dN)
+        rS, rN = sub(rS, rN, tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])) -- the reset's time
+        if le(incS, incN, rS, rN) then
+          allowed = 0
+        end
       end
     elseif kind == "ban" then
       if positive(incS, incN) then
@@ -295,6 +319,8 @@ while j <= #ARGV do
         end
       end
     end
+    out[#out + 1] = nowS
+    out[#out + 1] = nowN
     reply[#reply + 1] = out
   end
   -- j already points past the group's arguments
