@@ -101,7 +101,8 @@ type Options struct {
 // a failure it stops calling the primary, so requests do not each pay its
 // timeout, and sends one probe request every ProbeInterval; the first probe
 // that succeeds makes it healthy again. A call whose own context ended is
-// not a failure of the primary. Store is safe for concurrent use.
+// not a failure of the primary, nor a success: a probe that ended so lets
+// the next call probe. Store is safe for concurrent use.
 type Store struct {
 	primary   ratelimit.Store
 	cfg       Options
@@ -154,9 +155,9 @@ func (f *Store) Healthy() bool { return !f.degraded.Load() }
 // Take implements [ratelimit.Store].
 func (f *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	var cause error
-	if f.askPrimary() {
+	if ask, probe := f.askPrimary(); ask {
 		res, err := f.primary.Take(ctx, p, key, cost)
-		if !f.failed(ctx, err) {
+		if !f.failed(ctx, err, probe) {
 			return res, err
 		}
 		cause = err
@@ -173,18 +174,16 @@ func (f *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 // decisions taken one at a time in Local mode keep what a refusal spent.)
 func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
 	var cause error
-	if probe := f.degraded.Load(); f.askPrimary() {
+	if ask, probe := f.askPrimary(); ask {
 		err := ratelimit.ErrNotAtomic
 		if bs, ok := f.primary.(ratelimit.BatchStore); ok {
 			err = bs.TakeAll(ctx, reqs, results)
 		}
 		if errors.Is(err, ratelimit.ErrNotAtomic) {
-			if probe { // no I/O was done: let the Limiter's next Take probe
-				f.nextProbe.Store(0)
-			}
+			f.handBack(probe) // no I/O was done: the Limiter's next Take probes
 			return err
 		}
-		if !f.failed(ctx, err) {
+		if !f.failed(ctx, err, probe) {
 			return err
 		}
 		cause = err
@@ -217,20 +216,37 @@ func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.Request, results [
 }
 
 // askPrimary reports whether this call should go to the primary store:
-// always while healthy; while degraded, for one call per ProbeInterval.
-func (f *Store) askPrimary() bool {
+// always while healthy; while degraded, for one call per ProbeInterval, the
+// probe, for which it also returns the probe's slot (else 0) to hand back
+// should the probe learn nothing.
+func (f *Store) askPrimary() (ask bool, probe int64) {
 	if !f.degraded.Load() {
-		return true
+		return true, 0
 	}
 	now := f.cfg.Clock().UnixNano()
 	next := f.nextProbe.Load()
-	return now >= next && f.nextProbe.CompareAndSwap(next, now+int64(f.cfg.ProbeInterval))
+	probe = now + int64(f.cfg.ProbeInterval)
+	if now < next || !f.nextProbe.CompareAndSwap(next, probe) {
+		return false, 0
+	}
+	return true, probe
 }
 
-// failed records the outcome of a call to the primary store and reports
-// whether it failed, so that the caller must fall back. An error after the
-// caller's own context ended is the caller's, not a failure of the store.
-func (f *Store) failed(ctx context.Context, err error) bool {
+// handBack lets the next call probe at once, when probe, the slot of a
+// probe that learned nothing of the primary's health, is still the latest.
+// (0: the call was no probe.)
+func (f *Store) handBack(probe int64) {
+	if probe != 0 {
+		f.nextProbe.CompareAndSwap(probe, 0)
+	}
+}
+
+// failed records the outcome of a call to the primary store, a probe if
+// probe is not 0, and reports whether it failed, so that the caller must
+// fall back. An error after the caller's own context ended is the caller's,
+// not a failure of the store; a probe that ended so hands the probe to the
+// next call.
+func (f *Store) failed(ctx context.Context, err error, probe int64) bool {
 	switch {
 	case err == nil:
 		if f.degraded.CompareAndSwap(true, false) {
@@ -241,6 +257,7 @@ func (f *Store) failed(ctx context.Context, err error) bool {
 		}
 		return false
 	case ctx.Err() != nil:
+		f.handBack(probe)
 		return false
 	}
 	if f.cfg.OnError != nil {

@@ -36,6 +36,9 @@ func (f *flakyStore) Take(ctx context.Context, p *ratelimit.Policy, key string, 
 	if f.down.Load() {
 		return ratelimit.Result{}, errDown
 	}
+	if err := ctx.Err(); err != nil { // as a network store does: no I/O
+		return ratelimit.Result{}, err
+	}
 	return f.inner.Take(ctx, p, key, cost)
 }
 
@@ -446,4 +449,59 @@ func TestDryRunStoreError(t *testing.T) {
 	res, err := lim.Take(context.Background(), "k", 1)
 	require.NoError(t, err)
 	assert.False(t, res.Allowed, "the enforcing policy counted both")
+}
+
+// TestFailoverRecoversDespiteCanceledProbes: once the primary is back, a
+// request whose context has ended that takes the probe learns nothing and
+// hands the probe on, so the next request probes and heals, in every mode.
+// (Before, each such request used up the probe of its interval: a client
+// sending one with each request kept the store degraded for ever.)
+func TestFailoverRecoversDespiteCanceledProbes(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, mode := range []failover.Mode{failover.Open, failover.Closed, failover.Local} {
+		t.Run(mode.String(), func(t *testing.T) {
+			rig := newFailover(t, mode, 1)
+			lim, err := ratelimit.New(rig.store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+			require.NoError(t, err)
+			rig.primary.down.Store(true)
+			_, _ = lim.Take(context.Background(), "c", 1)
+			require.False(t, rig.store.Healthy())
+			rig.primary.down.Store(false)
+
+			checked := 0 // decisions taken by the primary
+			for range 200 {
+				rig.clock.Advance(250 * time.Millisecond) // a probe is due
+				_, err := lim.Take(canceled, "c", 1)
+				assert.ErrorIs(t, err, context.Canceled)
+				if res, err := lim.Take(context.Background(), "c", 1); err == nil && !res.Degraded {
+					checked++
+				}
+			}
+			assert.Equal(t, 200, checked, "decisions taken by the primary, of 200")
+			assert.True(t, rig.store.Healthy())
+			assert.Equal(t, []bool{false, true}, rig.changes)
+		})
+	}
+}
+
+// TestFailoverCanceledProbeWhileDown: a canceled probe hands the probe on
+// while the primary is still down too; the next request's probe finds it
+// down and the schedule goes on from there: one probe per interval.
+func TestFailoverCanceledProbeWhileDown(t *testing.T) {
+	rig := newFailover(t, failover.Open, 1)
+	p := &ratelimit.Policy{Name: "p", Limit: ratelimit.PerSecond(1)}
+	rig.primary.down.Store(true)
+	_, _ = rig.store.Take(context.Background(), p, "k", 1)
+	rig.clock.Advance(250 * time.Millisecond)
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := rig.store.Take(canceled, p, "k", 1)
+	assert.ErrorIs(t, err, errDown, "the probe went to the primary")
+	assert.Equal(t, int64(2), rig.primary.calls.Load())
+	for range 3 {
+		_, _ = rig.store.Take(context.Background(), p, "k", 1)
+	}
+	assert.Equal(t, int64(3), rig.primary.calls.Load(), "the next request probed, and the others did not")
+	assert.Equal(t, int64(2), rig.errors.Load(), "the canceled probe's error is not the primary's")
 }
