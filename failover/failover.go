@@ -102,7 +102,9 @@ type Options struct {
 // timeout, and sends one probe request every ProbeInterval; the first probe
 // that succeeds makes it healthy again. A call whose own context ended is
 // not a failure of the primary, nor a success: a probe that ended so lets
-// the next call probe. Store is safe for concurrent use.
+// the next call probe. An error about one key's state (wrapping
+// [ratelimit.ErrKeyState]) is the primary's answer: it is returned as it
+// is, and the store is healthy. Store is safe for concurrent use.
 type Store struct {
 	primary   ratelimit.Store
 	cfg       Options
@@ -243,12 +245,16 @@ func (f *Store) handBack(probe int64) {
 
 // failed records the outcome of a call to the primary store, a probe if
 // probe is not 0, and reports whether it failed, so that the caller must
-// fall back. An error after the caller's own context ended is the caller's,
-// not a failure of the store; a probe that ended so hands the probe to the
-// next call.
+// fall back. An answer about one key's state (ratelimit.ErrKeyState) is an
+// answer: the store works, and the error is that key's. An error after
+// the caller's own context ended is the caller's, not a failure of the
+// store; a probe that ended so hands the probe to the next call.
 func (f *Store) failed(ctx context.Context, err error, probe int64) bool {
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, ratelimit.ErrKeyState):
+		if err != nil && f.cfg.OnError != nil {
+			f.cfg.OnError(err)
+		}
 		if f.degraded.CompareAndSwap(true, false) {
 			f.cfg.Logger.Info("ratelimit: store healthy again", "mode", f.cfg.Mode.String())
 			if f.cfg.OnHealthChange != nil {
