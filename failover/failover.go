@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,12 @@ const (
 	// instead of multiplying it. What a Local decision spends stays spent:
 	// the Limiter gives nothing back to a degraded result, so while
 	// degraded a response that Options.CountIf does not count still counts.
+	// A penalty box (Policy.Penalty) counts strikes and bans in the Local
+	// store, undivided: a key is banned by an instance that refused it
+	// Penalty.After times. A ban made in the primary before the failure is
+	// not in the Local store, so it does not hold while degraded (its
+	// key gets the Local share), and a Local ban holds only while
+	// degraded, in this instance.
 	Local
 )
 
@@ -303,10 +310,12 @@ const maxShares = 1024
 // within 50 years a span, and a burst of at least cost so that a request
 // the shared limit could allow is not refused for ever. MaxDelay stays, cut
 // to the share's span. The shares of costs up to a share's burst are made
-// once per policy.
+// once per policy. A penalty box's buckets (its strikes, bans and ban,
+// whose names, unlike a policy's, have a "/") are no quota to divide: they
+// stay as they are.
 func (f *Store) share(p *ratelimit.Policy, cost int64) *ratelimit.Policy {
 	n := f.cfg.Instances
-	if n <= 1 {
+	if n <= 1 || strings.Contains(p.Name, "/") {
 		return p
 	}
 	if s, ok := f.shares.Load(*p); ok && cost <= s.(*ratelimit.Policy).Limit.Burst() {

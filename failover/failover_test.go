@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -556,4 +557,68 @@ func TestFailoverKeyStateIsNoFailure(t *testing.T) {
 			assert.True(t, rig.store.Healthy(), "the primary answered the probe")
 		})
 	}
+}
+
+// TestFailoverLocalPenaltyBox: while degraded in Local mode, refusals
+// still count strikes and ban, in the Local store, with the Penalty
+// undivided by Instances. (Before, every degraded result skipped the
+// penalty box: 1000 requests in 10 s under Penalty{After: 1, For: 1h}
+// were 948 refusals, 0 bans and 52 admissions.)
+func TestFailoverLocalPenaltyBox(t *testing.T) {
+	rig := newFailover(t, failover.Local, 2)
+	lim, err := ratelimit.New(rig.store, ratelimit.Policy{Limit: ratelimit.PerSecond(10).WithBurst(10),
+		Penalty: ratelimit.Penalty{After: 1, For: time.Hour}})
+	require.NoError(t, err)
+	rig.primary.down.Store(true)
+	ctx := context.Background()
+	admitted, refused, bans := 0, 0, 0
+	var first ratelimit.Result // the first refusal: the ban's
+	for range 1000 {
+		res, err := lim.Take(ctx, "k", 1)
+		require.NoError(t, err)
+		rig.clock.Advance(10 * time.Millisecond)
+		switch {
+		case res.Allowed:
+			admitted++
+			continue
+		case refused == 0:
+			first = res
+		}
+		refused++
+		if slices.Equal([]string{"default/ban"}, res.Violated()) {
+			bans++
+		}
+	}
+	assert.Equal(t, 5, admitted, "a share of burst 5, then banned")
+	assert.Equal(t, 995, refused)
+	assert.Equal(t, 995, bans, "refusals by the ban")
+	assert.Equal(t, []string{"default/ban"}, first.Violated(), "the refusal that bans is the ban's")
+	assert.Equal(t, time.Hour, first.RetryAfter, "the ban's whole length, not a share of it")
+	assert.False(t, rig.store.Healthy())
+}
+
+// TestFailoverLocalPenaltyUndivided: in Local mode a penalty box's strikes
+// and bans are not divided among the instances as quotas are: a key is
+// banned at its Penalty.After-th local refusal, and a first ban lasts
+// Penalty.For, also with a back-off (whose memory of bans, divided, would
+// make a first ban the longest).
+func TestFailoverLocalPenaltyUndivided(t *testing.T) {
+	rig := newFailover(t, failover.Local, 4)
+	lim, err := ratelimit.New(rig.store, ratelimit.Policy{Limit: ratelimit.PerMinute(4).WithBurst(4),
+		Penalty: ratelimit.Penalty{After: 3, Within: time.Hour, For: time.Minute, Max: 4 * time.Minute}})
+	require.NoError(t, err)
+	rig.primary.down.Store(true)
+	ctx := context.Background()
+	res, err := lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	require.True(t, res.Allowed, "a share of burst 1")
+	for i := range 2 {
+		res, err = lim.Take(ctx, "k", 1)
+		require.NoError(t, err)
+		require.Equal(t, []string{"default"}, res.Violated(), "refusal %d: no ban yet", i+1)
+	}
+	res, err = lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"default/ban"}, res.Violated(), "the third refusal bans")
+	assert.Equal(t, time.Minute, res.RetryAfter, "a first ban lasts Penalty.For")
 }
