@@ -111,7 +111,9 @@ type Options struct {
 // not a failure of the primary, nor a success: a probe that ended so lets
 // the next call probe. An error about one key's state (wrapping
 // [ratelimit.ErrKeyState]) is the primary's answer: it is returned as it
-// is, and the store is healthy. Store is safe for concurrent use.
+// is, and the store is healthy. While degraded, in every mode, a give-back
+// (a negative cost) does nothing: the tokens stay spent. Store is safe for
+// concurrent use.
 type Store struct {
 	primary   ratelimit.Store
 	cfg       Options
@@ -287,6 +289,9 @@ func (f *Store) failed(ctx context.Context, err error, probe int64) bool {
 }
 
 func (f *Store) fallback(ctx context.Context, p *ratelimit.Policy, key string, cost int64, cause error) (ratelimit.Result, error) {
+	if cost < 0 {
+		return giveBackDegraded(p)
+	}
 	switch f.cfg.Mode {
 	case Closed:
 		if cause != nil {
@@ -298,6 +303,15 @@ func (f *Store) fallback(ctx context.Context, p *ratelimit.Policy, key string, c
 		res.Degraded = true
 		return res, err
 	}
+	return ratelimit.Result{Allowed: true, Policy: p, Degraded: true}, nil
+}
+
+// giveBackDegraded is what a give-back (a negative cost) does while the
+// primary fails, in every mode: nothing. The tokens were spent in the
+// primary, which cannot take them back now, and never in the Local store,
+// which must not gain them; so they stay spent, leaving the bucket emptier
+// than it should be, never fuller.
+func giveBackDegraded(p *ratelimit.Policy) (ratelimit.Result, error) {
 	return ratelimit.Result{Allowed: true, Policy: p, Degraded: true}, nil
 }
 

@@ -559,6 +559,55 @@ func TestFailoverKeyStateIsNoFailure(t *testing.T) {
 	}
 }
 
+// TestFailoverGiveBackWhileDegraded: a give-back (a negative cost) made
+// while the primary fails, of tokens a healthy decision spent in the
+// primary, does nothing, in the Local store as in the primary: the tokens
+// stay spent. (Before, Local mode gave them to the Local store, which had
+// never spent them: two give-backs there admitted 2 more requests of 2.)
+func TestFailoverGiveBackWhileDegraded(t *testing.T) {
+	for _, mode := range []failover.Mode{failover.Open, failover.Closed, failover.Local} {
+		t.Run(mode.String(), func(t *testing.T) {
+			rig := newFailover(t, mode, 1)
+			p := &ratelimit.Policy{Name: "p", Limit: ratelimit.PerMinute(2)}
+			ctx := context.Background()
+			for range 2 { // decided by the primary
+				res, err := rig.store.Take(ctx, p, "k", 1)
+				require.NoError(t, err)
+				require.True(t, res.Allowed)
+			}
+			rig.primary.down.Store(true)
+			if mode == failover.Local { // the Local bucket is spent too
+				for range 2 {
+					res, _ := rig.store.Take(ctx, p, "k", 1)
+					require.True(t, res.Allowed)
+				}
+			}
+			_, _ = rig.store.Take(ctx, p, "k", 1)
+			require.False(t, rig.store.Healthy())
+			for range 2 { // the two requests of the primary did not count
+				res, err := rig.store.Take(ctx, p, "k", -1)
+				require.NoError(t, err)
+				assert.True(t, res.Degraded)
+			}
+			if mode == failover.Local {
+				admitted := 0
+				for range 2 {
+					if res, err := rig.store.Take(ctx, p, "k", 1); err == nil && res.Allowed {
+						admitted++
+					}
+				}
+				assert.Zero(t, admitted, "admitted locally after 2 give-backs, of 2")
+			}
+			rig.primary.down.Store(false)
+			rig.clock.Advance(time.Second)
+			res, err := rig.store.Take(ctx, p, "k", 0)
+			require.NoError(t, err)
+			require.True(t, rig.store.Healthy())
+			assert.Equal(t, int64(0), res.Remaining, "the primary's tokens stayed spent")
+		})
+	}
+}
+
 // TestFailoverLocalPenaltyBox: while degraded in Local mode, refusals
 // still count strikes and ban, in the Local store, with the Penalty
 // undivided by Instances. (Before, every degraded result skipped the
