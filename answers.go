@@ -34,8 +34,8 @@ func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 //     of the key function that failed (KeyByAPIKey: ApiKey in="header",
 //     name="X-API-Key"), or Bearer;
 //   - ErrBadRequest: 400 Bad Request;
-//   - ErrStore: 503 with Retry-After: 1 and the temporary-reduced-capacity
-//     problem type;
+//   - ErrStore (ErrKeyState included): 503 with Retry-After: 1 and the
+//     temporary-reduced-capacity problem type;
 //   - ErrWaitAbandoned: 503 with Retry-After: 1;
 //   - anything else (ErrPanic included): 500 Internal Server Error.
 //

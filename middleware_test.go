@@ -461,13 +461,14 @@ var sentinels = map[string]error{
 	"ErrMissingKey":    ratelimit.ErrMissingKey,
 	"ErrBadRequest":    ratelimit.ErrBadRequest,
 	"ErrStore":         ratelimit.ErrStore,
+	"ErrKeyState":      ratelimit.ErrKeyState,
 	"ErrNotAtomic":     ratelimit.ErrNotAtomic,
 	"ErrWaitAbandoned": ratelimit.ErrWaitAbandoned,
 	"ErrPanic":         ratelimit.ErrPanic,
 }
 
-// Each error wraps exactly one of the six sentinel errors, and
-// DefaultErrorHandler answers it with its status.
+// Each error wraps exactly one of the sentinel errors (ErrKeyState also
+// ErrStore, which it is), and DefaultErrorHandler answers it with its status.
 func TestSentinelErrors(t *testing.T) {
 	limit := ratelimit.PerMinute(5) // slow: the queued request waits 12 s, however loaded the machine
 	oneKey := func(*http.Request) (string, error) { return "k", nil }
@@ -488,6 +489,7 @@ func TestSentinelErrors(t *testing.T) {
 		{name: "cost above burst", opts: ratelimit.Options{Cost: func(*http.Request) (int64, error) { return 6, nil }}, want: "ErrBadRequest", status: 400},
 		{name: "cost function fails", opts: ratelimit.Options{Cost: func(*http.Request) (int64, error) { return 0, errors.New("bad batch") }}, want: "ErrBadRequest", status: 400},
 		{name: "store fails", store: failingStore{errDown}, want: "ErrStore", status: 503},
+		{name: "a key's state is unusable", store: failingStore{fmt.Errorf("%w: WRONGTYPE", ratelimit.ErrKeyState)}, want: "ErrKeyState", status: 503},
 		{name: "slot store fails", opts: ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second}, want: "ErrStore", status: 503},
 		{name: "client left the queue", algo: ratelimit.LeakyShape, cancel: true, want: "ErrWaitAbandoned", status: 503},
 		{name: "key function panics", key: func(*http.Request) (string, error) { panic("boom") }, want: "ErrPanic", status: 500},
@@ -526,7 +528,8 @@ func TestSentinelErrors(t *testing.T) {
 			assert.Equal(t, tc.status, w.Code)
 			require.Error(t, got)
 			for name, sentinel := range sentinels {
-				assert.Equal(t, name == tc.want, errors.Is(got, sentinel), "errors.Is(%q, %s)", got, name)
+				want := name == tc.want || name == "ErrStore" && tc.want == "ErrKeyState"
+				assert.Equal(t, want, errors.Is(got, sentinel), "errors.Is(%q, %s)", got, name)
 			}
 		})
 	}

@@ -21,7 +21,9 @@ import (
 // never banned. (In between, the bucket decides: strikes spread out are
 // forgiven as they age.) Refusals during a ban count no strike; the
 // answer to the refusal that bans is already the ban's. Limiter.Reset
-// forgets a key's strikes and bans too.
+// forgets a key's strikes and bans too. While a failover store decides in
+// its Local store, strikes and bans are counted there (see the failover
+// package).
 type Penalty struct {
 	// After is the number of refusals that bans a key, at least 1. Zero
 	// (the default) turns the penalty box off.
@@ -132,11 +134,13 @@ func (l *Limiter) banResult(b *box, ban Result) Result {
 
 // strike counts the refusal of key by the policies that results say
 // refused it, and bans the key under those whose strikes ran out. It
-// returns the ban's refusal if one began. A store failure bans nobody.
+// returns the ban's refusal if one began. A store failure bans nobody. A
+// degraded refusal (a failover's Local mode) strikes as any does, in the
+// store that refused.
 func (l *Limiter) strike(ctx context.Context, key string, results []Result) (Result, bool) {
 	ctx = context.WithoutCancel(ctx)
 	for _, b := range l.boxes {
-		if r := results[b.policy]; r.Allowed || r.Degraded {
+		if results[b.policy].Allowed {
 			continue
 		}
 		if b.strikes != nil {

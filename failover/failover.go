@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,12 @@ const (
 	// instead of multiplying it. What a Local decision spends stays spent:
 	// the Limiter gives nothing back to a degraded result, so while
 	// degraded a response that Options.CountIf does not count still counts.
+	// A penalty box (Policy.Penalty) counts strikes and bans in the Local
+	// store, undivided: a key is banned by an instance that refused it
+	// Penalty.After times. A ban made in the primary before the failure is
+	// not in the Local store, so it does not hold while degraded (its
+	// key gets the Local share), and a Local ban holds only while
+	// degraded, in this instance.
 	Local
 )
 
@@ -101,7 +108,12 @@ type Options struct {
 // a failure it stops calling the primary, so requests do not each pay its
 // timeout, and sends one probe request every ProbeInterval; the first probe
 // that succeeds makes it healthy again. A call whose own context ended is
-// not a failure of the primary. Store is safe for concurrent use.
+// not a failure of the primary, nor a success: a probe that ended so lets
+// the next call probe. An error about one key's state (wrapping
+// [ratelimit.ErrKeyState]) is the primary's answer: it is returned as it
+// is, and the store is healthy. While degraded, in every mode, a give-back
+// (a negative cost) does nothing: the tokens stay spent. Store is safe for
+// concurrent use.
 type Store struct {
 	primary   ratelimit.Store
 	cfg       Options
@@ -154,9 +166,9 @@ func (f *Store) Healthy() bool { return !f.degraded.Load() }
 // Take implements [ratelimit.Store].
 func (f *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	var cause error
-	if f.askPrimary() {
+	if ask, probe := f.askPrimary(); ask {
 		res, err := f.primary.Take(ctx, p, key, cost)
-		if !f.failed(ctx, err) {
+		if !f.failed(ctx, err, probe) {
 			return res, err
 		}
 		cause = err
@@ -173,18 +185,16 @@ func (f *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 // decisions taken one at a time in Local mode keep what a refusal spent.)
 func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
 	var cause error
-	if probe := f.degraded.Load(); f.askPrimary() {
+	if ask, probe := f.askPrimary(); ask {
 		err := ratelimit.ErrNotAtomic
 		if bs, ok := f.primary.(ratelimit.BatchStore); ok {
 			err = bs.TakeAll(ctx, reqs, results)
 		}
 		if errors.Is(err, ratelimit.ErrNotAtomic) {
-			if probe { // no I/O was done: let the Limiter's next Take probe
-				f.nextProbe.Store(0)
-			}
+			f.handBack(probe) // no I/O was done: the Limiter's next Take probes
 			return err
 		}
-		if !f.failed(ctx, err) {
+		if !f.failed(ctx, err, probe) {
 			return err
 		}
 		cause = err
@@ -217,22 +227,43 @@ func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.Request, results [
 }
 
 // askPrimary reports whether this call should go to the primary store:
-// always while healthy; while degraded, for one call per ProbeInterval.
-func (f *Store) askPrimary() bool {
+// always while healthy; while degraded, for one call per ProbeInterval, the
+// probe, for which it also returns the probe's slot (else 0) to hand back
+// should the probe learn nothing.
+func (f *Store) askPrimary() (ask bool, probe int64) {
 	if !f.degraded.Load() {
-		return true
+		return true, 0
 	}
 	now := f.cfg.Clock().UnixNano()
 	next := f.nextProbe.Load()
-	return now >= next && f.nextProbe.CompareAndSwap(next, now+int64(f.cfg.ProbeInterval))
+	probe = now + int64(f.cfg.ProbeInterval)
+	if now < next || !f.nextProbe.CompareAndSwap(next, probe) {
+		return false, 0
+	}
+	return true, probe
 }
 
-// failed records the outcome of a call to the primary store and reports
-// whether it failed, so that the caller must fall back. An error after the
-// caller's own context ended is the caller's, not a failure of the store.
-func (f *Store) failed(ctx context.Context, err error) bool {
+// handBack lets the next call probe at once, when probe, the slot of a
+// probe that learned nothing of the primary's health, is still the latest.
+// (0: the call was no probe.)
+func (f *Store) handBack(probe int64) {
+	if probe != 0 {
+		f.nextProbe.CompareAndSwap(probe, 0)
+	}
+}
+
+// failed records the outcome of a call to the primary store, a probe if
+// probe is not 0, and reports whether it failed, so that the caller must
+// fall back. An answer about one key's state (ratelimit.ErrKeyState) is an
+// answer: the store works, and the error is that key's. An error after
+// the caller's own context ended is the caller's, not a failure of the
+// store; a probe that ended so hands the probe to the next call.
+func (f *Store) failed(ctx context.Context, err error, probe int64) bool {
 	switch {
-	case err == nil:
+	case err == nil, errors.Is(err, ratelimit.ErrKeyState):
+		if err != nil && f.cfg.OnError != nil {
+			f.cfg.OnError(err)
+		}
 		if f.degraded.CompareAndSwap(true, false) {
 			f.cfg.Logger.Info("ratelimit: store healthy again", "mode", f.cfg.Mode.String())
 			if f.cfg.OnHealthChange != nil {
@@ -241,6 +272,7 @@ func (f *Store) failed(ctx context.Context, err error) bool {
 		}
 		return false
 	case ctx.Err() != nil:
+		f.handBack(probe)
 		return false
 	}
 	if f.cfg.OnError != nil {
@@ -257,6 +289,9 @@ func (f *Store) failed(ctx context.Context, err error) bool {
 }
 
 func (f *Store) fallback(ctx context.Context, p *ratelimit.Policy, key string, cost int64, cause error) (ratelimit.Result, error) {
+	if cost < 0 {
+		return giveBackDegraded(p)
+	}
 	switch f.cfg.Mode {
 	case Closed:
 		if cause != nil {
@@ -271,6 +306,15 @@ func (f *Store) fallback(ctx context.Context, p *ratelimit.Policy, key string, c
 	return ratelimit.Result{Allowed: true, Policy: p, Degraded: true}, nil
 }
 
+// giveBackDegraded is what a give-back (a negative cost) does while the
+// primary fails, in every mode: nothing. The tokens were spent in the
+// primary, which cannot take them back now, and never in the Local store,
+// which must not gain them; so they stay spent, leaving the bucket emptier
+// than it should be, never fuller.
+func giveBackDegraded(p *ratelimit.Policy) (ratelimit.Result, error) {
+	return ratelimit.Result{Allowed: true, Policy: p, Degraded: true}, nil
+}
+
 // maxShares bounds the shares kept, in case policies are made as requests
 // come; a policy past it gets a new share every time.
 const maxShares = 1024
@@ -280,10 +324,12 @@ const maxShares = 1024
 // within 50 years a span, and a burst of at least cost so that a request
 // the shared limit could allow is not refused for ever. MaxDelay stays, cut
 // to the share's span. The shares of costs up to a share's burst are made
-// once per policy.
+// once per policy. A penalty box's buckets (its strikes, bans and ban,
+// whose names, unlike a policy's, have a "/") are no quota to divide: they
+// stay as they are.
 func (f *Store) share(p *ratelimit.Policy, cost int64) *ratelimit.Policy {
 	n := f.cfg.Instances
-	if n <= 1 {
+	if n <= 1 || strings.Contains(p.Name, "/") {
 		return p
 	}
 	if s, ok := f.shares.Load(*p); ok && cost <= s.(*ratelimit.Policy).Limit.Burst() {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,10 +33,20 @@ type flakyStore struct {
 
 var errDown = errors.New("connection refused")
 
+// errPoisoned is the primary's answer for the key "poisoned", whose state
+// another application overwrote.
+var errPoisoned = fmt.Errorf("%w: WRONGTYPE", ratelimit.ErrKeyState)
+
 func (f *flakyStore) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	f.calls.Add(1)
 	if f.down.Load() {
 		return ratelimit.Result{}, errDown
+	}
+	if err := ctx.Err(); err != nil { // as a network store does: no I/O
+		return ratelimit.Result{}, err
+	}
+	if key == "poisoned" {
+		return ratelimit.Result{}, errPoisoned
 	}
 	return f.inner.Take(ctx, p, key, cost)
 }
@@ -446,4 +458,216 @@ func TestDryRunStoreError(t *testing.T) {
 	res, err := lim.Take(context.Background(), "k", 1)
 	require.NoError(t, err)
 	assert.False(t, res.Allowed, "the enforcing policy counted both")
+}
+
+// TestFailoverRecoversDespiteCanceledProbes: once the primary is back, a
+// request whose context has ended that takes the probe learns nothing and
+// hands the probe on, so the next request probes and heals, in every mode.
+// (Before, each such request used up the probe of its interval: a client
+// sending one with each request kept the store degraded for ever.)
+func TestFailoverRecoversDespiteCanceledProbes(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, mode := range []failover.Mode{failover.Open, failover.Closed, failover.Local} {
+		t.Run(mode.String(), func(t *testing.T) {
+			rig := newFailover(t, mode, 1)
+			lim, err := ratelimit.New(rig.store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+			require.NoError(t, err)
+			rig.primary.down.Store(true)
+			_, _ = lim.Take(context.Background(), "c", 1)
+			require.False(t, rig.store.Healthy())
+			rig.primary.down.Store(false)
+
+			checked := 0 // decisions taken by the primary
+			for range 200 {
+				rig.clock.Advance(250 * time.Millisecond) // a probe is due
+				_, err := lim.Take(canceled, "c", 1)
+				assert.ErrorIs(t, err, context.Canceled)
+				if res, err := lim.Take(context.Background(), "c", 1); err == nil && !res.Degraded {
+					checked++
+				}
+			}
+			assert.Equal(t, 200, checked, "decisions taken by the primary, of 200")
+			assert.True(t, rig.store.Healthy())
+			assert.Equal(t, []bool{false, true}, rig.changes)
+		})
+	}
+}
+
+// TestFailoverCanceledProbeWhileDown: a canceled probe hands the probe on
+// while the primary is still down too; the next request's probe finds it
+// down and the schedule goes on from there: one probe per interval.
+func TestFailoverCanceledProbeWhileDown(t *testing.T) {
+	rig := newFailover(t, failover.Open, 1)
+	p := &ratelimit.Policy{Name: "p", Limit: ratelimit.PerSecond(1)}
+	rig.primary.down.Store(true)
+	_, _ = rig.store.Take(context.Background(), p, "k", 1)
+	rig.clock.Advance(250 * time.Millisecond)
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := rig.store.Take(canceled, p, "k", 1)
+	assert.ErrorIs(t, err, errDown, "the probe went to the primary")
+	assert.Equal(t, int64(2), rig.primary.calls.Load())
+	for range 3 {
+		_, _ = rig.store.Take(context.Background(), p, "k", 1)
+	}
+	assert.Equal(t, int64(3), rig.primary.calls.Load(), "the next request probed, and the others did not")
+	assert.Equal(t, int64(2), rig.errors.Load(), "the canceled probe's error is not the primary's")
+}
+
+// TestFailoverKeyStateIsNoFailure: an error about one key's state is
+// returned to that key's request, and the store stays healthy, so every
+// other key is still decided by the primary, in every mode; a probe that
+// meets it heals, since the primary answered. (Before, one poisoned key
+// degraded the store: in Open mode 20 of 20 requests passed a 1/min limit.)
+func TestFailoverKeyStateIsNoFailure(t *testing.T) {
+	for _, mode := range []failover.Mode{failover.Open, failover.Closed, failover.Local} {
+		t.Run(mode.String(), func(t *testing.T) {
+			rig := newFailover(t, mode, 1)
+			lim, err := ratelimit.New(rig.store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+			require.NoError(t, err)
+			ctx := context.Background()
+			admitted, failed, checked := 0, 0, 0
+			for range 20 {
+				if _, err := lim.Take(ctx, "poisoned", 1); errors.Is(err, ratelimit.ErrKeyState) && errors.Is(err, ratelimit.ErrStore) {
+					failed++ // 503
+				}
+				res, err := lim.Take(ctx, "c", 1)
+				if err == nil && res.Allowed {
+					admitted++
+				}
+				if err == nil && !res.Degraded {
+					checked++
+				}
+			}
+			assert.Equal(t, 20, failed, "poisoned requests failed with ErrKeyState, of 20")
+			assert.Equal(t, 20, checked, "other requests decided by the primary, of 20")
+			assert.Equal(t, 1, admitted, "other requests admitted through a 1/min limit, of 20")
+			assert.True(t, rig.store.Healthy())
+			assert.Empty(t, rig.changes)
+			assert.Equal(t, int64(20), rig.errors.Load(), "OnError saw each")
+
+			rig.primary.down.Store(true)
+			_, _ = lim.Take(ctx, "c", 1)
+			require.False(t, rig.store.Healthy())
+			rig.primary.down.Store(false)
+			rig.clock.Advance(time.Second)
+			_, err = lim.Take(ctx, "poisoned", 1)
+			assert.ErrorIs(t, err, ratelimit.ErrKeyState)
+			assert.True(t, rig.store.Healthy(), "the primary answered the probe")
+		})
+	}
+}
+
+// TestFailoverGiveBackWhileDegraded: a give-back (a negative cost) made
+// while the primary fails, of tokens a healthy decision spent in the
+// primary, does nothing, in the Local store as in the primary: the tokens
+// stay spent. (Before, Local mode gave them to the Local store, which had
+// never spent them: two give-backs there admitted 2 more requests of 2.)
+func TestFailoverGiveBackWhileDegraded(t *testing.T) {
+	for _, mode := range []failover.Mode{failover.Open, failover.Closed, failover.Local} {
+		t.Run(mode.String(), func(t *testing.T) {
+			rig := newFailover(t, mode, 1)
+			p := &ratelimit.Policy{Name: "p", Limit: ratelimit.PerMinute(2)}
+			ctx := context.Background()
+			for range 2 { // decided by the primary
+				res, err := rig.store.Take(ctx, p, "k", 1)
+				require.NoError(t, err)
+				require.True(t, res.Allowed)
+			}
+			rig.primary.down.Store(true)
+			if mode == failover.Local { // the Local bucket is spent too
+				for range 2 {
+					res, _ := rig.store.Take(ctx, p, "k", 1)
+					require.True(t, res.Allowed)
+				}
+			}
+			_, _ = rig.store.Take(ctx, p, "k", 1)
+			require.False(t, rig.store.Healthy())
+			for range 2 { // the two requests of the primary did not count
+				res, err := rig.store.Take(ctx, p, "k", -1)
+				require.NoError(t, err)
+				assert.True(t, res.Degraded)
+			}
+			if mode == failover.Local {
+				admitted := 0
+				for range 2 {
+					if res, err := rig.store.Take(ctx, p, "k", 1); err == nil && res.Allowed {
+						admitted++
+					}
+				}
+				assert.Zero(t, admitted, "admitted locally after 2 give-backs, of 2")
+			}
+			rig.primary.down.Store(false)
+			rig.clock.Advance(time.Second)
+			res, err := rig.store.Take(ctx, p, "k", 0)
+			require.NoError(t, err)
+			require.True(t, rig.store.Healthy())
+			assert.Equal(t, int64(0), res.Remaining, "the primary's tokens stayed spent")
+		})
+	}
+}
+
+// TestFailoverLocalPenaltyBox: while degraded in Local mode, refusals
+// still count strikes and ban, in the Local store, with the Penalty
+// undivided by Instances. (Before, every degraded result skipped the
+// penalty box: 1000 requests in 10 s under Penalty{After: 1, For: 1h}
+// were 948 refusals, 0 bans and 52 admissions.)
+func TestFailoverLocalPenaltyBox(t *testing.T) {
+	rig := newFailover(t, failover.Local, 2)
+	lim, err := ratelimit.New(rig.store, ratelimit.Policy{Limit: ratelimit.PerSecond(10).WithBurst(10),
+		Penalty: ratelimit.Penalty{After: 1, For: time.Hour}})
+	require.NoError(t, err)
+	rig.primary.down.Store(true)
+	ctx := context.Background()
+	admitted, refused, bans := 0, 0, 0
+	var first ratelimit.Result // the first refusal: the ban's
+	for range 1000 {
+		res, err := lim.Take(ctx, "k", 1)
+		require.NoError(t, err)
+		rig.clock.Advance(10 * time.Millisecond)
+		switch {
+		case res.Allowed:
+			admitted++
+			continue
+		case refused == 0:
+			first = res
+		}
+		refused++
+		if slices.Equal([]string{"default/ban"}, res.Violated()) {
+			bans++
+		}
+	}
+	assert.Equal(t, 5, admitted, "a share of burst 5, then banned")
+	assert.Equal(t, 995, refused)
+	assert.Equal(t, 995, bans, "refusals by the ban")
+	assert.Equal(t, []string{"default/ban"}, first.Violated(), "the refusal that bans is the ban's")
+	assert.Equal(t, time.Hour, first.RetryAfter, "the ban's whole length, not a share of it")
+	assert.False(t, rig.store.Healthy())
+}
+
+// TestFailoverLocalPenaltyUndivided: in Local mode a penalty box's strikes
+// and bans are not divided among the instances as quotas are: a key is
+// banned at its Penalty.After-th local refusal, and a first ban lasts
+// Penalty.For, also with a back-off (whose memory of bans, divided, would
+// make a first ban the longest).
+func TestFailoverLocalPenaltyUndivided(t *testing.T) {
+	rig := newFailover(t, failover.Local, 4)
+	lim, err := ratelimit.New(rig.store, ratelimit.Policy{Limit: ratelimit.PerMinute(4).WithBurst(4),
+		Penalty: ratelimit.Penalty{After: 3, Within: time.Hour, For: time.Minute, Max: 4 * time.Minute}})
+	require.NoError(t, err)
+	rig.primary.down.Store(true)
+	ctx := context.Background()
+	res, err := lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	require.True(t, res.Allowed, "a share of burst 1")
+	for i := range 2 {
+		res, err = lim.Take(ctx, "k", 1)
+		require.NoError(t, err)
+		require.Equal(t, []string{"default"}, res.Violated(), "refusal %d: no ban yet", i+1)
+	}
+	res, err = lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"default/ban"}, res.Violated(), "the third refusal bans")
+	assert.Equal(t, time.Minute, res.RetryAfter, "a first ban lasts Penalty.For")
 }

@@ -34,6 +34,6 @@ func (f *Store) Reset(ctx context.Context, p *ratelimit.Policy, key string) erro
 		}
 	}
 	err := primary.Reset(ctx, p, key)
-	f.failed(ctx, err)
+	f.failed(ctx, err, 0)
 	return errors.Join(err, localErr)
 }

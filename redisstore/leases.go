@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -181,6 +182,9 @@ func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, 
 	e.mu.Unlock()
 
 	res, granted, err := s.lease(ctx, back, fp, p, rkey, cost, want)
+	if errors.Is(err, ratelimit.ErrKeyState) {
+		err = keyError([]ratelimit.Request{{Policy: p, Key: key}}, err)
+	}
 
 	e.mu.Lock()
 	e.pending = false
@@ -230,6 +234,9 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 		}
 		return c.err
 	})
+	if errors.Is(err, ratelimit.ErrKeyState) {
+		return ratelimit.Result{}, lease{}, err // for takeLeased to name the key
+	}
 	if err != nil {
 		return ratelimit.Result{}, lease{}, fmt.Errorf("redisstore: %w", err)
 	}

@@ -52,7 +52,12 @@
 // default. Policy names never contain ":", so no two policies' keys collide.
 // A KEY longer than 128 bytes is replaced by "#" and its SHA-256 (after its
 // hash tag, if it has one), so Redis never holds a long key, or a secret
-// that a custom key function forgot to hash.
+// that a custom key function forgot to hash. A key under the prefix that
+// holds something else than a state (a key of another type, a string that
+// does not parse, as another application sharing the prefix may write)
+// fails its own decisions with an error wrapping [ratelimit.ErrKeyState],
+// which names the policy and the FNV-1a hash of the key
+// (ratelimit.Event.KeyHash), never the key; the other keys are decided.
 package redisstore
 
 import (
@@ -64,6 +69,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"hash/maphash"
 	"math"
 	"slices"
@@ -433,6 +439,9 @@ func (s *Store) run(parent context.Context, reqs []ratelimit.Request, results []
 	}
 	reply, err := s.decide(c)
 	s.dials.done(&c.watch)
+	if errors.Is(err, ratelimit.ErrKeyState) {
+		return keyError(reqs, err)
+	}
 	if err != nil {
 		return fmt.Errorf("redisstore: %w", s.failure(parent, ctx, &c.watch, err))
 	}
@@ -605,11 +614,41 @@ func settle(cmd *redis.Cmd, calls ...*call) {
 		case []any:
 			c.reply = g
 		case error: // the group's own, such as WRONGTYPE: the others stand
-			c.err = g
+			c.err = keyState(g)
 		default:
 			c.err = fmt.Errorf("malformed reply %v", groups[i])
 		}
 	}
+}
+
+// keyState returns the error of a group that the script could not decide,
+// g: one of its keys holds no rate-limit state (take.lua returns no other
+// error for a group). It wraps ratelimit.ErrKeyState, and never quotes the
+// key, which g may.
+func keyState(g error) error {
+	if redis.HasErrorPrefix(g, "WRONGTYPE") {
+		return fmt.Errorf("%w: the Redis key holds another type of value (WRONGTYPE)", ratelimit.ErrKeyState)
+	}
+	return fmt.Errorf("%w: the Redis key's value is no rate-limit state", ratelimit.ErrKeyState)
+}
+
+// keyError returns err, the keyState error of the group of reqs, naming
+// their policies and the FNV-1a hashes of their keys (as
+// ratelimit.Event.KeyHash has them), never the keys.
+func keyError(reqs []ratelimit.Request, err error) error {
+	var b strings.Builder
+	if len(reqs) > 1 {
+		b.WriteString("one of ")
+	}
+	for i, r := range reqs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		h := fnv.New64a()
+		h.Write([]byte(r.Key))
+		fmt.Fprintf(&b, "policy %q key hash %016x", r.Policy.Name, h.Sum64())
+	}
+	return fmt.Errorf("redisstore: %s: %w", b.String(), err)
 }
 
 // process sends cmd alone, and again as EVAL on NOSCRIPT.

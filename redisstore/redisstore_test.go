@@ -366,6 +366,8 @@ func TestMalformedReplies(t *testing.T) {
 		res, err := s.Take(context.Background(), policy, "k", 1)
 		assert.Error(t, err, name)
 		assert.Equal(t, ratelimit.Result{}, res, name)
+		// Only a group's own error concerns one key; the rest is the store's.
+		assert.Equal(t, name == "group error", errors.Is(err, ratelimit.ErrKeyState), "%s: a key's state: %v", name, err)
 	}
 	// The same fake with a well-formed reply: the checks above fail for
 	// their reasons, not for all replies.
