@@ -112,7 +112,7 @@ type Options struct {
 // the next call probe. An error about one key's state (wrapping
 // [ratelimit.ErrKeyState]) is the primary's answer: it is returned as it
 // is, and the store is healthy. While degraded, in every mode, a give-back
-// (a negative cost) does nothing: the tokens stay spent. Store is safe for
+// (Refund) does nothing: the tokens stay spent. Store is safe for
 // concurrent use.
 type Store struct {
 	primary   ratelimit.Store
@@ -289,9 +289,6 @@ func (f *Store) failed(ctx context.Context, err error, probe int64) bool {
 }
 
 func (f *Store) fallback(ctx context.Context, p *ratelimit.Policy, key string, cost int64, cause error) (ratelimit.Result, error) {
-	if cost < 0 {
-		return giveBackDegraded(p)
-	}
 	switch f.cfg.Mode {
 	case Closed:
 		if cause != nil {
@@ -306,13 +303,26 @@ func (f *Store) fallback(ctx context.Context, p *ratelimit.Policy, key string, c
 	return ratelimit.Result{Allowed: true, Policy: p, Degraded: true}, nil
 }
 
-// giveBackDegraded is what a give-back (a negative cost) does while the
-// primary fails, in every mode: nothing. The tokens were spent in the
-// primary, which cannot take them back now, and never in the Local store,
-// which must not gain them; so they stay spent, leaving the bucket emptier
-// than it should be, never fuller.
-func giveBackDegraded(p *ratelimit.Policy) (ratelimit.Result, error) {
-	return ratelimit.Result{Allowed: true, Policy: p, Degraded: true}, nil
+var _ ratelimit.RefundStore = (*Store)(nil)
+
+// Refund implements [ratelimit.RefundStore]: while healthy, the primary
+// store gives the tokens back, if it can (it is a RefundStore); while
+// degraded, nothing is given back, in every mode. The tokens were spent in
+// the primary, which cannot take them back now, and never in the Local
+// store, which must not gain them (and the Limiter gives nothing back of
+// a degraded result); so they stay spent, leaving the bucket emptier than
+// it should be, never fuller.
+func (f *Store) Refund(ctx context.Context, p *ratelimit.Policy, key string, cost int64, took ratelimit.Result) error {
+	rs, ok := f.primary.(ratelimit.RefundStore)
+	if !ok || f.degraded.Load() {
+		return nil
+	}
+	if err := rs.Refund(ctx, p, key, cost, took); f.failed(ctx, err, 0) {
+		return nil // the tokens stay spent, as while degraded
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // maxShares bounds the shares kept, in case policies are made as requests
