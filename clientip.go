@@ -192,7 +192,10 @@ func (c *ipConfig) isTrusted(a netip.Addr) bool {
 //
 // An address that cannot be parsed (r.RemoteAddr, or a header entry reached
 // by the walk, such as "unknown" or an obfuscated RFC 7239 identifier) gives
-// an error wrapping ErrBadRequest, never a key built from the raw text. The
+// an error wrapping ErrBadRequest, never a key built from the raw text; so
+// does an entry reached by the walk that names no client, which skipping
+// would let the client's own entry to its left be believed: an empty
+// X-Forwarded-For entry or X-Real-IP, a Forwarded element without for=. The
 // default error handler answers it with 400 and a problem detail that names
 // the field, never its value ("the trusted proxy sent an X-Forwarded-For
 // entry that is not an IP address").

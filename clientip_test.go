@@ -356,11 +356,14 @@ func TestKeyByIPRefusalDetails(t *testing.T) {
 	}{
 		{"bad remote address", "", secret, nil, "the request's remote address is not an IP address"},
 		{"bad X-Forwarded-For entry", "", "10.0.0.1:1", []string{"203.0.113.7, " + secret}, "the trusted proxy sent an X-Forwarded-For entry that is not an IP address"},
+		{"empty X-Forwarded-For entry", "", "10.0.0.1:1", []string{secret + ", "}, "the trusted proxy sent an empty X-Forwarded-For entry"},
 		{"too many X-Forwarded-For entries", "", "10.0.0.1:1", []string{many}, "the X-Forwarded-For header holds more than 32 entries from trusted proxies"},
 		{"bad Forwarded for=", "Forwarded", "10.0.0.1:1", []string{"for=" + secret}, "the trusted proxy sent a Forwarded for= parameter that is not an IP address"},
 		{"malformed Forwarded", "Forwarded", "10.0.0.1:1", []string{`for="` + secret}, "the trusted proxy sent a malformed Forwarded element"},
+		{"Forwarded element without for=", "Forwarded", "10.0.0.1:1", []string{"for=" + secret, "proto=https"}, "the trusted proxy sent a Forwarded element without for="},
 		{"too many Forwarded elements", "Forwarded", "10.0.0.1:1", []string{manyFwd}, "the Forwarded header holds more than 32 elements from trusted proxies"},
 		{"bad X-Real-IP", "X-Real-IP", "10.0.0.1:1", []string{secret}, "the trusted proxy sent an X-Real-IP header that is not an IP address"},
+		{"empty X-Real-IP", "X-Real-IP", "10.0.0.1:1", []string{" "}, "the trusted proxy sent an empty X-Real-IP header"},
 		{"two X-Real-IP lines", "X-Real-IP", "10.0.0.1:1", []string{"203.0.113.7", secret}, "the request carries 2 X-Real-IP lines, not one"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -64,7 +64,8 @@
 // fresh bucket. When every entry is trusted the client is the leftmost
 // one, and when the header is absent, the peer. At most 32 entries are
 // examined, and an entry reached by the walk that is not an address (such
-// as "unknown") is an error, never a key. Never trust a range as wide as
+// as "unknown"), or that names no client (empty, or a Forwarded element
+// without for=), is an error, never a key. Never trust a range as wide as
 // 0.0.0.0/0: a client inside it can forge its address (KeyByIP logs a
 // warning).
 //
