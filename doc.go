@@ -34,7 +34,8 @@
 // ([KeyByIP]) is the fallback for anonymous traffic, with a caveat: behind
 // NAT, carrier-grade NAT or a corporate proxy, one address is many users,
 // who then share one bucket; and one user with an IPv6 /64 has billions of
-// addresses unless they are grouped ([IPOptions.IPv6Prefix]). So when
+// addresses, so IPv6 clients are keyed by their /64 ([IPOptions.IPv6Prefix]
+// chooses another length). So when
 // requests carry an identity, prefer it, and keep IP limits, generous
 // ones, for anonymous traffic. Combine keys with [JoinKeyFuncs] (route and
 // client, say); its parts are length-prefixed so that no two combinations

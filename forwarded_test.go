@@ -93,7 +93,7 @@ func TestKeyByIPForwardedFor(t *testing.T) {
 			lines: []string{strings.Repeat("10.0.0.1,", maxHops-1) + "10.0.0.1"}, want: "ip:10.0.0.1"},
 		{name: "client behind many hops", opts: trusted10, remote: "10.0.0.5:555", header: xff,
 			lines: []string{strings.Repeat("6.6.6.6,", 10_000) + "3.3.3.3, 10.0.0.1"}, want: "ip:3.3.3.3"},
-		{name: "explicit XFF option", opts: &IPOptions{TrustedProxies: []string{"10.0.0.0/8"}, Header: "x-forwarded-for"},
+		{name: "explicit XFF option", opts: &IPOptions{TrustedProxies: []string{"10.0.0.0/8"}, Header: "x-forwarded-for", IPv6Prefix: 128},
 			remote: "10.0.0.5:555", header: xff, lines: []string{"3.3.3.3"}, want: "ip:3.3.3.3"},
 		{name: "other header ignored", opts: trust("10.0.0.0/8"),
 			remote: "10.0.0.5:555", header: "Forwarded", lines: []string{"for=3.3.3.3"}, want: "ip:10.0.0.5"},
@@ -138,7 +138,7 @@ var cloudflare = []string{
 func TestKeyByIPForwarded(t *testing.T) {
 	const fwd = "Forwarded"
 	forwarded := func(cidrs ...string) *IPOptions {
-		return &IPOptions{Header: "Forwarded", TrustedProxies: cidrs}
+		return &IPOptions{Header: "Forwarded", TrustedProxies: cidrs, IPv6Prefix: 128}
 	}
 	runIPCases(t, []ipCase{
 		{name: "V13 big vector", remote: "2.2.2.2:1", header: fwd,
@@ -229,7 +229,7 @@ func TestKeyByIPForwarded(t *testing.T) {
 
 func TestKeyByIPRealIP(t *testing.T) {
 	const real = "X-Real-IP"
-	realIP := &IPOptions{Header: "x-real-ip", TrustedProxies: []string{"10.0.0.0/8"}}
+	realIP := &IPOptions{Header: "x-real-ip", TrustedProxies: []string{"10.0.0.0/8"}, IPv6Prefix: 128}
 	runIPCases(t, []ipCase{
 		{name: "trusted peer", opts: realIP, remote: "10.0.0.1:1", header: real,
 			lines: []string{"203.0.113.7"}, want: "ip:203.0.113.7"},

@@ -95,7 +95,7 @@ func TestNewErrors(t *testing.T) {
 	_, err = echolimit.New(lim, echolimit.KeyByValue("user"), &ratelimit.Options{Headers: 99}, nil)
 	assert.Error(t, err)
 	_, err = echolimit.KeyByRealIP(&ratelimit.IPOptions{IPv6Prefix: 200})
-	assert.EqualError(t, err, "echolimit: KeyByRealIP: IPv6Prefix 200: want 0 (no grouping) or 1 to 128")
+	assert.EqualError(t, err, "echolimit: KeyByRealIP: IPv6Prefix 200: want 1 to 128, or 0 for the default, 64")
 	_, err = echolimit.KeyByRealIP(&ratelimit.IPOptions{TrustedProxies: []string{"10.0.0.0/8"}})
 	assert.ErrorContains(t, err, "IPExtractor", "TrustedProxies would be ignored")
 	_, err = echolimit.KeyByRealIP(&ratelimit.IPOptions{Header: "Forwarded"})
@@ -181,6 +181,8 @@ func TestKeyByRealIP(t *testing.T) {
 	require.NoError(t, err)
 	by64, err := echolimit.KeyByRealIP(&ratelimit.IPOptions{IPv6Prefix: 64})
 	require.NoError(t, err)
+	by128, err := echolimit.KeyByRealIP(&ratelimit.IPOptions{IPv6Prefix: 128})
+	require.NoError(t, err)
 	viaXFF := echo.ExtractIPFromXFFHeader(echo.TrustIPRange(mustCIDR(t, "10.0.0.0/8")))
 	for _, tc := range []struct {
 		f               echolimit.KeyFunc
@@ -196,7 +198,9 @@ func TestKeyByRealIP(t *testing.T) {
 		{byIP, viaXFF, "192.0.2.50:1234", "203.0.113.7", "ip:192.0.2.50"}, // untrusted peer
 		{byIP, nil, "[::ffff:192.0.2.1]:80", "", "ip:192.0.2.1"},
 		{byIP, echo.ExtractIPDirect(), "[::ffff:192.0.2.1]:80", "", "ip:192.0.2.1"},
-		{byIP, nil, "[fe80::1%eth0]:80", "", "ip:fe80::1"},
+		{byIP, nil, "[fe80::1%eth0]:80", "", "ip:fe80::/64"}, // IPv6 by /64 by default
+		{by128, nil, "[fe80::1%eth0]:80", "", "ip:fe80::1"},
+		{by128, echo.ExtractIPDirect(), "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::7"},
 		{by64, nil, "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::/64"},
 		{by64, echo.ExtractIPDirect(), "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::/64"},
 	} {

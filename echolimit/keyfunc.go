@@ -24,7 +24,8 @@ import (
 // its own key; KeyByRealIP then uses the TCP peer instead, as
 // echo.ExtractIPDirect does. Set e.IPExtractor to read a forwarding header.
 //
-// opts may be nil. Its IPv6Prefix groups IPv6 clients by network; since
+// opts may be nil. Its IPv6Prefix groups IPv6 clients by network, by
+// default by /64, as KeyByIP does; since
 // the IPExtractor chooses the address, TrustedProxies and Header must be
 // left empty, and KeyByRealIP logs no warnings. KeyByRealIP returns an
 // error if opts is invalid. The KeyFunc is safe for concurrent use.

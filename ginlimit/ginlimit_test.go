@@ -70,7 +70,7 @@ func TestNewErrors(t *testing.T) {
 	_, err = ginlimit.New(lim, ginlimit.KeyByValue("user"), &ratelimit.Options{Headers: 99})
 	assert.Error(t, err)
 	_, err = ginlimit.KeyByClientIP(&ratelimit.IPOptions{IPv6Prefix: 129})
-	assert.EqualError(t, err, "ginlimit: KeyByClientIP: IPv6Prefix 129: want 0 (no grouping) or 1 to 128")
+	assert.EqualError(t, err, "ginlimit: KeyByClientIP: IPv6Prefix 129: want 1 to 128, or 0 for the default, 64")
 	_, err = ginlimit.KeyByClientIP(&ratelimit.IPOptions{TrustedProxies: []string{"10.0.0.0/8"}})
 	assert.ErrorContains(t, err, "Engine.SetTrustedProxies", "TrustedProxies would be ignored")
 	_, err = ginlimit.KeyByClientIP(&ratelimit.IPOptions{Header: "Forwarded"})
@@ -96,6 +96,8 @@ func TestKeyByClientIP(t *testing.T) {
 	require.NoError(t, err)
 	by64, err := ginlimit.KeyByClientIP(&ratelimit.IPOptions{IPv6Prefix: 64})
 	require.NoError(t, err)
+	by128, err := ginlimit.KeyByClientIP(&ratelimit.IPOptions{IPv6Prefix: 128})
+	require.NoError(t, err)
 	proxies := []string{"10.0.0.0/8"}
 	for _, tc := range []struct {
 		f               ginlimit.KeyFunc
@@ -109,7 +111,8 @@ func TestKeyByClientIP(t *testing.T) {
 		{byIP, proxies, "10.1.2.3:1234", "198.51.100.1, 203.0.113.7", "ip:203.0.113.7"},
 		{byIP, proxies, "192.0.2.50:1234", "203.0.113.7", "ip:192.0.2.50"}, // untrusted peer
 		{byIP, nil, "[::ffff:192.0.2.1]:80", "", "ip:192.0.2.1"},
-		{byIP, nil, "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::7"},
+		{byIP, nil, "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::/64"}, // IPv6 by /64 by default
+		{by128, nil, "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::7"},
 		{by64, nil, "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::/64"},
 		{by64, nil, "192.0.2.1:1234", "", "ip:192.0.2.1"},
 	} {

@@ -24,7 +24,8 @@ import (
 // engine.SetTrustedProxies with your proxies' addresses, or nil when there
 // are none.
 //
-// opts may be nil. Its IPv6Prefix groups IPv6 clients by network; since
+// opts may be nil. Its IPv6Prefix groups IPv6 clients by network, by
+// default by /64, as KeyByIP does; since
 // Gin chooses the address, TrustedProxies and Header must be left empty,
 // and KeyByClientIP logs no warnings. KeyByClientIP returns an error if
 // opts is invalid. The KeyFunc is safe for concurrent use.

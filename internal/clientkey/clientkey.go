@@ -171,13 +171,21 @@ func uuid(b [16]byte) string {
 	return string(buf[:])
 }
 
+// DefaultIPv6Prefix is the length of the prefix by which IPv6 clients are
+// grouped when IPOptions.IPv6Prefix is 0: a /64, the smallest network any
+// subscriber is given, in which privacy extensions rotate its address.
+const DefaultIPv6Prefix = 64
+
 // IPv6Bits checks the IPv6Prefix field of ratelimit.IPOptions and returns
-// the number of bits by which IPv6 addresses are grouped, 0 for none.
+// the number of bits by which IPv6 addresses are grouped, 0 for none (a
+// prefix of 128).
 func IPv6Bits(prefix int) (int, error) {
-	if prefix < 0 || prefix > 128 {
-		return 0, fmt.Errorf("IPv6Prefix %d: want 0 (no grouping) or 1 to 128", prefix)
-	}
-	if prefix == 128 {
+	switch {
+	case prefix < 0 || prefix > 128:
+		return 0, fmt.Errorf("IPv6Prefix %d: want 1 to 128, or 0 for the default, %d", prefix, DefaultIPv6Prefix)
+	case prefix == 0:
+		return DefaultIPv6Prefix, nil
+	case prefix == 128:
 		return 0, nil
 	}
 	return prefix, nil

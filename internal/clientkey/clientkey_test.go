@@ -31,7 +31,7 @@ func TestIP(t *testing.T) {
 }
 
 func TestIPv6Bits(t *testing.T) {
-	for prefix, want := range map[int]int{0: 0, 1: 1, 64: 64, 127: 127, 128: 0} {
+	for prefix, want := range map[int]int{0: 64, 1: 1, 56: 56, 64: 64, 127: 127, 128: 0} {
 		got, err := clientkey.IPv6Bits(prefix)
 		if assert.NoError(t, err, "IPv6Bits(%d)", prefix) {
 			assert.Equal(t, want, got, "IPv6Bits(%d)", prefix)
