@@ -114,16 +114,20 @@ func (c *apiKeyCache) key(secret string) string {
 // request's context under ctxKey. The ID may be any of the types that
 // authentication libraries store: a non-empty string; an integer of any
 // size (int, int64, uint64, ...); a [fmt.Stringer] whose String method
-// returns a non-empty string; or a [16]byte, such as a UUID. No value, an
-// empty ID or another type gives an error wrapping ErrMissingKey, which the
-// default error handler answers with 401 and a problem detail that names
-// the type ("the user ID in the request's context is a map[string]int, not
-// a string, integer, fmt.Stringer or [16]byte") and WWW-Authenticate:
-// Bearer (see Options.Challenge).
+// returns a non-empty string; a [16]byte, such as a UUID; or a named type
+// of one of them (type UserID string). No value or an empty ID gives an
+// error wrapping ErrMissingKey, which the default error handler answers
+// with 401, a problem detail ("the request carries no user ID in its
+// context") and WWW-Authenticate: Bearer (see Options.Challenge). A value
+// of another type is the server's mistake, not the client's: an error
+// that wraps neither ErrMissingKey nor ErrBadRequest and names the type
+// ("the user ID in the request's context is a map[string]int, not a
+// string, integer, fmt.Stringer or [16]byte"), which the default error
+// handler answers with 500 and logs once, at the error level.
 //
 // The key is "user:" followed by the ID. An ID is an ID whatever its type:
-// integers are written in decimal, so the int 42 and the string "42" are
-// one user, "user:42"; a [16]byte is written in the canonical 8-4-4-4-12
+// integers are written in decimal, so the int 42, the string "42" and
+// UserID("42") are one user, "user:42"; a [16]byte is written in the canonical 8-4-4-4-12
 // lowercase hex form of UUIDs, which is also what UUID types' String
 // methods return. An ID longer than 128 bytes is
 // hashed as by [KeyByAPIKey] so that keys stay short: its key is "user#:"

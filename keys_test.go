@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -91,6 +92,14 @@ type ctxKey struct{}
 
 type userID int
 
+// Named ID types without a String method, as applications declare them.
+type (
+	namedID    string
+	namedInt   int64
+	namedUint  uint16
+	namedBytes [16]byte
+)
+
 func (u userID) String() string {
 	if u == 0 {
 		return ""
@@ -118,8 +127,11 @@ func TestKeyByContextValue(t *testing.T) {
 		{"uint64", uint64(42), "user:42", nil},
 		{"int8", int8(-7), "user:-7", nil},
 		{"uuid", [16]byte{0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x12, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x14, 0x17, 0x40, 0x00}, "user:123e4567-e89b-12d3-a456-426614174000", nil},
-		{"wrong type", map[string]int{"a": 1}, "", ErrMissingKey},
-		{"float", 42.0, "", ErrMissingKey},
+		{"named string", namedID("alice"), "user:alice", nil},
+		{"named int64", namedInt(-42), "user:-42", nil},
+		{"named uint16", namedUint(42), "user:42", nil},
+		{"named [16]byte", namedBytes{0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x12, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x14, 0x17, 0x40, 0x00}, "user:123e4567-e89b-12d3-a456-426614174000", nil},
+		{"empty named string", namedID(""), "", ErrMissingKey},
 	}
 	kf := KeyByContextValue(ctxKey{})
 	for _, tc := range tests {
@@ -155,7 +167,7 @@ func TestKeyByContextValueOneIDOneKey(t *testing.T) {
 		require.NoError(t, err, "KeyByContextValue(%T %v)", v, v)
 		return k
 	}
-	for _, v := range []any{42, "42", int64(42), uint64(42), userID(42)} {
+	for _, v := range []any{42, "42", int64(42), uint64(42), userID(42), namedID("42"), namedInt(42), namedUint(42)} {
 		want := "user:42"
 		if _, ok := v.(userID); ok {
 			want = "user:u42"
@@ -192,8 +204,6 @@ func TestKeyRefusalDetails(t *testing.T) {
 		{"second line ignored", KeyByAPIKey("X-API-Key"), r("X-API-Key", "", "X-API-Key", secret), "the request's X-API-Key header is empty", `ApiKey in="header", name="X-API-Key"`},
 		{"Authorization", KeyByAPIKey("Authorization"), r(), "the request carries no Authorization header", "Bearer"},
 		{"no user", KeyByContextValue(ctxKey{}), r(), "the request carries no user ID in its context", "Bearer"},
-		{"user of a wrong type", KeyByContextValue(ctxKey{}), withValue(map[string]int{secret: 1}),
-			"the user ID in the request's context is a map[string]int, not a string, integer, fmt.Stringer or [16]byte", "Bearer"},
 		{"empty user", KeyByContextValue(ctxKey{}), withValue(""), "the user ID in the request's context is empty", "Bearer"},
 		{"empty joined key", JoinKeyFuncs(func(*http.Request) (string, error) { return "", nil }), r(), "a key function returned an empty key", ""},
 	} {
@@ -400,4 +410,26 @@ func TestKeyFuncMistakesPanic(t *testing.T) {
 		assert.PanicsWithError(t, tc.want, func() { tc.build() })
 	}
 	assert.NotPanics(t, func() { KeyByAPIKey(" X-Api-Key ") }, "spaces around a name are trimmed")
+}
+
+// A user ID of a type that cannot be a key is the server's mistake, not
+// the client's: an error that wraps neither ErrMissingKey nor
+// ErrBadRequest (so 500), of its own kind, naming the type, never the
+// value.
+func TestKeyByContextValueUnusableType(t *testing.T) {
+	const secret = "sk_live_0123456789abcdef"
+	kf := KeyByContextValue(ctxKey{})
+	for _, v := range []any{map[string]int{secret: 1}, 42.0, true, []byte(secret), &struct{ ID string }{secret}, [8]byte{}} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		k, err := kf(r.WithContext(context.WithValue(r.Context(), ctxKey{}, v)))
+		require.Error(t, err, "KeyByContextValue(%T) = %q", v, k)
+		assert.Empty(t, k)
+		assert.NotErrorIs(t, err, ErrMissingKey, "%T", v)
+		assert.NotErrorIs(t, err, ErrBadRequest, "%T", v)
+		var ce *clientkey.Error
+		require.ErrorAs(t, err, &ce, "%T", v)
+		assert.Equal(t, clientkey.KindUserIDType, ce.Kind, "%T", v)
+		assert.Contains(t, err.Error(), fmt.Sprintf("the user ID in the request's context is a %T, not a string, integer, fmt.Stringer or [16]byte", v))
+		assert.NotContains(t, err.Error(), secret)
+	}
 }

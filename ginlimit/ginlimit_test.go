@@ -153,7 +153,8 @@ func TestKeyByValue(t *testing.T) {
 	byUser := ginlimit.KeyByValue("user")
 	core := ratelimit.KeyByContextValue("user")
 	long := string(make([]byte, 200))
-	for _, v := range []any{"alice", userID(42), long, 42, uint64(42), [16]byte{15: 1}} {
+	type namedID string
+	for _, v := range []any{"alice", userID(42), long, 42, uint64(42), [16]byte{15: 1}, namedID("alice")} {
 		c, _ := gin.CreateTestContext(httptest.NewRecorder())
 		c.Set("user", v)
 		got, err := byUser(c)
@@ -163,13 +164,25 @@ func TestKeyByValue(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, got)
 	}
-	for _, v := range []any{nil, "", 4.2, map[string]int{}} {
+	for _, v := range []any{nil, ""} {
 		c, _ := gin.CreateTestContext(httptest.NewRecorder())
 		if v != nil {
 			c.Set("user", v)
 		}
 		_, err := byUser(c)
 		assert.ErrorIs(t, err, ratelimit.ErrMissingKey, "value %#v", v)
+	}
+	// A value of a type that cannot be a key is the server's mistake (500),
+	// not the client's (401).
+	for _, v := range []any{4.2, map[string]int{}} {
+		c, _ := gin.CreateTestContext(httptest.NewRecorder())
+		if v != nil {
+			c.Set("user", v)
+		}
+		_, err := byUser(c)
+		require.Error(t, err, "value %#v", v)
+		assert.NotErrorIs(t, err, ratelimit.ErrMissingKey, "value %#v", v)
+		assert.NotErrorIs(t, err, ratelimit.ErrBadRequest, "value %#v", v)
 	}
 }
 

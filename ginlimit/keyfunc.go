@@ -48,9 +48,11 @@ func KeyByClientIP(opts *ratelimit.IPOptions) (KeyFunc, error) {
 // the Gin context under name (c.Set(name, v)), typically the ID of the user
 // that the authentication handler found. The value is read and keyed exactly
 // as [ratelimit.KeyByContextValue] does: a non-empty string, an
-// integer, a [fmt.Stringer] or a [16]byte (UUID), keyed "user:ID" (42 and
-// "42" are one user; long IDs hashed); anything else, or no value, gives
-// ratelimit.ErrMissingKey (401, with a problem detail naming the type).
+// integer, a [fmt.Stringer] or a [16]byte (UUID), or a named type of one
+// of them, keyed "user:ID" (42, "42" and UserID("42") are one user; long
+// IDs hashed); no value or an empty one gives ratelimit.ErrMissingKey
+// (401), and a value of another type, the server's mistake, an error
+// naming the type that the default error handler answers with 500.
 func KeyByValue(name string) KeyFunc {
 	return func(c *gin.Context) (string, error) {
 		v, _ := c.Get(name)
