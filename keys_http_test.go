@@ -78,3 +78,22 @@ func TestKeyByContextValueUnusableTypeIs500(t *testing.T) {
 		assert.NotContains(t, out, "alice", "the value is never logged")
 	}
 }
+
+// One credential is one client however its scheme is spelled: the four
+// spellings of one bearer token share one bucket of 2.
+func TestKeyByAPIKeyAuthorizationOneBucket(t *testing.T) {
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(2)})
+	require.NoError(t, err)
+	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("Authorization"), nil)
+	require.NoError(t, err)
+	h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	var codes []int
+	for _, v := range []string{"Bearer t0k3n", "bearer t0k3n", "BEARER t0k3n", "Bearer  t0k3n"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("Authorization", v)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		codes = append(codes, w.Code)
+	}
+	assert.Equal(t, []int{200, 200, 429, 429}, codes)
+}

@@ -43,9 +43,16 @@ func TestKeyByAPIKey(t *testing.T) {
 		k3, err := key("  " + secret + " ")
 		require.NoError(t, err)
 		assert.Equal(t, k1, k3, "spaces around the secret change the key")
-		k4, err := key(secret, "other")
-		require.NoError(t, err)
-		assert.Equal(t, k1, k4, "second header line changes the key")
+	})
+	// Two lines: which one counts is ambiguous (the authentication may read
+	// another one than the limiter), so the request is refused.
+	t.Run("two lines", func(t *testing.T) {
+		for _, lines := range [][]string{{secret, "other"}, {secret, secret}, {"", secret}} {
+			k, err := key(lines...)
+			assert.ErrorIs(t, err, ErrBadRequest, "KeyByAPIKey(%q) = %q, %v", lines, k, err)
+			assert.NotErrorIs(t, err, ErrMissingKey, "%q", lines)
+			assert.Empty(t, k)
+		}
 	})
 	t.Run("distinct", func(t *testing.T) {
 		seen := map[string]string{k1: secret}
@@ -78,7 +85,6 @@ func TestKeyByAPIKey(t *testing.T) {
 		{"missing", nil},
 		{"empty", []string{""}},
 		{"spaces", []string{"  \t "}},
-		{"empty first line", []string{"", secret}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k, err := key(tc.values...)
@@ -201,7 +207,6 @@ func TestKeyRefusalDetails(t *testing.T) {
 	}{
 		{"no API key", KeyByAPIKey(" X-API-Key "), r(), "the request carries no X-API-Key header", `ApiKey in="header", name="X-API-Key"`},
 		{"empty API key", KeyByAPIKey("X-API-Key"), r("X-API-Key", "  "), "the request's X-API-Key header is empty", `ApiKey in="header", name="X-API-Key"`},
-		{"second line ignored", KeyByAPIKey("X-API-Key"), r("X-API-Key", "", "X-API-Key", secret), "the request's X-API-Key header is empty", `ApiKey in="header", name="X-API-Key"`},
 		{"Authorization", KeyByAPIKey("Authorization"), r(), "the request carries no Authorization header", "Bearer"},
 		{"no user", KeyByContextValue(ctxKey{}), r(), "the request carries no user ID in its context", "Bearer"},
 		{"empty user", KeyByContextValue(ctxKey{}), withValue(""), "the user ID in the request's context is empty", "Bearer"},
@@ -432,4 +437,67 @@ func TestKeyByContextValueUnusableType(t *testing.T) {
 		assert.Contains(t, err.Error(), fmt.Sprintf("the user ID in the request's context is a %T, not a string, integer, fmt.Stringer or [16]byte", v))
 		assert.NotContains(t, err.Error(), secret)
 	}
+}
+
+// The auth-scheme of Authorization is case-insensitive and is separated
+// from the credentials by whitespace of any length (RFC 9110 §11.4), so
+// one credential has one key however it is spelled; the credentials keep
+// their case, and quoted strings their content.
+func TestKeyByAPIKeyAuthorization(t *testing.T) {
+	kf := KeyByAPIKey("Authorization")
+	key := func(values ...string) string {
+		t.Helper()
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		for _, v := range values {
+			r.Header.Add("Authorization", v)
+		}
+		k, err := kf(r)
+		require.NoError(t, err, "Authorization %q", values)
+		return k
+	}
+	for _, group := range [][]string{
+		{"Bearer t0k3n", "bearer t0k3n", "BEARER t0k3n", "Bearer  t0k3n", "Bearer\tt0k3n", "  bEaReR \t t0k3n  "},
+		{"Basic YWxhZGRpbjpvcGVuc2VzYW1l", "basic YWxhZGRpbjpvcGVuc2VzYW1l", "BASIC   YWxhZGRpbjpvcGVuc2VzYW1l"},
+		{`Digest username="a b", realm="r"`, `digest username = "a b" ,realm="r"`, `DIGEST   username="a b",  realm= "r"`},
+		{"Bearer abc==", "bearer abc=="},
+	} {
+		want := clientkey.Hash("ak:", strings.ToLower(group[0][:strings.IndexByte(group[0], ' ')])+group[0][strings.IndexByte(group[0], ' '):])
+		if group[0][0] == 'D' {
+			want = clientkey.Hash("ak:", `digest username="a b",realm="r"`)
+		}
+		for _, v := range group {
+			assert.Equal(t, want, key(v), "Authorization %q", v)
+		}
+	}
+	// Different credentials stay apart.
+	seen := map[string]string{}
+	for _, v := range []string{
+		"Bearer t0k3n", "Bearer T0K3N", "Basic t0k3n", "Bearer t0k3n2", "bearer", "Bearer",
+		"sk_live_ABC", "sk_live_abc", `Digest realm="a  b"`, `Digest realm="a b"`, `Digest realm="A b"`,
+		`Digest realm="a\"b", x=1`, `Digest realm="a\", x=1"`,
+	} {
+		k := key(v)
+		if prev, ok := seen[k]; ok {
+			t.Errorf("Authorization %q and %q have one key %q", v, prev, k)
+		}
+		seen[k] = v
+	}
+	// Two Authorization lines are refused, as two X-API-Key lines are.
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Add("Authorization", "Bearer a")
+	r.Header.Add("Authorization", "Bearer b")
+	_, err := kf(r)
+	assert.ErrorIs(t, err, ErrBadRequest)
+	var ce *clientkey.Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "the request carries 2 Authorization lines, not one", ce.Detail)
+}
+
+// The spellings of a cached Authorization credential allocate nothing.
+func TestKeyByAPIKeyAuthorizationAllocs(t *testing.T) {
+	kf := KeyByAPIKey("Authorization")
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("Authorization", "BEARER  t0k3n")
+	_, _ = kf(r)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = kf(r) }), "a cached Authorization allocates")
 }
