@@ -72,5 +72,6 @@
 //
 // Behind Gin or Echo, the framework finds the client address with its own
 // proxy settings; ginlimit.KeyByClientIP and echolimit.KeyByRealIP key it
-// as KeyByIP would.
+// as KeyByIP would, and the TCP peer while the framework trusts every
+// proxy by default (gin.New(), an Echo without IPExtractor).
 package ratelimit
