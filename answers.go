@@ -44,7 +44,9 @@ func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 // process is logged at the warning level, with the "refusal" kind, the
 // detail, the method and the path, so that a misconfigured key function is
 // seen; later ones at the debug level. 500s are logged at the error level;
-// ErrWaitAbandoned (the client left) is not logged. Store failures are
+// of those of a misconfiguration that fails every request alike (a user ID
+// of a type that cannot be a key), only the first, the others at the debug
+// level. ErrWaitAbandoned (the client left) is not logged. Store failures are
 // logged at most once every 10 seconds, with the number left unlogged
 // since the last line ("suppressed"): during an outage every request fails
 // the same way. (A Middleware whose Options.OnError is nil answers the same
@@ -79,7 +81,8 @@ type problem struct {
 	status             int
 	typ, title, detail string
 	challenge          string         // of a 401
-	kind               clientkey.Kind // of a 400 or 401
+	kind               clientkey.Kind // of a 400 or 401, or of a misconfiguration
+	misconfigured      bool           // a 500 that fails every request alike: logged once
 	retryAfter         bool
 }
 
@@ -118,8 +121,12 @@ func describe(err error) problem {
 		return problem{status: http.StatusServiceUnavailable, typ: "about:blank", title: "Service Unavailable",
 			detail: "the request left the queue before its turn", retryAfter: true}
 	}
-	return problem{status: http.StatusInternalServerError, typ: "about:blank", title: "Internal Server Error",
+	p := problem{status: http.StatusInternalServerError, typ: "about:blank", title: "Internal Server Error",
 		detail: "the rate limit could not be checked"}
+	if ce != nil { // a misconfiguration that explains itself, such as a user ID of an unusable type
+		p.kind, p.misconfigured = ce.Kind, true
+	}
+	return p
 }
 
 // answer is DefaultErrorHandler, logging and answering as a says.
@@ -127,7 +134,7 @@ func (a errorAnswers) answer(w http.ResponseWriter, r *http.Request, err error) 
 	p := describe(err)
 	log := a.logger()
 	switch {
-	case p.status < 500:
+	case p.status < 500 || p.misconfigured:
 		a.logRefusal(log, r, err, p)
 	case !errors.Is(err, ErrWaitAbandoned):
 		args := []any{"method", r.Method, "path", r.URL.Path, "status", p.status, "err", err}
@@ -166,8 +173,15 @@ func (a errorAnswers) logger() *slog.Logger {
 // if it is the first of its kind, with the detail that quotes no value,
 // else at the debug level, with the error, which may quote the value at
 // fault (a forwarding header's entry, clipped), never an API key or user ID.
+// A misconfiguration (a 500 that every request gets alike) is logged the
+// same way, the first at the error level, with the error, which names
+// what is wrong (a type) and no value.
 func (a errorAnswers) logRefusal(log *slog.Logger, r *http.Request, err error, p problem) {
-	if a.refusals.first(p.kind) {
+	if p.misconfigured && a.refusals.first(p.kind) {
+		logMisconfigured(log, r, err, p)
+		return
+	}
+	if !p.misconfigured && a.refusals.first(p.kind) {
 		log.WarnContext(r.Context(), "ratelimit: refused a request that cannot be limited (the first of its kind)",
 			"refusal", p.kind.String(), "status", p.status, "detail", p.detail, "method", r.Method, "path", r.URL.Path)
 		return
@@ -179,11 +193,22 @@ func (a errorAnswers) logRefusal(log *slog.Logger, r *http.Request, err error, p
 // it is the first refusal of its kind.
 func (a errorAnswers) noteRefusal(r *http.Request, err error) {
 	p := describe(err)
-	if p.status >= 500 || !a.refusals.first(p.kind) {
+	if p.status >= 500 && !p.misconfigured || !a.refusals.first(p.kind) {
+		return
+	}
+	if p.misconfigured {
+		logMisconfigured(a.logger(), r, err, p)
 		return
 	}
 	a.logger().WarnContext(r.Context(), "ratelimit: refused a request that cannot be limited (the first of its kind)",
 		"refusal", p.kind.String(), "status", p.status, "detail", p.detail, "method", r.Method, "path", r.URL.Path)
+}
+
+// logMisconfigured logs the first answer p to err, a misconfiguration, at
+// the error level.
+func logMisconfigured(log *slog.Logger, r *http.Request, err error, p problem) {
+	log.ErrorContext(r.Context(), "ratelimit: cannot decide any request so (the first of its kind; later ones at the debug level)",
+		"refusal", p.kind.String(), "status", p.status, "err", err, "method", r.Method, "path", r.URL.Path)
 }
 
 // refusals notes the kinds of refusal already logged.

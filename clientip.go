@@ -50,10 +50,12 @@ type IPOptions struct {
 
 	// IPv6Prefix groups IPv6 clients by their first IPv6Prefix bits, from 1
 	// to 128, so that all the addresses of a network share one bucket: the
-	// key becomes the prefix, such as "ip:2001:db8:1:2::/64". A /64 is
-	// usually one subscriber; ISPs often assign /56 or /48. The default, 0,
-	// like 128, keys every IPv6 address on its own. IPv4 addresses are never
-	// grouped.
+	// key is the prefix, such as "ip:2001:db8:1:2::/64". The default, 0, is
+	// 64: every subscriber has a /64 at least, and changes address within it
+	// at will (privacy extensions), while a wider prefix would also join
+	// subscribers, such as the mobile devices of one carrier, that each have
+	// a /64. ISPs often assign a /56 or a /48, which 56 or 48 groups; 128
+	// keys every IPv6 address on its own. IPv4 addresses are never grouped.
 	IPv6Prefix int
 
 	// Logger receives the warnings of KeyByIP (and of a Middleware's
@@ -84,7 +86,7 @@ const (
 type ipConfig struct {
 	trusted []netip.Prefix // unmapped, without zone
 	header  proxyHeader
-	v6bits  int          // 0: no grouping
+	v6bits  int          // 0: none (a /128)
 	logger  *slog.Logger // nil: slog.Default()
 	quiet   quiet
 
@@ -176,8 +178,9 @@ func (c *ipConfig) isTrusted(a netip.Addr) bool {
 }
 
 // KeyByIP returns a KeyFunc that keys requests by the client's IP address:
-// "ip:203.0.113.7", "ip:2001:db8::1", or "ip:2001:db8:1:2::/64" with
-// IPOptions.IPv6Prefix. Addresses are normalised first: IPv4-mapped IPv6
+// "ip:203.0.113.7", or for IPv6 its network, "ip:2001:db8:1:2::/64" (see
+// IPOptions.IPv6Prefix; "ip:2001:db8:1:2::7" with a prefix of 128).
+// Addresses are normalised first: IPv4-mapped IPv6
 // addresses become IPv4 (::ffff:192.0.2.1 is 192.0.2.1) and zones are
 // dropped (fe80::1%eth0 is fe80::1), so no client has two keys. opts may be
 // nil.
@@ -192,7 +195,10 @@ func (c *ipConfig) isTrusted(a netip.Addr) bool {
 //
 // An address that cannot be parsed (r.RemoteAddr, or a header entry reached
 // by the walk, such as "unknown" or an obfuscated RFC 7239 identifier) gives
-// an error wrapping ErrBadRequest, never a key built from the raw text. The
+// an error wrapping ErrBadRequest, never a key built from the raw text; so
+// does an entry reached by the walk that names no client, which skipping
+// would let the client's own entry to its left be believed: an empty
+// X-Forwarded-For entry or X-Real-IP, a Forwarded element without for=. The
 // default error handler answers it with 400 and a problem detail that names
 // the field, never its value ("the trusted proxy sent an X-Forwarded-For
 // entry that is not an IP address").

@@ -54,22 +54,28 @@ func runIPCases(t *testing.T, cases []ipCase) {
 	}
 }
 
-// trust returns the options that trust cidrs.
-func trust(cidrs ...string) *IPOptions { return &IPOptions{TrustedProxies: cidrs} }
+// trust returns the options that trust cidrs, keying IPv6 clients by
+// address (IPv6Prefix 128), so that the tests of the walk see the address
+// found.
+func trust(cidrs ...string) *IPOptions { return &IPOptions{TrustedProxies: cidrs, IPv6Prefix: 128} }
 
 // V14 and RemoteAddr parsing.
 func TestKeyByIPNormalization(t *testing.T) {
 	p64 := &IPOptions{IPv6Prefix: 64}
+	p128 := &IPOptions{IPv6Prefix: 128}
 	runIPCases(t, []ipCase{
 		{name: "IPv4 with port", remote: "192.0.2.1:1234", want: "ip:192.0.2.1"},
 		{name: "bare IPv4", remote: "192.0.2.1", want: "ip:192.0.2.1"},
-		{name: "IPv6 with port", remote: "[2001:DB8::1]:1234", want: "ip:2001:db8::1"},
-		{name: "bare IPv6", remote: "2001:db8::1", want: "ip:2001:db8::1"},
-		{name: "IPv6 full form", remote: "[2001:0db8:0000:0000:0000:0000:0000:0001]:1", want: "ip:2001:db8::1"},
+		{name: "IPv6 with port", opts: p128, remote: "[2001:DB8::1]:1234", want: "ip:2001:db8::1"},
+		{name: "bare IPv6", opts: p128, remote: "2001:db8::1", want: "ip:2001:db8::1"},
+		{name: "IPv6 full form", opts: p128, remote: "[2001:0db8:0000:0000:0000:0000:0000:0001]:1", want: "ip:2001:db8::1"},
 		{name: "IPv6 /64", opts: p64, remote: "[2001:DB8::1]:1234", want: "ip:2001:db8::/64"},
 		{name: "IPv6 /64 same subscriber", opts: p64, remote: "[2001:db8::ffff:1]:1", want: "ip:2001:db8::/64"},
 		{name: "IPv6 /64 with subnet", opts: p64, remote: "[2001:db8:1:2:3:4:5:6]:1", want: "ip:2001:db8:1:2::/64"},
-		{name: "IPv6 /0 is no grouping", opts: &IPOptions{IPv6Prefix: 0}, remote: "[2001:db8::1]:1", want: "ip:2001:db8::1"},
+		{name: "IPv6 /0 is /64", opts: &IPOptions{IPv6Prefix: 0}, remote: "[2001:db8::1]:1", want: "ip:2001:db8::/64"},
+		{name: "IPv6 by default /64", remote: "[2001:db8:1:2:3:4:5:6]:1", want: "ip:2001:db8:1:2::/64"},
+		{name: "forwarded IPv6 by default /64", opts: &IPOptions{TrustedProxies: []string{"10.0.0.0/8"}}, remote: "10.0.0.5:1",
+			header: "X-Forwarded-For", lines: []string{"2001:db8:1:2::7"}, want: "ip:2001:db8:1:2::/64"},
 		{name: "IPv6 /128 is no grouping", opts: &IPOptions{IPv6Prefix: 128}, remote: "[2001:db8::1]:1", want: "ip:2001:db8::1"},
 		{name: "IPv6 /48", opts: &IPOptions{IPv6Prefix: 48}, remote: "[2001:db8:1:2::1]:1", want: "ip:2001:db8:1::/48"},
 		{name: "IPv6 /1", opts: &IPOptions{IPv6Prefix: 1}, remote: "[2001:db8::1]:1", want: "ip:::/1"},
@@ -81,8 +87,8 @@ func TestKeyByIPNormalization(t *testing.T) {
 		{name: "mapped IPv4", remote: "[::ffff:192.0.2.1]:1", want: "ip:192.0.2.1"},
 		{name: "mapped IPv4 with /64", opts: p64, remote: "[::ffff:192.0.2.1]:1", want: "ip:192.0.2.1"},
 		{name: "bare mapped IPv4", opts: p64, remote: "::ffff:192.0.2.1", want: "ip:192.0.2.1"},
-		{name: "zone dropped", remote: "[fe80::1%eth0]:9999", want: "ip:fe80::1"},
-		{name: "zone dropped, bare", remote: "fe80::1%eth0", want: "ip:fe80::1"},
+		{name: "zone dropped", opts: p128, remote: "[fe80::1%eth0]:9999", want: "ip:fe80::1"},
+		{name: "zone dropped, bare", opts: p128, remote: "fe80::1%eth0", want: "ip:fe80::1"},
 		{name: "zone with /64", opts: p64, remote: "[fe80::1%eth0]:9999", want: "ip:fe80::/64"},
 		{name: "zone untrusted peer", opts: trust("10.0.0.0/8"), remote: "[fe80::1%eth0]:9999",
 			header: "X-Forwarded-For", lines: []string{"1.2.3.4"}, want: "ip:fe80::1"},
@@ -119,8 +125,8 @@ func TestKeyByIPOptionErrors(t *testing.T) {
 			`ratelimit: KeyByIP: TrustedProxies entry "fe80::%eth0/64": want a CIDR prefix or an IP address`},
 		{"bad header", IPOptions{Header: "X-Client-IP"},
 			`ratelimit: KeyByIP: Header "X-Client-IP": want X-Forwarded-For, Forwarded or X-Real-IP`},
-		{"bits 129", IPOptions{IPv6Prefix: 129}, "ratelimit: KeyByIP: IPv6Prefix 129: want 0 (no grouping) or 1 to 128"},
-		{"bits -1", IPOptions{IPv6Prefix: -1}, "ratelimit: KeyByIP: IPv6Prefix -1: want 0 (no grouping) or 1 to 128"},
+		{"bits 129", IPOptions{IPv6Prefix: 129}, "ratelimit: KeyByIP: IPv6Prefix 129: want 1 to 128, or 0 for the default, 64"},
+		{"bits -1", IPOptions{IPv6Prefix: -1}, "ratelimit: KeyByIP: IPv6Prefix -1: want 1 to 128, or 0 for the default, 64"},
 		{"unknown quiet", IPOptions{Quiet: []string{"wide-trusted-range", "one-key"}},
 			`ratelimit: KeyByIP: Quiet: unknown warning "one-key"; want one of ["wide-trusted-range" "forwarded-without-trusted-proxy"]`},
 	}
@@ -356,11 +362,14 @@ func TestKeyByIPRefusalDetails(t *testing.T) {
 	}{
 		{"bad remote address", "", secret, nil, "the request's remote address is not an IP address"},
 		{"bad X-Forwarded-For entry", "", "10.0.0.1:1", []string{"203.0.113.7, " + secret}, "the trusted proxy sent an X-Forwarded-For entry that is not an IP address"},
+		{"empty X-Forwarded-For entry", "", "10.0.0.1:1", []string{secret + ", "}, "the trusted proxy sent an empty X-Forwarded-For entry"},
 		{"too many X-Forwarded-For entries", "", "10.0.0.1:1", []string{many}, "the X-Forwarded-For header holds more than 32 entries from trusted proxies"},
 		{"bad Forwarded for=", "Forwarded", "10.0.0.1:1", []string{"for=" + secret}, "the trusted proxy sent a Forwarded for= parameter that is not an IP address"},
 		{"malformed Forwarded", "Forwarded", "10.0.0.1:1", []string{`for="` + secret}, "the trusted proxy sent a malformed Forwarded element"},
+		{"Forwarded element without for=", "Forwarded", "10.0.0.1:1", []string{"for=" + secret, "proto=https"}, "the trusted proxy sent a Forwarded element without for="},
 		{"too many Forwarded elements", "Forwarded", "10.0.0.1:1", []string{manyFwd}, "the Forwarded header holds more than 32 elements from trusted proxies"},
 		{"bad X-Real-IP", "X-Real-IP", "10.0.0.1:1", []string{secret}, "the trusted proxy sent an X-Real-IP header that is not an IP address"},
+		{"empty X-Real-IP", "X-Real-IP", "10.0.0.1:1", []string{" "}, "the trusted proxy sent an empty X-Real-IP header"},
 		{"two X-Real-IP lines", "X-Real-IP", "10.0.0.1:1", []string{"203.0.113.7", secret}, "the request carries 2 X-Real-IP lines, not one"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -384,4 +393,29 @@ func TestKeyByIPRefusalDetails(t *testing.T) {
 			assert.NotContains(t, ce.Detail, secret)
 		})
 	}
+}
+
+// An IPv6 subscriber has a /64 at least, and privacy extensions give it a
+// new address in it whenever it likes: by default its addresses share one
+// key, as a /64; IPv6Prefix 128 asks for one key per address.
+func TestKeyByIPv6Default(t *testing.T) {
+	keys := func(opts *IPOptions) map[string]bool {
+		kf, err := KeyByIP(opts)
+		require.NoError(t, err)
+		seen := map[string]bool{}
+		for i := range 1000 {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.RemoteAddr = netip.AddrPortFrom(netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 2, 8: byte(i >> 8), 15: byte(i)}), 443).String()
+			k, err := kf(r)
+			require.NoError(t, err, "RemoteAddr %q", r.RemoteAddr)
+			seen[k] = true
+		}
+		return seen
+	}
+	for _, opts := range []*IPOptions{nil, {}, {IPv6Prefix: 64}} {
+		seen := keys(opts)
+		assert.Equal(t, 1, len(seen), "distinct keys of 1000 addresses of one /64 with %+v", opts)
+		assert.True(t, seen["ip:2001:db8:1:2::/64"], "the key of 2001:db8:1:2::/64 with %+v", opts)
+	}
+	assert.Equal(t, 1000, len(keys(&IPOptions{IPv6Prefix: 128})), "distinct keys of 1000 addresses with IPv6Prefix 128")
 }

@@ -34,7 +34,8 @@
 // ([KeyByIP]) is the fallback for anonymous traffic, with a caveat: behind
 // NAT, carrier-grade NAT or a corporate proxy, one address is many users,
 // who then share one bucket; and one user with an IPv6 /64 has billions of
-// addresses unless they are grouped ([IPOptions.IPv6Prefix]). So when
+// addresses, so IPv6 clients are keyed by their /64 ([IPOptions.IPv6Prefix]
+// chooses another length). So when
 // requests carry an identity, prefer it, and keep IP limits, generous
 // ones, for anonymous traffic. Combine keys with [JoinKeyFuncs] (route and
 // client, say); its parts are length-prefixed so that no two combinations
@@ -64,11 +65,13 @@
 // fresh bucket. When every entry is trusted the client is the leftmost
 // one, and when the header is absent, the peer. At most 32 entries are
 // examined, and an entry reached by the walk that is not an address (such
-// as "unknown") is an error, never a key. Never trust a range as wide as
+// as "unknown"), or that names no client (empty, or a Forwarded element
+// without for=), is an error, never a key. Never trust a range as wide as
 // 0.0.0.0/0: a client inside it can forge its address (KeyByIP logs a
 // warning).
 //
 // Behind Gin or Echo, the framework finds the client address with its own
 // proxy settings; ginlimit.KeyByClientIP and echolimit.KeyByRealIP key it
-// as KeyByIP would.
+// as KeyByIP would, and the TCP peer while the framework trusts every
+// proxy by default (gin.New(), an Echo without IPExtractor).
 package ratelimit

@@ -17,7 +17,8 @@ var (
 	// DefaultErrorHandler answers 401.
 	ErrMissingKey = clientkey.ErrMissingKey
 	// ErrBadRequest: the request cannot be limited as it is: no usable
-	// client address, a cost that the cost function could not compute, or
+	// client address, two lines of an API key field, a cost that the cost
+	// function could not compute, or
 	// a cost that is negative or above a policy's burst. DefaultErrorHandler
 	// answers 400.
 	ErrBadRequest = clientkey.ErrBadRequest

@@ -13,10 +13,20 @@ import (
 // KeyByIP gives up with errNoClientIP because all of them are trusted.
 const maxHops = 32
 
-// errMalformedForwarded is the refusal of a Forwarded field that a trusted
-// proxy sent malformed.
-var errMalformedForwarded = noClientIP("the trusted proxy sent a malformed Forwarded element",
-	fmt.Errorf("%w: malformed Forwarded element", errNoClientIP))
+// The refusals of forwarding entries, reached by the walk, that name no
+// client: a malformed Forwarded element, one without for= (or empty), an
+// empty X-Forwarded-For entry, an empty X-Real-IP. Skipping such an entry
+// would believe the one to its left, which the client may have written.
+var (
+	errMalformedForwarded = noClientIP("the trusted proxy sent a malformed Forwarded element",
+		fmt.Errorf("%w: malformed Forwarded element", errNoClientIP))
+	errForwardedWithoutFor = noClientIP("the trusted proxy sent a Forwarded element without for=",
+		fmt.Errorf("%w: Forwarded element without for=", errNoClientIP))
+	errEmptyXFF = noClientIP("the trusted proxy sent an empty X-Forwarded-For entry",
+		fmt.Errorf("%w: empty X-Forwarded-For entry", errNoClientIP))
+	errEmptyRealIP = noClientIP("the trusted proxy sent an empty X-Real-IP header",
+		fmt.Errorf("%w: empty X-Real-IP", errNoClientIP))
+)
 
 // fromXFF walks the X-Forwarded-For lines from the right, without copying.
 func (c *ipConfig) fromXFF(lines []string, peer netip.Addr) (netip.Addr, error) {
@@ -28,14 +38,14 @@ func (c *ipConfig) fromXFF(lines []string, peer netip.Addr) (netip.Addr, error) 
 			start := strings.LastIndexByte(s[:end], ',') + 1
 			e := trimOWS(s[start:end])
 			end = start - 1
-			if e == "" {
-				continue // empty list elements are allowed and ignored
-			}
 			if n == maxHops {
 				return netip.Addr{}, noClientIP("the X-Forwarded-For header holds more than "+strconv.Itoa(maxHops)+" entries from trusted proxies",
 					fmt.Errorf("%w: more than %d trusted entries in X-Forwarded-For", errNoClientIP, maxHops))
 			}
 			n++
+			if e == "" {
+				return netip.Addr{}, errEmptyXFF
+			}
 			a, ok := clientkey.ParseAddr(e)
 			if !ok {
 				return netip.Addr{}, noClientIP("the trusted proxy sent an X-Forwarded-For entry that is not an IP address",
@@ -55,12 +65,13 @@ func (c *ipConfig) fromXFF(lines []string, peer netip.Addr) (netip.Addr, error) 
 
 // hop is the for= parameter of one Forwarded element.
 type hop struct {
-	v   string // the value, without its quotes
-	esc bool   // v holds quoted-pairs (backslash escapes)
-	bad bool   // the element is malformed
+	v     string // the value, without its quotes
+	esc   bool   // v holds quoted-pairs (backslash escapes)
+	bad   bool   // the element is malformed
+	noFor bool   // the element has no for= parameter, or is empty
 }
 
-// hopRing keeps the last maxHops elements with a for= parameter.
+// hopRing keeps the last maxHops elements.
 type hopRing struct {
 	h [maxHops]hop
 	n int // elements pushed in all
@@ -83,8 +94,11 @@ func (c *ipConfig) fromForwarded(lines []string, peer netip.Addr) (netip.Addr, e
 				fmt.Errorf("%w: more than %d trusted elements in Forwarded", errNoClientIP, maxHops))
 		}
 		h := ring.h[(ring.n-1-k)%maxHops]
-		if h.bad {
+		switch {
+		case h.bad:
 			return netip.Addr{}, errMalformedForwarded
+		case h.noFor:
+			return netip.Addr{}, errForwardedWithoutFor
 		}
 		v := h.v
 		if h.esc {
@@ -107,7 +121,8 @@ func (c *ipConfig) fromForwarded(lines []string, peer netip.Addr) (netip.Addr, e
 }
 
 // scanForwarded parses one line of the Forwarded field (RFC 7239 §4) and
-// pushes the for= parameter of each element that has one. Quoted strings may
+// pushes each element: its for= parameter, or that it has none (an empty
+// element included), or that it is malformed. Quoted strings may
 // hold commas and semicolons. A malformed element is pushed as bad, and
 // parsing resumes after the next comma. Unquoted values are read leniently up
 // to the next delimiter, because proxies often leave IPv6 addresses and ports
@@ -182,6 +197,8 @@ func scanForwarded(s string, ring *hopRing) {
 			}
 		} else if has {
 			ring.push(h)
+		} else {
+			ring.push(hop{noFor: true})
 		}
 		if i >= len(s) {
 			return
@@ -213,7 +230,7 @@ func fromRealIP(lines []string, peer netip.Addr) (netip.Addr, error) {
 	}
 	v := trimOWS(lines[0])
 	if v == "" {
-		return peer, nil
+		return netip.Addr{}, errEmptyRealIP
 	}
 	a, ok := clientkey.ParseAddr(v)
 	if !ok {

@@ -24,8 +24,18 @@ func TestKeyByIPForwardedFor(t *testing.T) {
 		{name: "spoofed trusted leftmost ignored", opts: trusted10, remote: "10.0.0.5:555", header: xff,
 			lines: []string{"10.1.1.1, 3.3.3.3"}, want: "ip:3.3.3.3"},
 		{name: "trusted peer without XFF", opts: trusted10, remote: "10.0.0.5:555", want: "ip:10.0.0.5"},
+		// An entry that a trusted hop left empty names no client: skipping it
+		// would believe the entry to its left, which the client wrote.
 		{name: "trusted peer with empty XFF", opts: trusted10, remote: "10.0.0.5:555", header: xff,
-			lines: []string{"", " , ,"}, want: "ip:10.0.0.5"},
+			lines: []string{"", " , ,"}, wantErr: errNoClientIP},
+		{name: "empty entry of the trusted peer", opts: trusted10, remote: "10.0.0.5:555", header: xff,
+			lines: []string{"6.6.6.6, "}, wantErr: errNoClientIP},
+		{name: "empty line of the trusted peer", opts: trusted10, remote: "10.0.0.5:555", header: xff,
+			lines: []string{"6.6.6.6", ""}, wantErr: errNoClientIP},
+		{name: "empty entry of a trusted hop", opts: trusted10, remote: "10.0.0.5:555", header: xff,
+			lines: []string{"6.6.6.6,, 10.0.0.1"}, wantErr: errNoClientIP},
+		{name: "empty entry left of client ignored", opts: trusted10, remote: "10.0.0.5:555", header: xff,
+			lines: []string{"6.6.6.6, , 3.3.3.3, 10.0.0.1"}, want: "ip:3.3.3.3"},
 		{name: "all trusted: leftmost", opts: trusted10, remote: "10.0.0.5:555", header: xff,
 			lines: []string{"10.0.0.3, 10.0.0.2", "10.0.0.1"}, want: "ip:10.0.0.3"},
 		{name: "lines merged: no ranges", remote: "4.4.4.4:80", header: xff,
@@ -78,12 +88,12 @@ func TestKeyByIPForwardedFor(t *testing.T) {
 		{name: "huge entry", opts: trusted10, remote: "10.0.0.5:555", header: xff,
 			lines: []string{strings.Repeat("1", 100_000)}, wantErr: errNoClientIP},
 		{name: "too many trusted hops", opts: trusted10, remote: "10.0.0.5:555", header: xff,
-			lines: []string{strings.Repeat("10.0.0.1,", maxHops+1)}, wantErr: errNoClientIP},
+			lines: []string{strings.Repeat("10.0.0.1,", maxHops) + "10.0.0.1"}, wantErr: errNoClientIP},
 		{name: "maxHops trusted hops", opts: trusted10, remote: "10.0.0.5:555", header: xff,
-			lines: []string{strings.Repeat("10.0.0.1,", maxHops)}, want: "ip:10.0.0.1"},
+			lines: []string{strings.Repeat("10.0.0.1,", maxHops-1) + "10.0.0.1"}, want: "ip:10.0.0.1"},
 		{name: "client behind many hops", opts: trusted10, remote: "10.0.0.5:555", header: xff,
 			lines: []string{strings.Repeat("6.6.6.6,", 10_000) + "3.3.3.3, 10.0.0.1"}, want: "ip:3.3.3.3"},
-		{name: "explicit XFF option", opts: &IPOptions{TrustedProxies: []string{"10.0.0.0/8"}, Header: "x-forwarded-for"},
+		{name: "explicit XFF option", opts: &IPOptions{TrustedProxies: []string{"10.0.0.0/8"}, Header: "x-forwarded-for", IPv6Prefix: 128},
 			remote: "10.0.0.5:555", header: xff, lines: []string{"3.3.3.3"}, want: "ip:3.3.3.3"},
 		{name: "other header ignored", opts: trust("10.0.0.0/8"),
 			remote: "10.0.0.5:555", header: "Forwarded", lines: []string{"for=3.3.3.3"}, want: "ip:10.0.0.5"},
@@ -128,7 +138,7 @@ var cloudflare = []string{
 func TestKeyByIPForwarded(t *testing.T) {
 	const fwd = "Forwarded"
 	forwarded := func(cidrs ...string) *IPOptions {
-		return &IPOptions{Header: "Forwarded", TrustedProxies: cidrs}
+		return &IPOptions{Header: "Forwarded", TrustedProxies: cidrs, IPv6Prefix: 128}
 	}
 	runIPCases(t, []ipCase{
 		{name: "V13 big vector", remote: "2.2.2.2:1", header: fwd,
@@ -170,11 +180,23 @@ func TestKeyByIPForwarded(t *testing.T) {
 		{name: "obfuscated port", remote: "10.0.0.1:1", header: fwd, opts: forwarded("10.0.0.0/8"),
 			lines: []string{`for="192.0.2.43:_p0rt"`}, want: "ip:192.0.2.43"},
 		{name: "uppercase FOR and spaces", remote: "10.0.0.1:1", header: fwd, opts: forwarded("10.0.0.0/8"),
-			lines: []string{"proto=https ; FOR=192.0.2.43 ;by=10.0.0.1 ,"}, want: "ip:192.0.2.43"},
-		{name: "element without for skipped", remote: "10.0.0.1:1", header: fwd, opts: forwarded("10.0.0.0/8"),
-			lines: []string{"for=192.0.2.43, proto=https;by=10.0.0.1"}, want: "ip:192.0.2.43"},
+			lines: []string{"proto=https ; FOR=192.0.2.43 ;by=10.0.0.1 "}, want: "ip:192.0.2.43"},
+		// An element of a trusted hop without for= names no client: skipping
+		// it would believe the element to its left, which the client wrote.
+		{name: "element without for reached", remote: "10.0.0.1:1", header: fwd, opts: forwarded("10.0.0.0/8"),
+			lines: []string{"for=192.0.2.43, proto=https;by=10.0.0.1"}, wantErr: errNoClientIP},
+		{name: "client's for, then the proxy's element without for", remote: "10.0.0.1:1", header: fwd, opts: forwarded("10.0.0.0/8"),
+			lines: []string{"for=6.6.6.6", `proto=https;host="api.example.com"`}, wantErr: errNoClientIP},
+		{name: "element without for of a trusted hop", remote: "10.0.0.1:1", header: fwd, opts: forwarded("10.0.0.0/8"),
+			lines: []string{"for=6.6.6.6, proto=https, for=10.0.0.2"}, wantErr: errNoClientIP},
 		{name: "no for at all", remote: "10.0.0.1:1", header: fwd, opts: forwarded("10.0.0.0/8"),
-			lines: []string{"proto=https;by=10.0.0.1"}, want: "ip:10.0.0.1"},
+			lines: []string{"proto=https;by=10.0.0.1"}, wantErr: errNoClientIP},
+		{name: "empty element reached", remote: "10.0.0.1:1", header: fwd, opts: forwarded("10.0.0.0/8"),
+			lines: []string{"for=6.6.6.6,"}, wantErr: errNoClientIP},
+		{name: "empty line reached", remote: "10.0.0.1:1", header: fwd, opts: forwarded("10.0.0.0/8"),
+			lines: []string{"for=6.6.6.6", " "}, wantErr: errNoClientIP},
+		{name: "element without for left of client ignored", remote: "10.0.0.1:1", header: fwd, opts: forwarded("10.0.0.0/8"),
+			lines: []string{"proto=http, , for=192.0.2.43"}, want: "ip:192.0.2.43"},
 		{name: "absent", remote: "10.0.0.1:1", opts: forwarded("10.0.0.0/8"), want: "ip:10.0.0.1"},
 		{name: "comma in quoted string", remote: "10.0.0.1:1", header: fwd, opts: forwarded("10.0.0.0/8"),
 			lines: []string{`for=192.0.2.43;host="a,for=6.6.6.6"`}, want: "ip:192.0.2.43"},
@@ -197,9 +219,9 @@ func TestKeyByIPForwarded(t *testing.T) {
 		{name: "empty value", remote: "10.0.0.1:1", header: fwd, opts: forwarded("10.0.0.0/8"),
 			lines: []string{"for="}, wantErr: errNoClientIP},
 		{name: "too many trusted hops", remote: "10.0.0.1:1", header: fwd, opts: forwarded("10.0.0.0/8"),
-			lines: []string{strings.Repeat("for=10.0.0.1,", maxHops+1)}, wantErr: errNoClientIP},
+			lines: []string{strings.Repeat("for=10.0.0.1,", maxHops) + "for=10.0.0.1"}, wantErr: errNoClientIP},
 		{name: "maxHops trusted hops", remote: "10.0.0.1:1", header: fwd, opts: forwarded("10.0.0.0/8"),
-			lines: []string{strings.Repeat("for=10.0.0.2,", maxHops)}, want: "ip:10.0.0.2"},
+			lines: []string{strings.Repeat("for=10.0.0.2,", maxHops-1) + "for=10.0.0.2"}, want: "ip:10.0.0.2"},
 		{name: "client behind many elements", remote: "10.0.0.1:1", header: fwd, opts: forwarded("10.0.0.0/8"),
 			lines: []string{strings.Repeat("for=6.6.6.6,", 1000) + "for=3.3.3.3, for=10.0.0.2"}, want: "ip:3.3.3.3"},
 	})
@@ -207,7 +229,7 @@ func TestKeyByIPForwarded(t *testing.T) {
 
 func TestKeyByIPRealIP(t *testing.T) {
 	const real = "X-Real-IP"
-	realIP := &IPOptions{Header: "x-real-ip", TrustedProxies: []string{"10.0.0.0/8"}}
+	realIP := &IPOptions{Header: "x-real-ip", TrustedProxies: []string{"10.0.0.0/8"}, IPv6Prefix: 128}
 	runIPCases(t, []ipCase{
 		{name: "trusted peer", opts: realIP, remote: "10.0.0.1:1", header: real,
 			lines: []string{"203.0.113.7"}, want: "ip:203.0.113.7"},
@@ -216,7 +238,7 @@ func TestKeyByIPRealIP(t *testing.T) {
 		{name: "no proxies ignored", opts: &IPOptions{Header: "X-Real-IP"}, remote: "10.0.0.1:1", header: real,
 			lines: []string{"203.0.113.7"}, want: "ip:10.0.0.1"},
 		{name: "absent", opts: realIP, remote: "10.0.0.1:1", want: "ip:10.0.0.1"},
-		{name: "empty", opts: realIP, remote: "10.0.0.1:1", header: real, lines: []string{" "}, want: "ip:10.0.0.1"},
+		{name: "empty", opts: realIP, remote: "10.0.0.1:1", header: real, lines: []string{" "}, wantErr: errNoClientIP},
 		{name: "trusted value kept", opts: realIP, remote: "10.0.0.1:1", header: real,
 			lines: []string{"10.9.9.9"}, want: "ip:10.9.9.9"},
 		{name: "IPv6 with port", opts: realIP, remote: "10.0.0.1:1", header: real,

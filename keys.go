@@ -20,14 +20,26 @@ import (
 type KeyFunc func(r *http.Request) (string, error)
 
 // KeyByAPIKey returns a KeyFunc that keys requests by the API key in the
-// request header field named header, such as "X-API-Key". Only the first
-// line of the field is used, with surrounding spaces removed; a missing or
-// empty field gives an error wrapping ErrMissingKey. The default error
+// request header field named header, such as "X-API-Key", with surrounding
+// spaces removed. A missing or empty field gives an error wrapping
+// ErrMissingKey. Two lines of the field give an error wrapping
+// ErrBadRequest (400): the authentication could read another line than
+// the limiter. The default error
 // handler answers it with 401, a problem detail naming the header ("the
 // request carries no X-API-Key header") and the challenge
 // WWW-Authenticate: ApiKey in="header", name="X-API-Key", the fields of an
 // OpenAPI apiKey security scheme; Bearer when header is Authorization (see
 // Options.Challenge).
+//
+// For header Authorization the key is that of the credentials, whatever the
+// spelling of their scheme, which is case-insensitive, and of the
+// whitespace that the grammar allows (RFC 9110 §11.4): "Bearer t",
+// "bearer t", "BEARER t" and "Bearer \t t" are one client, "bearer t";
+// "Bearer T" is another, as the credentials keep their case, and so do
+// quoted strings, whitespace included. Outside quoted strings, the
+// whitespace around the commas and equals signs of auth-parameters
+// (`Digest username="a", realm="b"`) is dropped. A value without
+// whitespace is taken as it is.
 //
 // Keys are hashed so stores never hold secrets: the key is "ak:" followed by
 // the first 16 bytes of the SHA-256 of the API key in unpadded base64url, 25
@@ -52,17 +64,68 @@ func KeyByAPIKey(header string) KeyFunc {
 	header = trimmed
 	name := http.CanonicalHeaderKey(header)
 	c := &apiKeyCache{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed()}
+	if name == "Authorization" {
+		c.canonical = canonicalAuthorization
+	}
 	missing, empty := apiKeyErrors(header)
 	return func(r *http.Request) (string, error) {
 		vs := r.Header[name]
-		if len(vs) == 0 {
+		switch {
+		case len(vs) == 0:
 			return "", missing
+		case len(vs) > 1:
+			return "", &clientkey.Error{Err: fmt.Errorf("%w: %d %s lines", ErrBadRequest, len(vs), header),
+				Kind: clientkey.KindBadRequest, Detail: fmt.Sprintf("the request carries %d %s lines, not one", len(vs), header)}
 		}
 		if v := strings.TrimSpace(vs[0]); v != "" {
 			return c.key(v), nil
 		}
 		return "", empty
 	}
+}
+
+// canonicalAuthorization returns the one spelling of the Authorization
+// field value v, which has no surrounding whitespace: the scheme in lower
+// case, one space, and the credentials, outside quoted strings without the
+// whitespace next to a comma or an equals sign and with other runs of
+// whitespace made one space. A v without whitespace is returned as it is.
+func canonicalAuthorization(v string) string {
+	i := strings.IndexAny(v, " \t")
+	if i < 0 {
+		return v
+	}
+	b := make([]byte, 0, len(v))
+	for _, c := range []byte(v[:i]) {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	b = append(b, ' ')
+	quoted, space := false, false
+	for j := skipOWS(v, i); j < len(v); j++ {
+		c := v[j]
+		switch {
+		case quoted:
+			if c == '\\' && j+1 < len(v) {
+				b = append(b, c)
+				j++
+				c = v[j]
+			} else if c == '"' {
+				quoted = false
+			}
+		case isOWS(c):
+			space = true
+			continue
+		default:
+			if last := b[len(b)-1]; space && c != ',' && c != '=' && last != ',' && last != '=' {
+				b = append(b, ' ')
+			}
+			space, quoted = false, c == '"'
+		}
+		b = append(b, c)
+	}
+	return string(b)
 }
 
 // apiKeyErrors returns the refusals of KeyByAPIKey(header): no field, and
@@ -95,16 +158,23 @@ func isToken(s string) bool {
 // in this process, which nobody outside can aim at.
 type apiKeyCache struct {
 	seed1, seed2 maphash.Seed
+	canonical    func(string) string // the one spelling of a secret; nil: as it is
 	recent[[2]uint64, string]
 }
 
-// key returns the key of the API key secret: "ak:" and its hash.
+// key returns the key of the API key secret: "ak:" and the hash of its
+// canonical spelling. The cache holds each spelling seen, so that only a
+// miss pays for the canonical one.
 func (c *apiKeyCache) key(secret string) string {
 	h := [2]uint64{maphash.String(c.seed1, secret), maphash.String(c.seed2, secret)}
 	if key, ok := c.get(h, h[0]); ok {
 		return key
 	}
-	key := clientkey.Hash("ak:", secret)
+	spelled := secret
+	if c.canonical != nil {
+		spelled = c.canonical(secret)
+	}
+	key := clientkey.Hash("ak:", spelled)
 	c.put(h, h[0], key)
 	return key
 }
@@ -114,16 +184,20 @@ func (c *apiKeyCache) key(secret string) string {
 // request's context under ctxKey. The ID may be any of the types that
 // authentication libraries store: a non-empty string; an integer of any
 // size (int, int64, uint64, ...); a [fmt.Stringer] whose String method
-// returns a non-empty string; or a [16]byte, such as a UUID. No value, an
-// empty ID or another type gives an error wrapping ErrMissingKey, which the
-// default error handler answers with 401 and a problem detail that names
-// the type ("the user ID in the request's context is a map[string]int, not
-// a string, integer, fmt.Stringer or [16]byte") and WWW-Authenticate:
-// Bearer (see Options.Challenge).
+// returns a non-empty string; a [16]byte, such as a UUID; or a named type
+// of one of them (type UserID string). No value or an empty ID gives an
+// error wrapping ErrMissingKey, which the default error handler answers
+// with 401, a problem detail ("the request carries no user ID in its
+// context") and WWW-Authenticate: Bearer (see Options.Challenge). A value
+// of another type is the server's mistake, not the client's: an error
+// that wraps neither ErrMissingKey nor ErrBadRequest and names the type
+// ("the user ID in the request's context is a map[string]int, not a
+// string, integer, fmt.Stringer or [16]byte"), which the default error
+// handler answers with 500 and logs once, at the error level.
 //
 // The key is "user:" followed by the ID. An ID is an ID whatever its type:
-// integers are written in decimal, so the int 42 and the string "42" are
-// one user, "user:42"; a [16]byte is written in the canonical 8-4-4-4-12
+// integers are written in decimal, so the int 42, the string "42" and
+// UserID("42") are one user, "user:42"; a [16]byte is written in the canonical 8-4-4-4-12
 // lowercase hex form of UUIDs, which is also what UUID types' String
 // methods return. An ID longer than 128 bytes is
 // hashed as by [KeyByAPIKey] so that keys stay short: its key is "user#:"

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -42,9 +43,16 @@ func TestKeyByAPIKey(t *testing.T) {
 		k3, err := key("  " + secret + " ")
 		require.NoError(t, err)
 		assert.Equal(t, k1, k3, "spaces around the secret change the key")
-		k4, err := key(secret, "other")
-		require.NoError(t, err)
-		assert.Equal(t, k1, k4, "second header line changes the key")
+	})
+	// Two lines: which one counts is ambiguous (the authentication may read
+	// another one than the limiter), so the request is refused.
+	t.Run("two lines", func(t *testing.T) {
+		for _, lines := range [][]string{{secret, "other"}, {secret, secret}, {"", secret}} {
+			k, err := key(lines...)
+			assert.ErrorIs(t, err, ErrBadRequest, "KeyByAPIKey(%q) = %q, %v", lines, k, err)
+			assert.NotErrorIs(t, err, ErrMissingKey, "%q", lines)
+			assert.Empty(t, k)
+		}
 	})
 	t.Run("distinct", func(t *testing.T) {
 		seen := map[string]string{k1: secret}
@@ -77,7 +85,6 @@ func TestKeyByAPIKey(t *testing.T) {
 		{"missing", nil},
 		{"empty", []string{""}},
 		{"spaces", []string{"  \t "}},
-		{"empty first line", []string{"", secret}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k, err := key(tc.values...)
@@ -90,6 +97,14 @@ func TestKeyByAPIKey(t *testing.T) {
 type ctxKey struct{}
 
 type userID int
+
+// Named ID types without a String method, as applications declare them.
+type (
+	namedID    string
+	namedInt   int64
+	namedUint  uint16
+	namedBytes [16]byte
+)
 
 func (u userID) String() string {
 	if u == 0 {
@@ -118,8 +133,11 @@ func TestKeyByContextValue(t *testing.T) {
 		{"uint64", uint64(42), "user:42", nil},
 		{"int8", int8(-7), "user:-7", nil},
 		{"uuid", [16]byte{0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x12, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x14, 0x17, 0x40, 0x00}, "user:123e4567-e89b-12d3-a456-426614174000", nil},
-		{"wrong type", map[string]int{"a": 1}, "", ErrMissingKey},
-		{"float", 42.0, "", ErrMissingKey},
+		{"named string", namedID("alice"), "user:alice", nil},
+		{"named int64", namedInt(-42), "user:-42", nil},
+		{"named uint16", namedUint(42), "user:42", nil},
+		{"named [16]byte", namedBytes{0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x12, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x14, 0x17, 0x40, 0x00}, "user:123e4567-e89b-12d3-a456-426614174000", nil},
+		{"empty named string", namedID(""), "", ErrMissingKey},
 	}
 	kf := KeyByContextValue(ctxKey{})
 	for _, tc := range tests {
@@ -155,7 +173,7 @@ func TestKeyByContextValueOneIDOneKey(t *testing.T) {
 		require.NoError(t, err, "KeyByContextValue(%T %v)", v, v)
 		return k
 	}
-	for _, v := range []any{42, "42", int64(42), uint64(42), userID(42)} {
+	for _, v := range []any{42, "42", int64(42), uint64(42), userID(42), namedID("42"), namedInt(42), namedUint(42)} {
 		want := "user:42"
 		if _, ok := v.(userID); ok {
 			want = "user:u42"
@@ -189,11 +207,8 @@ func TestKeyRefusalDetails(t *testing.T) {
 	}{
 		{"no API key", KeyByAPIKey(" X-API-Key "), r(), "the request carries no X-API-Key header", `ApiKey in="header", name="X-API-Key"`},
 		{"empty API key", KeyByAPIKey("X-API-Key"), r("X-API-Key", "  "), "the request's X-API-Key header is empty", `ApiKey in="header", name="X-API-Key"`},
-		{"second line ignored", KeyByAPIKey("X-API-Key"), r("X-API-Key", "", "X-API-Key", secret), "the request's X-API-Key header is empty", `ApiKey in="header", name="X-API-Key"`},
 		{"Authorization", KeyByAPIKey("Authorization"), r(), "the request carries no Authorization header", "Bearer"},
 		{"no user", KeyByContextValue(ctxKey{}), r(), "the request carries no user ID in its context", "Bearer"},
-		{"user of a wrong type", KeyByContextValue(ctxKey{}), withValue(map[string]int{secret: 1}),
-			"the user ID in the request's context is a map[string]int, not a string, integer, fmt.Stringer or [16]byte", "Bearer"},
 		{"empty user", KeyByContextValue(ctxKey{}), withValue(""), "the user ID in the request's context is empty", "Bearer"},
 		{"empty joined key", JoinKeyFuncs(func(*http.Request) (string, error) { return "", nil }), r(), "a key function returned an empty key", ""},
 	} {
@@ -400,4 +415,89 @@ func TestKeyFuncMistakesPanic(t *testing.T) {
 		assert.PanicsWithError(t, tc.want, func() { tc.build() })
 	}
 	assert.NotPanics(t, func() { KeyByAPIKey(" X-Api-Key ") }, "spaces around a name are trimmed")
+}
+
+// A user ID of a type that cannot be a key is the server's mistake, not
+// the client's: an error that wraps neither ErrMissingKey nor
+// ErrBadRequest (so 500), of its own kind, naming the type, never the
+// value.
+func TestKeyByContextValueUnusableType(t *testing.T) {
+	const secret = "sk_live_0123456789abcdef"
+	kf := KeyByContextValue(ctxKey{})
+	for _, v := range []any{map[string]int{secret: 1}, 42.0, true, []byte(secret), &struct{ ID string }{secret}, [8]byte{}} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		k, err := kf(r.WithContext(context.WithValue(r.Context(), ctxKey{}, v)))
+		require.Error(t, err, "KeyByContextValue(%T) = %q", v, k)
+		assert.Empty(t, k)
+		assert.NotErrorIs(t, err, ErrMissingKey, "%T", v)
+		assert.NotErrorIs(t, err, ErrBadRequest, "%T", v)
+		var ce *clientkey.Error
+		require.ErrorAs(t, err, &ce, "%T", v)
+		assert.Equal(t, clientkey.KindUserIDType, ce.Kind, "%T", v)
+		assert.Contains(t, err.Error(), fmt.Sprintf("the user ID in the request's context is a %T, not a string, integer, fmt.Stringer or [16]byte", v))
+		assert.NotContains(t, err.Error(), secret)
+	}
+}
+
+// The auth-scheme of Authorization is case-insensitive and is separated
+// from the credentials by whitespace of any length (RFC 9110 §11.4), so
+// one credential has one key however it is spelled; the credentials keep
+// their case, and quoted strings their content.
+func TestKeyByAPIKeyAuthorization(t *testing.T) {
+	kf := KeyByAPIKey("Authorization")
+	key := func(values ...string) string {
+		t.Helper()
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		for _, v := range values {
+			r.Header.Add("Authorization", v)
+		}
+		k, err := kf(r)
+		require.NoError(t, err, "Authorization %q", values)
+		return k
+	}
+	for _, group := range [][]string{
+		{"Bearer t0k3n", "bearer t0k3n", "BEARER t0k3n", "Bearer  t0k3n", "Bearer\tt0k3n", "  bEaReR \t t0k3n  "},
+		{"Basic YWxhZGRpbjpvcGVuc2VzYW1l", "basic YWxhZGRpbjpvcGVuc2VzYW1l", "BASIC   YWxhZGRpbjpvcGVuc2VzYW1l"},
+		{`Digest username="a b", realm="r"`, `digest username = "a b" ,realm="r"`, `DIGEST   username="a b",  realm= "r"`},
+		{"Bearer abc==", "bearer abc=="},
+	} {
+		want := clientkey.Hash("ak:", strings.ToLower(group[0][:strings.IndexByte(group[0], ' ')])+group[0][strings.IndexByte(group[0], ' '):])
+		if group[0][0] == 'D' {
+			want = clientkey.Hash("ak:", `digest username="a b",realm="r"`)
+		}
+		for _, v := range group {
+			assert.Equal(t, want, key(v), "Authorization %q", v)
+		}
+	}
+	// Different credentials stay apart.
+	seen := map[string]string{}
+	for _, v := range []string{
+		"Bearer t0k3n", "Bearer T0K3N", "Basic t0k3n", "Bearer t0k3n2", "bearer", "Bearer",
+		"sk_live_ABC", "sk_live_abc", `Digest realm="a  b"`, `Digest realm="a b"`, `Digest realm="A b"`,
+		`Digest realm="a\"b", x=1`, `Digest realm="a\", x=1"`,
+	} {
+		k := key(v)
+		if prev, ok := seen[k]; ok {
+			t.Errorf("Authorization %q and %q have one key %q", v, prev, k)
+		}
+		seen[k] = v
+	}
+	// Two Authorization lines are refused, as two X-API-Key lines are.
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Add("Authorization", "Bearer a")
+	r.Header.Add("Authorization", "Bearer b")
+	_, err := kf(r)
+	assert.ErrorIs(t, err, ErrBadRequest)
+	var ce *clientkey.Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "the request carries 2 Authorization lines, not one", ce.Detail)
+}
+
+// The spellings of a cached Authorization credential allocate nothing.
+func TestKeyByAPIKeyAuthorizationAllocs(t *testing.T) {
+	kf := KeyByAPIKey("Authorization")
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("Authorization", "BEARER  t0k3n")
+	_, _ = kf(r)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = kf(r) }), "a cached Authorization allocates")
 }

@@ -593,7 +593,7 @@ func TestProblemDetails(t *testing.T) {
 		{name: "no user", key: ratelimit.KeyByContextValue(ctxUser{}), prepare: header("Authorization", "Bearer "+secret),
 			status: 401, title: "Missing Credentials", detail: "the request carries no user ID in its context", challenge: "Bearer"},
 		{name: "user of a wrong type", key: ratelimit.KeyByContextValue(ctxUser{}), prepare: userValue(map[string]int{secret: 1}),
-			status: 401, title: "Missing Credentials", detail: "the user ID in the request's context is a map[string]int, not a string, integer, fmt.Stringer or [16]byte", challenge: "Bearer"},
+			status: 500, title: "Internal Server Error", detail: "the rate limit could not be checked"}, // see TestKeyByContextValueUnusableTypeIs500
 		{name: "empty key", key: func(*http.Request) (string, error) { return "", nil }, prepare: header("X-API-Key", secret),
 			status: 401, title: "Missing Credentials", detail: "the key function returned an empty key", challenge: "Bearer"},
 		{name: "bare ErrMissingKey", key: func(*http.Request) (string, error) { return "", ratelimit.ErrMissingKey },
@@ -690,13 +690,17 @@ func TestProblemBodyBytes(t *testing.T) {
 	assert.Equal(t, `{"type":"about:blank","title":"Request Cost Exceeds Capacity","status":400,"detail":"the request's cost, 12, is above the burst of policy \"api\", 10"}`+"\n", w.Body.String())
 	assert.Equal(t, strconv.Itoa(w.Body.Len()), w.Header().Get("Content-Length"))
 
+	// A header name may hold '&', which encoding/json escapes.
+	m, err = ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-Key-&-Secret"), &ratelimit.Options{Logger: discardLogger()})
+	require.NoError(t, err)
+	h = nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	w = httptest.NewRecorder()
-	h.ServeHTTP(w, userValue(make(chan<- int))(httptest.NewRequest(http.MethodGet, "/", nil)))
-	detail := "the user ID in the request's context is a chan<- int, not a string, integer, fmt.Stringer or [16]byte"
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	detail := "the request carries no X-Key-&-Secret header"
 	want, err := json.Marshal(detail)
 	require.NoError(t, err)
 	assert.Contains(t, w.Body.String(), `"detail":`+string(want)+"}\n", "escaped as encoding/json does")
-	assert.Contains(t, w.Body.String(), `chan\u003c- int`)
+	assert.Contains(t, w.Body.String(), `X-Key-\u0026-Secret`)
 }
 
 // A 401 carries the WWW-Authenticate challenge that RFC 9110 requires:

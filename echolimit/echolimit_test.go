@@ -95,7 +95,7 @@ func TestNewErrors(t *testing.T) {
 	_, err = echolimit.New(lim, echolimit.KeyByValue("user"), &ratelimit.Options{Headers: 99}, nil)
 	assert.Error(t, err)
 	_, err = echolimit.KeyByRealIP(&ratelimit.IPOptions{IPv6Prefix: 200})
-	assert.EqualError(t, err, "echolimit: KeyByRealIP: IPv6Prefix 200: want 0 (no grouping) or 1 to 128")
+	assert.EqualError(t, err, "echolimit: KeyByRealIP: IPv6Prefix 200: want 1 to 128, or 0 for the default, 64")
 	_, err = echolimit.KeyByRealIP(&ratelimit.IPOptions{TrustedProxies: []string{"10.0.0.0/8"}})
 	assert.ErrorContains(t, err, "IPExtractor", "TrustedProxies would be ignored")
 	_, err = echolimit.KeyByRealIP(&ratelimit.IPOptions{Header: "Forwarded"})
@@ -181,6 +181,8 @@ func TestKeyByRealIP(t *testing.T) {
 	require.NoError(t, err)
 	by64, err := echolimit.KeyByRealIP(&ratelimit.IPOptions{IPv6Prefix: 64})
 	require.NoError(t, err)
+	by128, err := echolimit.KeyByRealIP(&ratelimit.IPOptions{IPv6Prefix: 128})
+	require.NoError(t, err)
 	viaXFF := echo.ExtractIPFromXFFHeader(echo.TrustIPRange(mustCIDR(t, "10.0.0.0/8")))
 	for _, tc := range []struct {
 		f               echolimit.KeyFunc
@@ -196,7 +198,9 @@ func TestKeyByRealIP(t *testing.T) {
 		{byIP, viaXFF, "192.0.2.50:1234", "203.0.113.7", "ip:192.0.2.50"}, // untrusted peer
 		{byIP, nil, "[::ffff:192.0.2.1]:80", "", "ip:192.0.2.1"},
 		{byIP, echo.ExtractIPDirect(), "[::ffff:192.0.2.1]:80", "", "ip:192.0.2.1"},
-		{byIP, nil, "[fe80::1%eth0]:80", "", "ip:fe80::1"},
+		{byIP, nil, "[fe80::1%eth0]:80", "", "ip:fe80::/64"}, // IPv6 by /64 by default
+		{by128, nil, "[fe80::1%eth0]:80", "", "ip:fe80::1"},
+		{by128, echo.ExtractIPDirect(), "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::7"},
 		{by64, nil, "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::/64"},
 		{by64, echo.ExtractIPDirect(), "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::/64"},
 	} {
@@ -235,7 +239,8 @@ func TestKeyByValue(t *testing.T) {
 	core := ratelimit.KeyByContextValue(ctxKey{})
 	long := string(make([]byte, 200))
 	e := echo.New()
-	for _, v := range []any{"alice", userID(42), long, 42, uint64(42), [16]byte{15: 1}} {
+	type namedID string
+	for _, v := range []any{"alice", userID(42), long, 42, uint64(42), [16]byte{15: 1}, namedID("alice")} {
 		c := e.NewContext(httptest.NewRequest(http.MethodGet, "/", nil), httptest.NewRecorder())
 		c.Set("user", v)
 		got, err := byUser(c)
@@ -244,13 +249,25 @@ func TestKeyByValue(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, got)
 	}
-	for _, v := range []any{nil, "", 4.2, map[string]int{}} {
+	for _, v := range []any{nil, ""} {
 		c := e.NewContext(httptest.NewRequest(http.MethodGet, "/", nil), httptest.NewRecorder())
 		if v != nil {
 			c.Set("user", v)
 		}
 		_, err := byUser(c)
 		assert.ErrorIs(t, err, ratelimit.ErrMissingKey, "value %#v", v)
+	}
+	// A value of a type that cannot be a key is the server's mistake (500),
+	// not the client's (401).
+	for _, v := range []any{4.2, map[string]int{}} {
+		c := e.NewContext(httptest.NewRequest(http.MethodGet, "/", nil), httptest.NewRecorder())
+		if v != nil {
+			c.Set("user", v)
+		}
+		_, err := byUser(c)
+		require.Error(t, err, "value %#v", v)
+		assert.NotErrorIs(t, err, ratelimit.ErrMissingKey, "value %#v", v)
+		assert.NotErrorIs(t, err, ratelimit.ErrBadRequest, "value %#v", v)
 	}
 }
 

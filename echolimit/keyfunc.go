@@ -24,7 +24,8 @@ import (
 // its own key; KeyByRealIP then uses the TCP peer instead, as
 // echo.ExtractIPDirect does. Set e.IPExtractor to read a forwarding header.
 //
-// opts may be nil. Its IPv6Prefix groups IPv6 clients by network; since
+// opts may be nil. Its IPv6Prefix groups IPv6 clients by network, by
+// default by /64, as KeyByIP does; since
 // the IPExtractor chooses the address, TrustedProxies and Header must be
 // left empty, and KeyByRealIP logs no warnings. KeyByRealIP returns an
 // error if opts is invalid. The KeyFunc is safe for concurrent use.
@@ -52,9 +53,11 @@ func KeyByRealIP(opts *ratelimit.IPOptions) (KeyFunc, error) {
 // the Echo context under name (c.Set(name, v)), typically the ID of the
 // user that the authentication middleware found. The value is read and
 // keyed exactly as [ratelimit.KeyByContextValue] does: a non-empty string, an
-// integer, a [fmt.Stringer] or a [16]byte (UUID), keyed "user:ID" (42 and
-// "42" are one user; long IDs hashed); anything else, or no value, gives
-// ratelimit.ErrMissingKey (401, with a problem detail naming the type).
+// integer, a [fmt.Stringer] or a [16]byte (UUID), or a named type of one
+// of them, keyed "user:ID" (42, "42" and UserID("42") are one user; long
+// IDs hashed); no value or an empty one gives ratelimit.ErrMissingKey
+// (401), and a value of another type, the server's mistake, an error
+// naming the type that the default error handler answers with 500.
 func KeyByValue(name string) KeyFunc {
 	return func(c echo.Context) (string, error) { return clientkey.User(c.Get(name)) }
 }

@@ -24,6 +24,7 @@ type config struct {
 	burst          int64
 	key            string
 	trustedProxies string
+	ipv6Prefix     int
 	globalRate     float64
 	globalBurst    int64
 	headers        ratelimit.HeaderFormat
@@ -60,6 +61,7 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.Int64Var(&cfg.burst, "burst", 10, "bucket capacity: the most requests a client may make at once")
 	fs.StringVar(&cfg.key, "key", "api-key", "what identifies a client: api-key (header X-API-Key) or ip")
 	fs.StringVar(&cfg.trustedProxies, "trusted-proxies", "", "comma-separated `CIDRs` of the reverse proxies whose X-Forwarded-For is believed (with -key ip, -block and -safe)")
+	fs.IntVar(&cfg.ipv6Prefix, "ipv6-prefix", 0, "`bits` by which IPv6 clients are grouped with -key ip (0: the library's default, 64; 128: every address on its own)")
 	fs.Float64Var(&cfg.globalRate, "global-rate", 0, "tokens per second shared by all clients (0: no global limit)")
 	fs.Int64Var(&cfg.globalBurst, "global-burst", 0, "capacity of the global limit (0: no global limit)")
 	fs.TextVar(&cfg.headers, "headers", ratelimit.HeadersIETF, "the `format` of the rate-limit header fields: ietf, legacy, x or none")
@@ -129,6 +131,9 @@ func (c *config) check() error {
 		invalid("global-burst", strconv.FormatInt(b, 10), "want a capacity of at least 1, or 0 for no global limit")
 	case b > 0 && c.globalRate == 0:
 		invalid("global-burst", strconv.FormatInt(b, 10), "needs -global-rate")
+	}
+	if p := c.ipv6Prefix; p < 0 || p > 128 {
+		invalid("ipv6-prefix", strconv.Itoa(p), "want 1 to 128 bits, or 0 for the library's default (64)")
 	}
 	if n := c.instances; n < 1 {
 		invalid("instances", strconv.Itoa(n), "want at least 1")

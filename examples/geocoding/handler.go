@@ -41,7 +41,8 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 	logger := m.Logger(nil)
 	// The trusted proxies are validated even with -key api-key, which uses
 	// them only for -block and -safe, so that a typo never goes unnoticed.
-	clientIP := &ratelimit.IPOptions{TrustedProxies: strings.Split(cfg.trustedProxies, ","), Logger: logger}
+	// (-block and -safe do not use the IPv6 prefix.)
+	clientIP := &ratelimit.IPOptions{TrustedProxies: strings.Split(cfg.trustedProxies, ","), IPv6Prefix: cfg.ipv6Prefix, Logger: logger}
 	byIP, err := ratelimit.KeyByIP(clientIP)
 	if err != nil {
 		return nil, nil, fmt.Errorf("-trusted-proxies: %w", err)

@@ -84,6 +84,8 @@
 //	                 with -key ip, -block and -safe the client is then the
 //	                 rightmost X-Forwarded-For entry that is not a trusted
 //	                 proxy; without, forwarding headers are ignored
+//	-ipv6-prefix     bits by which IPv6 clients are grouped with -key ip
+//	                 [0: the library's default, a /64; 128: each address]
 //	-global-rate     tokens per second shared by all clients [0: none]
 //	-global-burst    capacity of the global limit [0: none]
 //	-headers         ietf|legacy|x|none [ietf]

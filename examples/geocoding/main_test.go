@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"regexp"
 	"strings"
 	"sync"
@@ -474,6 +475,7 @@ func TestFlagDefaults(t *testing.T) {
 		"block":           "",
 		"safe":            "",
 		"admin-token":     "",
+		"ipv6-prefix":     "0",
 	}
 	var cfg config
 	fs := newFlagSet(&cfg)
@@ -529,6 +531,8 @@ func TestRunInvalidFlags(t *testing.T) {
 		{[]string{"-instances", "0"}, "geocoding: -instances 0: want at least 1"},
 		{[]string{"-max-inflight", "-1"}, "geocoding: -max-inflight -1: "},
 		{[]string{"-skip-path", "static"}, "geocoding: -skip-path static: want a path prefix starting with /"},
+		{[]string{"-ipv6-prefix", "129"}, "geocoding: -ipv6-prefix 129: want 1 to 128 bits, or 0 for the library's default (64)"},
+		{[]string{"-ipv6-prefix", "-1"}, "geocoding: -ipv6-prefix -1: want 1 to 128 bits, or 0 for the library's default (64)"},
 		{[]string{"-nosuchflag"}, "flag provided but not defined: -nosuchflag"},
 		{[]string{"extra"}, `geocoding: unexpected argument "extra"`},
 	} {
@@ -677,4 +681,35 @@ func TestRunEndToEnd(t *testing.T) {
 	}
 	assert.Contains(t, stderr.String(), "geocoding: stopped")
 	assert.NotContains(t, stderr.String(), "level=ERROR")
+}
+
+// With -key ip, IPv6 clients are grouped by the library's default prefix,
+// a /64: a client that changes address within its /64 at every request
+// gets no fresh bucket. -ipv6-prefix 128 keys every address on its own,
+// and -ipv6-prefix 56 groups the /64s of one /56.
+func TestIPv6Prefix(t *testing.T) {
+	// admitted serves 1000 requests from as many addresses of
+	// 2001:db8:1:200::/56, spread over the /64s 2001:db8:1:2xx::/64
+	// when spread, or within 2001:db8:1:200::/64.
+	admitted := func(t *testing.T, spread bool, args ...string) int {
+		t.Helper()
+		h, _ := newTestHandler(t, append([]string{"-key", "ip", "-rate", "1", "-burst", "5"}, args...)...)
+		n := 0
+		for i := range 1000 {
+			a := [16]byte{0x20, 0x01, 0x0d, 0xb8, 0, 1, 2, 0, 14: byte(i >> 8), 15: byte(i)}
+			if spread {
+				a[7] = byte(i)
+			}
+			remote := netip.AddrPortFrom(netip.AddrFrom16(a), 443).String()
+			if serve(h, request{target: "/geocode?q=rome", remoteAddr: remote}).Code == http.StatusOK {
+				n++
+			}
+		}
+		return n
+	}
+	assert.Equal(t, 5, admitted(t, false), "1000 addresses of one /64, by default")
+	assert.Equal(t, 5, admitted(t, false, "-ipv6-prefix", "0"), "1000 addresses of one /64, -ipv6-prefix 0")
+	assert.Equal(t, 1000, admitted(t, false, "-ipv6-prefix", "128"), "1000 addresses of one /64, -ipv6-prefix 128")
+	assert.Equal(t, 1000, admitted(t, true), "1000 addresses in 256 /64s, at most 4 each, by default")
+	assert.Equal(t, 5, admitted(t, true, "-ipv6-prefix", "56"), "1000 addresses of one /56, -ipv6-prefix 56")
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strconv"
 	"strings"
 )
@@ -49,10 +50,11 @@ const (
 	KindCost                       // the cost function failed, or the cost is negative
 	KindCostAboveBurst             // a cost above a policy's burst
 	KindBadRequest                 // another ErrBadRequest
+	KindUserIDType                 // a user ID of a type that cannot be a key: the server's mistake
 	NumKinds
 )
 
-var kindNames = [NumKinds]string{"missing-key", "empty-key", "client-ip", "cost", "cost-above-burst", "bad-request"}
+var kindNames = [NumKinds]string{"missing-key", "empty-key", "client-ip", "cost", "cost-above-burst", "bad-request", "user-id-type"}
 
 func (k Kind) String() string {
 	if k < NumKinds {
@@ -106,9 +108,12 @@ var (
 // of ID that authentication libraries store: a string; an integer of any
 // size, in decimal (so 42 and "42" are one ID, "user:42"); a [fmt.Stringer];
 // or a [16]byte, such as a UUID, in the canonical 8-4-4-4-12 lowercase hex
-// form. An ID longer than MaxUserIDLen is hashed: "user#:" and its Hash. No
-// value, an empty ID or another type gives an *Error wrapping ErrMissingKey
-// whose Detail names the type, never the value.
+// form; or a named type of one of them (type UserID string). An ID longer
+// than MaxUserIDLen is hashed: "user#:" and its Hash. No value or an empty
+// ID gives an *Error wrapping ErrMissingKey. A value of another type is the
+// server's mistake: an *Error of KindUserIDType, wrapping neither
+// ErrMissingKey nor ErrBadRequest, whose text names the type, never the
+// value.
 func User(v any) (string, error) {
 	var id string
 	switch v := v.(type) {
@@ -143,8 +148,14 @@ func User(v any) (string, error) {
 	case [16]byte:
 		id = uuid(v)
 	default:
-		detail := fmt.Sprintf("the user ID in the request's context is a %T, not a string, integer, fmt.Stringer or [16]byte", v)
-		return "", &Error{Err: fmt.Errorf("%w: %s", ErrMissingKey, detail), Kind: KindMissingKey, Detail: detail, Challenge: "Bearer"}
+		var ok bool
+		if id, ok = named(v); !ok {
+			return "", &Error{
+				Err:    fmt.Errorf("ratelimit: the user ID in the request's context is a %T, not a string, integer, fmt.Stringer or [16]byte", v),
+				Kind:   KindUserIDType,
+				Detail: "the rate limit could not be checked",
+			}
+		}
 	}
 	switch {
 	case id == "":
@@ -153,6 +164,28 @@ func User(v any) (string, error) {
 		return Hash("user#:", id), nil
 	}
 	return "user:" + id, nil
+}
+
+// named returns the ID held by v, of a named type whose underlying type is
+// a string, an integer or a [16]byte, as User writes the underlying value.
+func named(v any) (string, bool) {
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.String:
+		return rv.String(), true
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.FormatInt(rv.Int(), 10), true
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return strconv.FormatUint(rv.Uint(), 10), true
+	case reflect.Array:
+		if rv.Len() != 16 || rv.Type().Elem().Kind() != reflect.Uint8 {
+			return "", false
+		}
+		var b [16]byte
+		reflect.Copy(reflect.ValueOf(&b).Elem(), rv)
+		return uuid(b), true
+	}
+	return "", false
 }
 
 // uuid formats b as 8-4-4-4-12 lowercase hex digits.
@@ -171,13 +204,21 @@ func uuid(b [16]byte) string {
 	return string(buf[:])
 }
 
+// DefaultIPv6Prefix is the length of the prefix by which IPv6 clients are
+// grouped when IPOptions.IPv6Prefix is 0: a /64, the smallest network any
+// subscriber is given, in which privacy extensions rotate its address.
+const DefaultIPv6Prefix = 64
+
 // IPv6Bits checks the IPv6Prefix field of ratelimit.IPOptions and returns
-// the number of bits by which IPv6 addresses are grouped, 0 for none.
+// the number of bits by which IPv6 addresses are grouped, 0 for none (a
+// prefix of 128).
 func IPv6Bits(prefix int) (int, error) {
-	if prefix < 0 || prefix > 128 {
-		return 0, fmt.Errorf("IPv6Prefix %d: want 0 (no grouping) or 1 to 128", prefix)
-	}
-	if prefix == 128 {
+	switch {
+	case prefix < 0 || prefix > 128:
+		return 0, fmt.Errorf("IPv6Prefix %d: want 1 to 128, or 0 for the default, %d", prefix, DefaultIPv6Prefix)
+	case prefix == 0:
+		return DefaultIPv6Prefix, nil
+	case prefix == 128:
 		return 0, nil
 	}
 	return prefix, nil

@@ -31,7 +31,7 @@ func TestIP(t *testing.T) {
 }
 
 func TestIPv6Bits(t *testing.T) {
-	for prefix, want := range map[int]int{0: 0, 1: 1, 64: 64, 127: 127, 128: 0} {
+	for prefix, want := range map[int]int{0: 64, 1: 1, 56: 56, 64: 64, 127: 127, 128: 0} {
 		got, err := clientkey.IPv6Bits(prefix)
 		if assert.NoError(t, err, "IPv6Bits(%d)", prefix) {
 			assert.Equal(t, want, got, "IPv6Bits(%d)", prefix)
@@ -82,9 +82,6 @@ func TestUser(t *testing.T) {
 		{nil, "the request carries no user ID in its context"},
 		{"", "the user ID in the request's context is empty"},
 		{stringer(""), "the user ID in the request's context is empty"},
-		{map[string]int{"sk_secret": 1}, "the user ID in the request's context is a map[string]int, not a string, integer, fmt.Stringer or [16]byte"},
-		{4.2, "the user ID in the request's context is a float64, not a string, integer, fmt.Stringer or [16]byte"},
-		{[]byte("alice"), "the user ID in the request's context is a []uint8, not a string, integer, fmt.Stringer or [16]byte"},
 	} {
 		_, err := clientkey.User(tc.v)
 		require.ErrorIs(t, err, clientkey.ErrMissingKey, "User(%T)", tc.v)
@@ -95,6 +92,58 @@ func TestUser(t *testing.T) {
 		assert.Equal(t, "Bearer", ce.Challenge, "User(%T)", tc.v)
 		assert.NotContains(t, err.Error(), "sk_secret", "never the value")
 	}
+}
+
+// A user ID of another type is the server's mistake: not ErrMissingKey,
+// which would blame the client, but an error of its own kind whose text
+// names the type, never the value.
+func TestUserUnusableType(t *testing.T) {
+	for _, tc := range []struct {
+		v    any
+		text string
+	}{
+		{map[string]int{"sk_secret": 1}, "ratelimit: the user ID in the request's context is a map[string]int, not a string, integer, fmt.Stringer or [16]byte"},
+		{4.2, "ratelimit: the user ID in the request's context is a float64, not a string, integer, fmt.Stringer or [16]byte"},
+		{[]byte("sk_secret"), "ratelimit: the user ID in the request's context is a []uint8, not a string, integer, fmt.Stringer or [16]byte"},
+		{[15]byte{}, "ratelimit: the user ID in the request's context is a [15]uint8, not a string, integer, fmt.Stringer or [16]byte"},
+		{[16]int8{}, "ratelimit: the user ID in the request's context is a [16]int8, not a string, integer, fmt.Stringer or [16]byte"},
+	} {
+		_, err := clientkey.User(tc.v)
+		assert.EqualError(t, err, tc.text, "User(%T)", tc.v)
+		assert.NotErrorIs(t, err, clientkey.ErrMissingKey, "User(%T)", tc.v)
+		assert.NotErrorIs(t, err, clientkey.ErrBadRequest, "User(%T)", tc.v)
+		var ce *clientkey.Error
+		require.ErrorAs(t, err, &ce, "User(%T)", tc.v)
+		assert.Equal(t, clientkey.KindUserIDType, ce.Kind, "User(%T)", tc.v)
+	}
+}
+
+// Named types of the types User takes are IDs like their underlying
+// values: UserID("42") is "42" is 42.
+func TestUserNamedTypes(t *testing.T) {
+	type (
+		userID string
+		id     int64
+		uid    uint8
+		uuid   [16]byte
+	)
+	for _, tc := range []struct {
+		v    any
+		want string
+	}{
+		{userID("42"), "user:42"},
+		{id(42), "user:42"},
+		{id(-42), "user:-42"},
+		{uid(42), "user:42"},
+		{uuid{0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x12, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x14, 0x17, 0x40, 0x00}, "user:123e4567-e89b-12d3-a456-426614174000"},
+		{userID(strings.Repeat("x", clientkey.MaxUserIDLen+1)), clientkey.Hash("user#:", strings.Repeat("x", clientkey.MaxUserIDLen+1))},
+	} {
+		got, err := clientkey.User(tc.v)
+		require.NoError(t, err, "User(%T %v)", tc.v, tc.v)
+		assert.Equal(t, tc.want, got, "User(%T %v)", tc.v, tc.v)
+	}
+	_, err := clientkey.User(userID(""))
+	assert.ErrorIs(t, err, clientkey.ErrMissingKey, "an empty named ID")
 }
 
 // IP's refusal explains itself without the address it could not parse.

@@ -1,0 +1,99 @@
+package ratelimit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/nethttp"
+)
+
+type userKey struct{}
+
+// A user ID of a type that cannot be a key is the server's
+// misconfiguration: every request gets 500, not a 401 that blames the
+// client, and the error, which names the type, is logged once, at the
+// error level; the later ones at the debug level. The same through a
+// custom OnError, which gets an error that it cannot take for the
+// client's.
+func TestKeyByContextValueUnusableTypeIs500(t *testing.T) {
+	for _, custom := range []bool{false, true} {
+		var logs bytes.Buffer
+		opts := &ratelimit.Options{Logger: lineLogger(&logs, slog.LevelDebug)}
+		var errs []error
+		if custom {
+			opts.OnError = func(w http.ResponseWriter, r *http.Request, err error) {
+				errs = append(errs, err)
+				switch {
+				case errors.Is(err, ratelimit.ErrMissingKey):
+					w.WriteHeader(http.StatusUnauthorized)
+				case errors.Is(err, ratelimit.ErrBadRequest):
+					w.WriteHeader(http.StatusBadRequest)
+				default:
+					w.WriteHeader(http.StatusInternalServerError)
+				}
+			}
+		}
+		lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(5).WithBurst(10)})
+		require.NoError(t, err)
+		m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByContextValue(userKey{}), opts)
+		require.NoError(t, err)
+		h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("the handler runs") }))
+		for range 3 {
+			r := httptest.NewRequest(http.MethodGet, "/v1/geocode", nil)
+			r = r.WithContext(context.WithValue(r.Context(), userKey{}, map[string]int{"alice": 1}))
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			assert.Equal(t, http.StatusInternalServerError, w.Code, "custom OnError %v: %s", custom, w.Body)
+			if !custom {
+				assert.Empty(t, w.Header().Get("WWW-Authenticate"), "a 500 challenges nobody")
+				assert.Contains(t, w.Body.String(), `"detail":"the rate limit could not be checked"`)
+				assert.NotContains(t, w.Body.String(), "map[string]int", "the client learns nothing of the server's types")
+			}
+		}
+		for _, err := range errs {
+			assert.NotErrorIs(t, err, ratelimit.ErrMissingKey)
+			assert.NotErrorIs(t, err, ratelimit.ErrBadRequest)
+		}
+		out := logs.String()
+		if custom {
+			assert.Len(t, errs, 3)
+			// The Middleware logs the first; the handler answers.
+			assert.Equal(t, 1, strings.Count(out, "level=ERROR"), out)
+			assert.Equal(t, 1, strings.Count(out, "\n"), out)
+		} else {
+			assert.Equal(t, 1, strings.Count(out, "level=ERROR"), out)
+			assert.Equal(t, 2, strings.Count(out, "level=DEBUG"), out)
+		}
+		assert.Contains(t, out, "is a map[string]int, not a string, integer, fmt.Stringer or [16]byte", out)
+		assert.NotContains(t, out, "alice", "the value is never logged")
+	}
+}
+
+// One credential is one client however its scheme is spelled: the four
+// spellings of one bearer token share one bucket of 2.
+func TestKeyByAPIKeyAuthorizationOneBucket(t *testing.T) {
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(2)})
+	require.NoError(t, err)
+	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("Authorization"), nil)
+	require.NoError(t, err)
+	h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	var codes []int
+	for _, v := range []string{"Bearer t0k3n", "bearer t0k3n", "BEARER t0k3n", "Bearer  t0k3n"} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("Authorization", v)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		codes = append(codes, w.Code)
+	}
+	assert.Equal(t, []int{200, 200, 429, 429}, codes)
+}
