@@ -69,6 +69,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Cost", testCost},
 		{"RefusalSpendsNothing", testRefusalSpendsNothing},
 		{"GiveBack", testGiveBack},
+		{"GiveBackModel", testGiveBackModel},
 		{"KeysAndPoliciesIndependent", testIndependent},
 		{"FullBucketForgotten", testFullBucketForgotten},
 		{"ClockBackwards", testClockBackwards},

@@ -1,0 +1,138 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+// RunGiveBacks runs, alone, the suite's randomized test of give-backs
+// against the exact model (GiveBackModel in Run): for a store configured
+// in a way whose other decisions the suite does not expect, such as a
+// Redis store that leases tokens.
+func RunGiveBacks(t *testing.T, newStore NewStore) {
+	t.Helper()
+	c := new(Clock)
+	testGiveBackModel(t, c, newStore(t, c.Now))
+}
+
+// testGiveBackModel: requests are taken, held open while the clock moves
+// and other requests come, then finish counted or not (a refund: CountIf's
+// give-back); now and then the bucket is reset. Whatever the order, the
+// requests that count, with the resets, must be a sequence that one exact
+// bucket admits at the times they were taken: give-backs never bank
+// tokens beyond the burst. It fails on a store that gives back a take's
+// whole cost whenever it comes back (the banking of open requests).
+func testGiveBackModel(t *testing.T, c *Clock, s ratelimit.Store) {
+	rs, ok := s.(ratelimit.RefundStore)
+	if !ok {
+		t.Skipf("%T is not a ratelimit.RefundStore", s)
+	}
+	resetter, _ := s.(ratelimit.ResetStore)
+	policies := []*ratelimit.Policy{policy("model", fivePerSecond), shape("model-queue", fivePerSecond)}
+	ctx := context.Background()
+	steps := []time.Duration{0, 0, 0, 1, 37 * ms, 200 * ms, time.Second, 2500 * ms}
+	for seed := range uint64(6) {
+		for _, p := range policies {
+			rng := rand.New(rand.NewPCG(seed, 26))
+			key := fmt.Sprint("m", seed)
+			type open struct {
+				at   int64 // when it was taken
+				cost int64
+				took ratelimit.Result
+				n    int // its index in events
+			}
+			var held []open
+			var events []event // the counted takes and the resets, in order
+			finish := func(i int, counted bool) {
+				o := held[i]
+				held = append(held[:i], held[i+1:]...)
+				if counted {
+					events[o.n].counted = true
+					return
+				}
+				require.NoError(t, rs.Refund(ctx, p, key, o.cost, o.took), "Refund(%q, %q, %d)", p.Name, key, o.cost)
+			}
+			for range 200 {
+				c.Advance(steps[rng.IntN(len(steps))])
+				now := c.Now().UnixNano()
+				// A greedy client: requests until one is refused, each held
+				// open; then some of the open ones finish, the oldest
+				// first more often (held across refills, as a banking
+				// client holds them), a third of them not counted.
+				for range 1 + rng.IntN(12) {
+					cost := 1 + rng.Int64N(3)
+					res := take(t, s, p, key, cost)
+					if !res.Allowed {
+						break
+					}
+					held = append(held, open{at: now, cost: cost, took: res, n: len(events)})
+					events = append(events, event{at: now, cost: cost})
+				}
+				for range rng.IntN(len(held) + 1) {
+					i := 0
+					if rng.IntN(3) == 0 {
+						i = rng.IntN(len(held))
+					}
+					finish(i, rng.IntN(3) != 0)
+				}
+				if rng.IntN(40) == 0 && resetter != nil {
+					require.NoError(t, resetter.Reset(ctx, p, key))
+					events = append(events, event{at: now, reset: true})
+				}
+			}
+			for len(held) > 0 {
+				finish(0, rng.IntN(2) == 0)
+			}
+			if err := admits(p, events); err != nil {
+				t.Fatalf("seed %d, %s: %v", seed, p.Name, err)
+			}
+		}
+	}
+}
+
+// event is a request that was admitted (counted or given back), or a reset.
+type event struct {
+	at      int64
+	cost    int64
+	counted bool
+	reset   bool
+}
+
+// admits returns an error unless one exact bucket of p, reset at the
+// resets, admits every counted request of events at the time it was taken.
+func admits(p *ratelimit.Policy, events []event) error {
+	iv, tau := int64(p.Limit.Interval()), p.Limit.Burst()*int64(p.Limit.Interval())
+	var tat int64 // the model's state: 0 is a full bucket
+	var trail []string
+	for i, e := range events {
+		switch {
+		case e.reset:
+			tat = 0
+			trail = append(trail, fmt.Sprintf("reset at %v", time.Duration(e.at-epoch.UnixNano())))
+		case e.counted:
+			start := max(tat, e.at)
+			ok := start+e.cost*iv-e.at <= tau // the token bucket's depth
+			if p.Algorithm == ratelimit.LeakyShape {
+				ok = start-e.at <= tau // the queue's room
+			}
+			trail = append(trail, fmt.Sprintf("counted %d at %v", e.cost, time.Duration(e.at-epoch.UnixNano())))
+			if !ok {
+				if len(trail) > 12 {
+					trail = trail[len(trail)-12:]
+				}
+				return fmt.Errorf("counted request %d (cost %d at %v) is one an exact bucket refuses: %d tokens over; the last events: %s",
+					i, e.cost, time.Duration(e.at-epoch.UnixNano()), (start+e.cost*iv-e.at-tau+iv-1)/iv, strings.Join(trail, "; "))
+			}
+			tat = start + e.cost*iv
+		}
+	}
+	return nil
+}
