@@ -234,6 +234,33 @@ func TestRetryJitter(t *testing.T) {
 	assert.Greater(t, len(seen), 5, "Retry-After values spread: %v", seen)
 }
 
+// A middleware after this one that writes into a field's value in place
+// (h["RateLimit"][0] = …) changes that response only: a second client
+// making the same requests gets the same fields as the first one.
+func TestHeaderValuesOwnedByResponse(t *testing.T) {
+	for _, opts := range []ratelimit.Options{
+		{Headers: ratelimit.HeadersIETF}, {Headers: ratelimit.HeadersLegacy}, {Headers: ratelimit.HeadersX},
+		{Headers: ratelimit.HeadersIETF, MaxInFlight: 5}, // RateLimit-Policy lists "inflight" too
+	} {
+		f := opts.Headers
+		s := newServer(t, ratelimit.PerSecond(1).WithBurst(2), nil, &opts)
+		var first []http.Header
+		for _, client := range []string{"a", "b"} {
+			for i := range 3 { // two allowed, one refused
+				h := s.get(client).Header()
+				if client == "a" {
+					first = append(first, h.Clone())
+				} else {
+					assert.Equal(t, first[i], h, "format %v, MaxInFlight %d: request %d of client b", f, opts.MaxInFlight, i+1)
+				}
+				for _, v := range h {
+					v[0] = "edited"
+				}
+			}
+		}
+	}
+}
+
 func TestHeaderFormats(t *testing.T) {
 	want := map[ratelimit.HeaderFormat]map[string]string{
 		ratelimit.HeadersIETF:   {"RateLimit-Policy": `"default";q=10;w=2`, "RateLimit": `"default";r=9;t=1`},
