@@ -306,7 +306,7 @@ func (failingSlots) Release(context.Context, string, string) error { return errD
 func TestSlotStoreFailure(t *testing.T) {
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(5)})
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Minute})
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Minute, SlotName: "api"})
 	require.NoError(t, err)
 	calls := 0
 	s := &server{t: t, handler: nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls++ }))}

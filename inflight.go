@@ -12,13 +12,14 @@ import (
 const inflightName = "inflight"
 
 // newInflight returns the in-flight limits of Options.MaxInFlight and
-// MaxInFlightTotal, at least one of which is positive.
-func newInflight(perKey, total int) *inflight {
+// MaxInFlightTotal, at least one of which is positive, named name
+// (Options.SlotName) in a SlotStore.
+func newInflight(perKey, total int, name string) *inflight {
 	q := perKey
 	if q == 0 || total > 0 && total < q {
 		q = total
 	}
-	f := &inflight{perKey: perKey, total: total, running: map[string]int{},
+	f := &inflight{perKey: perKey, total: total, name: name, running: map[string]int{},
 		item:   `"` + inflightName + `";q=` + strconv.FormatInt(sfInteger(int64(q)), 10) + `;qu="concurrent-requests"`,
 		policy: Policy{Name: inflightName, Limit: Per(int64(q), time.Second)},
 	}
@@ -30,7 +31,9 @@ func newInflight(perKey, total int) *inflight {
 // SlotStore keeps in-flight slots that several instances share, so that
 // Options.MaxInFlight holds across them (redisstore has one). A slot is a
 // lease: if the instance holding it dies, the slot frees itself when the
-// lease ends. Implementations must be safe for concurrent use.
+// lease ends. A Middleware's keys are its Options.SlotName, for the slots
+// of MaxInFlightTotal, and SlotName + ":" + the request's key.
+// Implementations must be safe for concurrent use.
 type SlotStore interface {
 	// Acquire takes one of the limit slots of key for at most lease and
 	// returns the token that releases it, or ok false when all are taken.
@@ -42,6 +45,7 @@ type SlotStore interface {
 // inflight counts the requests running, per key and in all.
 type inflight struct {
 	perKey, total int
+	name          string // Options.SlotName, with Slots
 	item          string // the RateLimit-Policy item
 	policy        Policy // what a refusal names: "inflight", q per second
 	refused       Result // what a refusal reports
@@ -78,21 +82,21 @@ func (f *inflight) release(key string) {
 // sharedSlots are the slots of one request in a SlotStore: of its key and
 // of the total, as the limits ask.
 type sharedSlots struct {
-	key, keyToken, totalToken string
+	key, keyToken, totalToken string // key: the SlotStore's key of the request's slot
 }
 
 // acquireShared takes key's slot and a slot of the total in s.
 func (f *inflight) acquireShared(ctx context.Context, s SlotStore, lease time.Duration, key string) (sharedSlots, bool, error) {
-	held := sharedSlots{key: key}
+	held := sharedSlots{key: f.name + ":" + key}
 	if f.perKey > 0 {
-		token, ok, err := s.Acquire(ctx, key, int64(f.perKey), lease)
+		token, ok, err := s.Acquire(ctx, held.key, int64(f.perKey), lease)
 		if !ok || err != nil {
 			return held, false, err
 		}
 		held.keyToken = token
 	}
 	if f.total > 0 {
-		token, ok, err := s.Acquire(ctx, globalKey, int64(f.total), lease)
+		token, ok, err := s.Acquire(ctx, f.name, int64(f.total), lease)
 		if !ok || err != nil {
 			f.releaseShared(ctx, s, held)
 			return held, false, err
@@ -110,7 +114,7 @@ func (f *inflight) releaseShared(ctx context.Context, s SlotStore, held sharedSl
 		_ = s.Release(ctx, held.key, held.keyToken)
 	}
 	if held.totalToken != "" {
-		_ = s.Release(ctx, globalKey, held.totalToken)
+		_ = s.Release(ctx, f.name, held.totalToken)
 	}
 }
 

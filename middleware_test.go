@@ -431,6 +431,9 @@ func TestOptionsErrors(t *testing.T) {
 		{ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}}, "Options.SlotLease 0s"},
 		{ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: -time.Second}, "Options.SlotLease -1s"},
 		{ratelimit.Options{Slots: failingSlots{}, SlotLease: time.Second}, "Options.Slots without MaxInFlight"},
+		{ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second}, `Options.SlotName "": want 1 to 64 characters`},
+		{ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second, SlotName: "up:load"}, `Options.SlotName "up:load"`},
+		{ratelimit.Options{MaxInFlight: 1, SlotName: "uploads"}, `Options.SlotName "uploads" without Slots`},
 		{ratelimit.Options{Quiet: []string{"bogus"}}, `Options.Quiet: unknown warning "bogus"`},
 		{ratelimit.Options{Quiet: []string{"one-key", "wide-trusted-range"}}, `Options.Quiet: unknown warning "wide-trusted-range"`},
 	} {
@@ -510,7 +513,7 @@ func TestSentinelErrors(t *testing.T) {
 		{name: "cost above burst", opts: ratelimit.Options{Cost: func(*http.Request) (int64, error) { return 6, nil }}, want: "ErrBadRequest", status: 400},
 		{name: "cost function fails", opts: ratelimit.Options{Cost: func(*http.Request) (int64, error) { return 0, errors.New("bad batch") }}, want: "ErrBadRequest", status: 400},
 		{name: "store fails", store: failingStore{errDown}, want: "ErrStore", status: 503},
-		{name: "slot store fails", opts: ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second}, want: "ErrStore", status: 503},
+		{name: "slot store fails", opts: ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second, SlotName: "api"}, want: "ErrStore", status: 503},
 		{name: "client left the queue", algo: ratelimit.LeakyShape, cancel: true, want: "ErrWaitAbandoned", status: 503},
 		{name: "key function panics", key: func(*http.Request) (string, error) { panic("boom") }, want: "ErrPanic", status: 500},
 		{name: "cost function panics", opts: ratelimit.Options{Cost: func(*http.Request) (int64, error) { panic("boom") }}, want: "ErrPanic", status: 500},

@@ -622,10 +622,11 @@ func evalOf(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
 
 func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
-// Acquire implements [ratelimit.SlotStore]: the slots of key are a sorted
-// set PREFIX + ":inflight:" + key of tokens scored by the end of their
-// lease, taken and pruned in one script call. (Policy names are never
-// empty, so no bucket key starts with PREFIX + ":".)
+// Acquire implements [ratelimit.SlotStore]: the slots of key (a
+// Middleware's SlotName, or SlotName:KEY) are a sorted set
+// PREFIX + ":inflight:" + key of tokens scored by the end of their lease,
+// taken and pruned in one script call. (Policy names are never empty, so
+// no bucket key starts with PREFIX + ":".)
 func (s *Store) Acquire(ctx context.Context, key string, limit int64, lease time.Duration) (string, bool, error) {
 	var b [16]byte
 	rand.Read(b[:])

@@ -33,7 +33,7 @@ func TestSlotsShared(t *testing.T) {
 		lim, err := ratelimit.New(mem, ratelimit.Policy{Limit: ratelimit.PerSecond(1000).WithBurst(1000)})
 		require.NoError(t, err)
 		m, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { return "k", nil },
-			&ratelimit.Options{MaxInFlight: 2, Slots: slots, SlotLease: time.Minute})
+			&ratelimit.Options{MaxInFlight: 2, Slots: slots, SlotLease: time.Minute, SlotName: "api"})
 		require.NoError(t, err)
 		return nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := running.Add(1)
@@ -65,9 +65,73 @@ func TestSlotsShared(t *testing.T) {
 	}
 	assert.Equal(t, map[int]int{200: 2, 429: 4}, count)
 	assert.Equal(t, int64(2), peak.Load())
-	n, err := srv.Client().ZCard(context.Background(), "ratelimit::inflight:k").Result()
+	n, err := srv.Client().ZCard(context.Background(), "ratelimit::inflight:api:k").Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "every slot was released")
+}
+
+// slotsHandler returns a handler limited by a Middleware whose in-flight
+// slots are in slots, with opts, keyed by X-Client; its requests to /wait
+// run until gate closes.
+func slotsHandler(t *testing.T, slots *redisstore.Store, gate chan struct{}, opts ratelimit.Options) http.Handler {
+	t.Helper()
+	mem, err := memorystore.New(nil)
+	require.NoError(t, err)
+	lim, err := ratelimit.New(mem, ratelimit.Policy{Limit: ratelimit.PerSecond(1000).WithBurst(1000)})
+	require.NoError(t, err)
+	opts.Slots = slots
+	m, err := ratelimit.NewMiddleware(lim, func(r *http.Request) (string, error) { return r.Header.Get("X-Client"), nil }, &opts)
+	require.NoError(t, err)
+	return nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/wait" {
+			<-gate
+		}
+	}))
+}
+
+// get answers a GET of path by client on h.
+func get(h http.Handler, client, path string) int {
+	r := httptest.NewRequest("GET", path, nil)
+	r.Header.Set("X-Client", client)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Code
+}
+
+// TestSlotsPerMiddleware: two middlewares on one Redis keep their
+// in-flight limits apart: two API calls running (MaxInFlight 5) leave the
+// client's first download (MaxInFlight 1) free, while two instances of the
+// download middleware (one SlotName) share its one slot.
+func TestSlotsPerMiddleware(t *testing.T) {
+	client := redistest.Start(t).Client()
+	store := newStore(t, client, nil)
+	gate := make(chan struct{})
+	api := slotsHandler(t, store, gate, ratelimit.Options{MaxInFlight: 5, SlotLease: time.Minute, SlotName: "api"})
+	download := slotsHandler(t, store, gate, ratelimit.Options{MaxInFlight: 1, SlotLease: time.Minute, SlotName: "download"})
+	replica := slotsHandler(t, newStore(t, client, nil), gate, ratelimit.Options{MaxInFlight: 1, SlotLease: time.Minute, SlotName: "download"})
+	ctx := context.Background()
+	card := func(key string) int64 {
+		n, err := client.ZCard(ctx, key).Result()
+		require.NoError(t, err)
+		return n
+	}
+	codes := make(chan int, 3)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { codes <- get(api, "c", "/wait") })
+	}
+	require.Eventually(t, func() bool { return card("ratelimit::inflight:api:c") == 2 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, http.StatusOK, get(download, "c", "/"), "the first download, beside two API calls")
+	wg.Go(func() { codes <- get(download, "c", "/wait") })
+	require.Eventually(t, func() bool { return card("ratelimit::inflight:download:c") == 1 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, http.StatusTooManyRequests, get(replica, "c", "/"), "the other instance's download holds the slot")
+	close(gate)
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		assert.Equal(t, http.StatusOK, c)
+	}
+	assert.Zero(t, card("ratelimit::inflight:api:c")+card("ratelimit::inflight:download:c"), "every slot was released")
 }
 
 // TestSlotsExpire: the slots of an instance that died (never released)
