@@ -298,8 +298,8 @@ func TestPanickingCostFunction(t *testing.T) {
 
 type failingSlots struct{}
 
-func (failingSlots) Acquire(context.Context, string, int64, time.Duration) (string, bool, error) {
-	return "", false, errDown
+func (failingSlots) Acquire(context.Context, string, string, int64, time.Duration) (bool, error) {
+	return false, errDown
 }
 func (failingSlots) Release(context.Context, string, string) error { return errDown }
 

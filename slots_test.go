@@ -2,9 +2,9 @@ package ratelimit_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -18,16 +18,17 @@ import (
 )
 
 // memSlots is a SlotStore in memory, on the real clock (or, in a synctest
-// bubble, the bubble's), that records the keys it is asked about.
+// bubble, the bubble's), that counts its calls.
 type memSlots struct {
-	mu    sync.Mutex
-	slots map[string]map[string]time.Time // key → token → end of its lease
-	next  int
+	mu       sync.Mutex
+	slots    map[string]map[string]time.Time // key → token → end of its lease
+	acquires int
 }
 
-func (s *memSlots) Acquire(_ context.Context, key string, limit int64, lease time.Duration) (string, bool, error) {
+func (s *memSlots) Acquire(_ context.Context, key, token string, limit int64, lease time.Duration) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.acquires++
 	if s.slots == nil {
 		s.slots = map[string]map[string]time.Time{}
 	}
@@ -42,13 +43,11 @@ func (s *memSlots) Acquire(_ context.Context, key string, limit int64, lease tim
 			delete(held, token)
 		}
 	}
-	if int64(len(held)) >= limit {
-		return "", false, nil
+	if _, ok := held[token]; !ok && int64(len(held)) >= limit {
+		return false, nil
 	}
-	s.next++
-	token := strconv.Itoa(s.next)
 	held[token] = now.Add(lease)
-	return token, true, nil
+	return true, nil
 }
 
 func (s *memSlots) Release(_ context.Context, key, token string) error {
@@ -72,7 +71,8 @@ func (s *memSlots) held(key string) int {
 }
 
 // slotsServer returns a handler limited by a Middleware over slots with
-// opts, keyed by X-Client, whose requests to /wait run until gate closes.
+// opts, keyed by X-Client, whose requests to /wait run until gate closes
+// and to /slow for a second, whatever their context.
 func slotsServer(t *testing.T, slots ratelimit.SlotStore, gate chan struct{}, opts ratelimit.Options) http.Handler {
 	t.Helper()
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1000)})
@@ -81,8 +81,11 @@ func slotsServer(t *testing.T, slots ratelimit.SlotStore, gate chan struct{}, op
 	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &opts)
 	require.NoError(t, err)
 	return nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/wait" {
+		switch r.URL.Path {
+		case "/wait":
 			<-gate
+		case "/slow":
+			time.Sleep(time.Second)
 		}
 	}))
 }
@@ -137,4 +140,56 @@ func TestSlotsPerMiddleware(t *testing.T) {
 			assert.Zero(t, slots.held(key), "slots of %q released", key)
 		}
 	})
+}
+
+// TestSlotsRenewed: a request keeps its shared slot however long it runs,
+// even once its client has gone, since it renews the leases of its slots
+// every third of SlotLease: with a lease of 300 ms and MaxInFlight 1, a
+// request that runs for a second keeps every other request of its key out
+// for that second, and renews nothing once it has ended.
+func TestSlotsRenewed(t *testing.T) {
+	for _, clientLeaves := range []bool{false, true} {
+		t.Run(fmt.Sprintf("client leaves %v", clientLeaves), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				slots := new(memSlots)
+				const lease = 300 * time.Millisecond
+				h := slotsServer(t, slots, nil, ratelimit.Options{MaxInFlight: 1, MaxInFlightTotal: 1, SlotLease: lease, SlotName: "upload"})
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if clientLeaves {
+					time.AfterFunc(50*time.Millisecond, cancel)
+				}
+				slow := make(chan int, 1)
+				go func() {
+					r := httptest.NewRequestWithContext(ctx, "GET", "/slow", nil)
+					r.Header.Set("X-Client", "c")
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, r)
+					slow <- w.Code
+				}()
+				get := func() int {
+					r := httptest.NewRequest("GET", "/", nil)
+					r.Header.Set("X-Client", "c")
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, r)
+					return w.Code
+				}
+				start := time.Now()
+				for range 9 {
+					time.Sleep(100 * time.Millisecond)
+					assert.Equal(t, http.StatusTooManyRequests, get(), "at %v, while the slow request runs", time.Since(start))
+					assert.Equal(t, 1, slots.held("upload:c"), "at %v: the key's slot", time.Since(start))
+					assert.Equal(t, 1, slots.held("upload"), "at %v: the total's slot", time.Since(start))
+				}
+				assert.Equal(t, http.StatusOK, <-slow)
+				assert.Equal(t, time.Second, time.Since(start), "the slow request ran its second")
+				assert.Equal(t, http.StatusOK, get(), "the slot is free once the slow request has ended")
+				synctest.Wait()
+				calls := slots.acquires
+				time.Sleep(10 * lease)
+				assert.Equal(t, calls, slots.acquires, "renewals after the request ended")
+				assert.Zero(t, slots.held("upload:c")+slots.held("upload"))
+			})
+		})
+	}
 }
