@@ -23,6 +23,9 @@ if not redis.call("ZSCORE", KEYS[1], ARGV[3]) and redis.call("ZCARD", KEYS[1]) >
 end
 local lease = tonumber(ARGV[2])
 redis.call("ZADD", KEYS[1], now + lease, ARGV[3])
--- Every lease is as long, so the newest ends last: the set lives until then.
-redis.call("PEXPIRE", KEYS[1], lease + slack)
+-- The set lives until its last lease ends, whichever instance set it: an
+-- instance with a shorter SlotLease must not expire the others' slots.
+if redis.call("PTTL", KEYS[1]) < lease + slack then
+  redis.call("PEXPIRE", KEYS[1], lease + slack)
+end
 return 1

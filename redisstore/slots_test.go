@@ -244,3 +244,21 @@ func TestSlotsRenew(t *testing.T) {
 	require.NoError(t, s.Release(ctx, "k", "b"))
 	acquire("a", true, "a slot is free again")
 }
+
+// TestSlotsOutliveShortLeases: an instance with a shorter SlotLease (a
+// rolling change of it) does not cut short the set that holds the other
+// instances' longer leases.
+func TestSlotsOutliveShortLeases(t *testing.T) {
+	client := redistest.Start(t).Client()
+	s := newStore(t, client, nil)
+	ctx := context.Background()
+	ok, err := s.Acquire(ctx, "k", "long", 2, time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = s.Acquire(ctx, "k", "short", 2, time.Second)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ttl, err := client.PTTL(ctx, "ratelimit::inflight:k").Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, 50*time.Second, "the set lives as long as its longest lease")
+}
