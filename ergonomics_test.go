@@ -298,15 +298,15 @@ func TestPanickingCostFunction(t *testing.T) {
 
 type failingSlots struct{}
 
-func (failingSlots) Acquire(context.Context, string, int64, time.Duration) (string, bool, error) {
-	return "", false, errDown
+func (failingSlots) Acquire(context.Context, string, string, int64, time.Duration) (bool, error) {
+	return false, errDown
 }
 func (failingSlots) Release(context.Context, string, string) error { return errDown }
 
 func TestSlotStoreFailure(t *testing.T) {
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(5)})
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Minute})
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Minute, SlotName: "api"})
 	require.NoError(t, err)
 	calls := 0
 	s := &server{t: t, handler: nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls++ }))}

@@ -117,41 +117,43 @@ func set(h http.Header, f fieldName, v []string, fresh bool) {
 // §3.3.1: at most 15 digits).
 const maxSFInteger = 999_999_999_999_999
 
-// Header values are shared between responses, so that the usual decision
-// allocates nothing: a field's []string is made once and assigned to every
-// response that sends that value. That is safe because net/http and the
-// frameworks only ever replace a field's slice (Set, Del) or append to it
-// (Add, which copies a slice whose capacity is its length), never write
-// into it; every shared slice here has a capacity of its length.
+// A field's string is made once and shared by every response that sends
+// it, so that the usual decision makes no string; its []string is each
+// response's own, so that a handler or middleware writing into it
+// (h["RateLimit"][0] = …) changes that response only. The fields of one
+// response share one backing array, each slice capped at its length.
 
-// smallInts holds the field value of each integer below 100.
-var smallInts = func() (v [100][]string) {
+// smallInts holds the decimal form of each integer below 100.
+var smallInts = func() (v [100]string) {
 	for i := range v {
-		v[i] = []string{strconv.Itoa(i)}
+		v[i] = strconv.Itoa(i)
 	}
 	return v
 }()
 
-// intField returns the field value of n.
-func intField(n int64) []string {
+// intString returns the decimal form of n.
+func intString(n int64) string {
 	if 0 <= n && n < int64(len(smallInts)) {
 		return smallInts[n]
 	}
-	return []string{strconv.FormatInt(n, 10)}
+	return strconv.FormatInt(n, 10)
 }
+
+// intField returns a new field value of n.
+func intField(n int64) []string { return []string{intString(n)} }
 
 // quotaCache holds a policy's RateLimit values for the remaining counts r
 // nearest 0 and nearest the burst, and the smallest waits t (0: no t),
 // made the first time each is sent. A client well within its limit sees
 // a nearly full bucket; one at its limit, a nearly empty one.
 type quotaCache struct {
-	burst  int64                              // the policy's burst, as a Structured Field Integer
-	values [2][32][5]atomic.Pointer[[]string] // [0][i]: r = i; [1][i]: r = burst - i
+	burst  int64                            // the policy's burst, as a Structured Field Integer
+	values [2][32][5]atomic.Pointer[string] // [0][i]: r = i; [1][i]: r = burst - i
 }
 
 // slot returns where c keeps the value of r and t, or nil if it keeps none
 // (c may be nil).
-func (c *quotaCache) slot(r, t int64) *atomic.Pointer[[]string] {
+func (c *quotaCache) slot(r, t int64) *atomic.Pointer[string] {
 	if c == nil || t >= int64(len(c.values[0][0])) {
 		return nil
 	}
@@ -167,7 +169,7 @@ func (c *quotaCache) slot(r, t int64) *atomic.Pointer[[]string] {
 
 // quotaField returns the RateLimit value `"name";r=R;t=T`, without t when
 // hasT is false, from c when it holds it (c may be nil).
-func quotaField(c *quotaCache, name string, r, t int64, hasT bool) []string {
+func quotaField(c *quotaCache, name string, r, t int64, hasT bool) string {
 	if !hasT {
 		t = 0 // t ≥ 1 when present
 	}
@@ -185,18 +187,17 @@ func quotaField(c *quotaCache, name string, r, t int64, hasT bool) []string {
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, t, 10)
 	}
-	f.v[0] = unsafe.String(unsafe.SliceData(b), len(b))
+	f.s = unsafe.String(unsafe.SliceData(b), len(b))
 	if slot != nil {
-		v := f.v[:]
-		slot.Store(&v)
+		slot.Store(&f.s)
 	}
-	return f.v[:]
+	return f.s
 }
 
-// fieldValue is a field's []string and the bytes of its one string in one
-// allocation. The bytes are never written again once the string is made.
+// fieldValue is a field's string and its bytes in one allocation. The
+// bytes are never written again once the string is made.
 type fieldValue struct {
-	v   [1]string
+	s   string
 	buf [112]byte // a quoted name of at most 64 bytes and two 15-digit parameters
 }
 
@@ -211,16 +212,18 @@ func writeHeaders(h http.Header, f HeaderFormat, res Result, policies []string, 
 	switch f {
 	case HeadersIETF:
 		t, hasT := quotaSeconds(res)
-		set(h, quotaKey, quotaField(quotas, p.Name, sfInteger(res.Remaining), t, hasT), fresh)
-		set(h, policyKey, policies, fresh)
+		v := &[2]string{quotaField(quotas, p.Name, sfInteger(res.Remaining), t, hasT), policies[0]}
+		set(h, quotaKey, v[0:1:1], fresh)
+		set(h, policyKey, v[1:2:2], fresh)
 	case HeadersLegacy, HeadersX:
 		keys := &legacyKeys
 		if f == HeadersX {
 			keys = &xKeys
 		}
-		set(h, keys[0], intField(p.Limit.burst), fresh)
-		set(h, keys[1], intField(max(res.Remaining, 0)), fresh)
-		set(h, keys[2], intField(ceilSeconds(res.ResetAfter)), fresh)
+		v := &[3]string{intString(p.Limit.burst), intString(max(res.Remaining, 0)), intString(ceilSeconds(res.ResetAfter))}
+		set(h, keys[0], v[0:1:1], fresh)
+		set(h, keys[1], v[1:2:2], fresh)
+		set(h, keys[2], v[2:3:3], fresh)
 	}
 }
 

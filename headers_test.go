@@ -217,7 +217,7 @@ func TestWriteHeadersReplacesEarlierValues(t *testing.T) {
 
 // A later append to one field (what h.Add does, here under the draft
 // spelling) must not overwrite another field's value, nor the value that
-// the next response gets, even though the values are shared slices.
+// the next response gets, even though the fields share a backing array.
 func TestWriteHeadersAddAfterwards(t *testing.T) {
 	for _, tc := range headerCases {
 		res := tc.res
@@ -237,6 +237,33 @@ func TestWriteHeadersAddAfterwards(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A handler or middleware that writes into a field's value in place
+// (h["RateLimit"][0] = …) changes that response only: neither another
+// field of it nor the next response.
+func TestWriteHeadersEditInPlace(t *testing.T) {
+	for _, tc := range headerCases {
+		res := tc.res
+		quotas := new(quotaCache) // the RateLimit values cached, as a Limiter has them
+		for f, own := range formatFields {
+			for _, edited := range own {
+				h := http.Header{}
+				writeHeaders(h, f, res, field(res), quotas)
+				fresh := h.Clone()
+				h[edited][0] = "edited"
+				want := fresh.Clone()
+				want[edited] = []string{"edited"}
+				assert.Equal(t, want, h, "%s: writeHeaders(%v); %s edited", tc.name, f, edited)
+				next := http.Header{}
+				writeHeaders(next, f, res, field(res), quotas)
+				assert.Equal(t, fresh, next, "%s: writeHeaders(%v) after an edit of %s", tc.name, f, edited)
+			}
+		}
+	}
+	v := intField(7)
+	v[0] = "edited"
+	assert.Equal(t, []string{"7"}, intField(7), "intField(7) after an edit")
 }
 
 // RateLimit-Policy's w is the period as the user wrote it (burst × period

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"crypto/rand"
 	"strconv"
 	"sync"
 	"time"
@@ -12,13 +13,14 @@ import (
 const inflightName = "inflight"
 
 // newInflight returns the in-flight limits of Options.MaxInFlight and
-// MaxInFlightTotal, at least one of which is positive.
-func newInflight(perKey, total int) *inflight {
+// MaxInFlightTotal, at least one of which is positive, named name
+// (Options.SlotName) in a SlotStore.
+func newInflight(perKey, total int, name string) *inflight {
 	q := perKey
 	if q == 0 || total > 0 && total < q {
 		q = total
 	}
-	f := &inflight{perKey: perKey, total: total, running: map[string]int{},
+	f := &inflight{perKey: perKey, total: total, name: name, running: map[string]int{},
 		item:   `"` + inflightName + `";q=` + strconv.FormatInt(sfInteger(int64(q)), 10) + `;qu="concurrent-requests"`,
 		policy: Policy{Name: inflightName, Limit: Per(int64(q), time.Second)},
 	}
@@ -29,12 +31,16 @@ func newInflight(perKey, total int) *inflight {
 
 // SlotStore keeps in-flight slots that several instances share, so that
 // Options.MaxInFlight holds across them (redisstore has one). A slot is a
-// lease: if the instance holding it dies, the slot frees itself when the
-// lease ends. Implementations must be safe for concurrent use.
+// lease, which the Middleware renews every third of Options.SlotLease
+// while its request runs: if the instance holding it dies, the slot frees
+// itself when the lease ends. A Middleware's keys are its Options.SlotName,
+// for the slots of MaxInFlightTotal, and SlotName + ":" + the request's
+// key. Implementations must be safe for concurrent use.
 type SlotStore interface {
-	// Acquire takes one of the limit slots of key for at most lease and
-	// returns the token that releases it, or ok false when all are taken.
-	Acquire(ctx context.Context, key string, limit int64, lease time.Duration) (token string, ok bool, err error)
+	// Acquire takes one of the limit slots of key for token, until lease
+	// has passed, and reports whether it did; when token already holds a
+	// slot of key, Acquire extends its lease to lease from now.
+	Acquire(ctx context.Context, key, token string, limit int64, lease time.Duration) (ok bool, err error)
 	// Release gives back the slot of key that token holds.
 	Release(ctx context.Context, key, token string) error
 }
@@ -42,6 +48,7 @@ type SlotStore interface {
 // inflight counts the requests running, per key and in all.
 type inflight struct {
 	perKey, total int
+	name          string // Options.SlotName, with Slots
 	item          string // the RateLimit-Policy item
 	policy        Policy // what a refusal names: "inflight", q per second
 	refused       Result // what a refusal reports
@@ -75,42 +82,82 @@ func (f *inflight) release(key string) {
 	}
 }
 
-// sharedSlots are the slots of one request in a SlotStore: of its key and
-// of the total, as the limits ask.
+// sharedSlots are the slots that one request holds in a SlotStore, of
+// its key and of the total as the limits ask, under one token. A timer
+// renews their leases until release.
 type sharedSlots struct {
-	key, keyToken, totalToken string
+	f      *inflight
+	s      SlotStore
+	ctx    context.Context // the request's, without its cancellation
+	lease  time.Duration
+	key    string // the SlotStore's key of the request's slot
+	token  string
+	isHeld [2]bool // the slot of the key, of the total
+
+	mu       sync.Mutex // held by a renewal, so that release waits for it
+	renewal  *time.Timer
+	released bool
 }
 
-// acquireShared takes key's slot and a slot of the total in s.
-func (f *inflight) acquireShared(ctx context.Context, s SlotStore, lease time.Duration, key string) (sharedSlots, bool, error) {
-	held := sharedSlots{key: key}
-	if f.perKey > 0 {
-		token, ok, err := s.Acquire(ctx, key, int64(f.perKey), lease)
-		if !ok || err != nil {
-			return held, false, err
+// acquireShared takes key's slot and a slot of the total in s, for lease,
+// and renews them until they are released.
+func (f *inflight) acquireShared(ctx context.Context, s SlotStore, lease time.Duration, key string) (*sharedSlots, bool, error) {
+	h := &sharedSlots{f: f, s: s, ctx: context.WithoutCancel(ctx), lease: lease, key: f.name + ":" + key, token: rand.Text()}
+	for i, limit := range [2]int{f.perKey, f.total} {
+		if limit == 0 {
+			continue
 		}
-		held.keyToken = token
-	}
-	if f.total > 0 {
-		token, ok, err := s.Acquire(ctx, globalKey, int64(f.total), lease)
+		ok, err := s.Acquire(ctx, h.keyOf(i), h.token, int64(limit), lease)
 		if !ok || err != nil {
-			f.releaseShared(ctx, s, held)
-			return held, false, err
+			h.release()
+			return nil, false, err
 		}
-		held.totalToken = token
+		h.isHeld[i] = true
 	}
-	return held, true, nil
+	h.mu.Lock() // before the first renewal reads h.renewal
+	h.renewal = time.AfterFunc(lease/3, h.renew)
+	h.mu.Unlock()
+	return h, true, nil
 }
 
-// releaseShared gives back the slots of held; a failure leaves them to
-// expire with their lease.
-func (f *inflight) releaseShared(ctx context.Context, s SlotStore, held sharedSlots) {
-	ctx = context.WithoutCancel(ctx)
-	if held.keyToken != "" {
-		_ = s.Release(ctx, held.key, held.keyToken)
+// keyOf returns the SlotStore's key of the slot of the key (i = 0) or of
+// the total (1).
+func (h *sharedSlots) keyOf(i int) string {
+	if i == 0 {
+		return h.key
 	}
-	if held.totalToken != "" {
-		_ = s.Release(ctx, globalKey, held.totalToken)
+	return h.f.name
+}
+
+// renew extends the leases of h, and runs again a third of a lease later,
+// until h is released. A failure leaves the lease to the next renewal.
+func (h *sharedSlots) renew() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
+		return
+	}
+	for i, limit := range [2]int{h.f.perKey, h.f.total} {
+		if h.isHeld[i] {
+			_, _ = h.s.Acquire(h.ctx, h.keyOf(i), h.token, int64(limit), h.lease)
+		}
+	}
+	h.renewal.Reset(h.lease / 3)
+}
+
+// release stops the renewals, once the one running has ended, and gives
+// the slots back; a failure leaves them to expire with their lease.
+func (h *sharedSlots) release() {
+	h.mu.Lock()
+	h.released = true
+	if h.renewal != nil {
+		h.renewal.Stop()
+	}
+	h.mu.Unlock()
+	for i := range h.isHeld {
+		if h.isHeld[i] {
+			_ = h.s.Release(h.ctx, h.keyOf(i), h.token)
+		}
 	}
 }
 

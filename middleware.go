@@ -221,7 +221,7 @@ func (m *Middleware) acquire(r *http.Request, d *decision) (func(), Result, erro
 			return nil, Result{}, fmt.Errorf("%w: in-flight slots: %w", ErrStore, err)
 		}
 		if ok {
-			return func() { f.releaseShared(r.Context(), m.cfg.Slots, held) }, d.res, nil
+			return held.release, d.res, nil
 		}
 	}
 	d.lim.giveBack(r.Context(), d.key, d.cost, d.res)

@@ -234,6 +234,33 @@ func TestRetryJitter(t *testing.T) {
 	assert.Greater(t, len(seen), 5, "Retry-After values spread: %v", seen)
 }
 
+// A middleware after this one that writes into a field's value in place
+// (h["RateLimit"][0] = …) changes that response only: a second client
+// making the same requests gets the same fields as the first one.
+func TestHeaderValuesOwnedByResponse(t *testing.T) {
+	for _, opts := range []ratelimit.Options{
+		{Headers: ratelimit.HeadersIETF}, {Headers: ratelimit.HeadersLegacy}, {Headers: ratelimit.HeadersX},
+		{Headers: ratelimit.HeadersIETF, MaxInFlight: 5}, // RateLimit-Policy lists "inflight" too
+	} {
+		f := opts.Headers
+		s := newServer(t, ratelimit.PerSecond(1).WithBurst(2), nil, &opts)
+		var first []http.Header
+		for _, client := range []string{"a", "b"} {
+			for i := range 3 { // two allowed, one refused
+				h := s.get(client).Header()
+				if client == "a" {
+					first = append(first, h.Clone())
+				} else {
+					assert.Equal(t, first[i], h, "format %v, MaxInFlight %d: request %d of client b", f, opts.MaxInFlight, i+1)
+				}
+				for _, v := range h {
+					v[0] = "edited"
+				}
+			}
+		}
+	}
+}
+
 func TestHeaderFormats(t *testing.T) {
 	want := map[ratelimit.HeaderFormat]map[string]string{
 		ratelimit.HeadersIETF:   {"RateLimit-Policy": `"default";q=10;w=2`, "RateLimit": `"default";r=9;t=1`},
@@ -404,6 +431,9 @@ func TestOptionsErrors(t *testing.T) {
 		{ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}}, "Options.SlotLease 0s"},
 		{ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: -time.Second}, "Options.SlotLease -1s"},
 		{ratelimit.Options{Slots: failingSlots{}, SlotLease: time.Second}, "Options.Slots without MaxInFlight"},
+		{ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second}, `Options.SlotName "": want 1 to 64 characters`},
+		{ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second, SlotName: "up:load"}, `Options.SlotName "up:load"`},
+		{ratelimit.Options{MaxInFlight: 1, SlotName: "uploads"}, `Options.SlotName "uploads" without Slots`},
 		{ratelimit.Options{Quiet: []string{"bogus"}}, `Options.Quiet: unknown warning "bogus"`},
 		{ratelimit.Options{Quiet: []string{"one-key", "wide-trusted-range"}}, `Options.Quiet: unknown warning "wide-trusted-range"`},
 	} {
@@ -490,7 +520,7 @@ func TestSentinelErrors(t *testing.T) {
 		{name: "cost function fails", opts: ratelimit.Options{Cost: func(*http.Request) (int64, error) { return 0, errors.New("bad batch") }}, want: "ErrBadRequest", status: 400},
 		{name: "store fails", store: failingStore{errDown}, want: "ErrStore", status: 503},
 		{name: "a key's state is unusable", store: failingStore{fmt.Errorf("%w: WRONGTYPE", ratelimit.ErrKeyState)}, want: "ErrKeyState", status: 503},
-		{name: "slot store fails", opts: ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second}, want: "ErrStore", status: 503},
+		{name: "slot store fails", opts: ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second, SlotName: "api"}, want: "ErrStore", status: 503},
 		{name: "client left the queue", algo: ratelimit.LeakyShape, cancel: true, want: "ErrWaitAbandoned", status: 503},
 		{name: "key function panics", key: func(*http.Request) (string, error) { panic("boom") }, want: "ErrPanic", status: 500},
 		{name: "cost function panics", opts: ratelimit.Options{Cost: func(*http.Request) (int64, error) { panic("boom") }}, want: "ErrPanic", status: 500},

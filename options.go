@@ -99,9 +99,16 @@ type Options struct {
 	// is answered like a store failure. Default: slots are kept in the
 	// process, so each instance allows its own MaxInFlight.
 	Slots SlotStore
-	// SlotLease is how long a slot of Slots is leased: a request running
-	// longer may lose its slot. Required, and positive, with Slots.
+	// SlotLease is how long a slot of Slots is leased. A running request
+	// renews its slot every third of SlotLease, so that it keeps it however
+	// long it runs, and the slot of an instance that died frees itself
+	// within SlotLease. Required, and at least 1 ms, with Slots.
 	SlotLease time.Duration
+	// SlotName names this Middleware's slots in Slots: the instances of one
+	// middleware share its slots by giving it the same name, and different
+	// middlewares keep theirs apart by giving different names. 1 to 64
+	// characters from [A-Za-z0-9._-]. Required with Slots.
+	SlotName string
 	// Observe is told about every request the Middleware decides, or fails
 	// to decide, for metrics and logs (the metrics module's Metrics.Observe
 	// is one). It runs on the request path before the response is written,
@@ -151,12 +158,16 @@ func newConfig(o *Options) (config, error) {
 		return c, fmt.Errorf("ratelimit: Options.RetryJitter %v: want a duration ≥ 0", c.RetryJitter)
 	case c.MaxInFlight < 0 || c.MaxInFlightTotal < 0:
 		return c, fmt.Errorf("ratelimit: Options.MaxInFlight %d, MaxInFlightTotal %d: want limits ≥ 0", c.MaxInFlight, c.MaxInFlightTotal)
-	case c.Slots != nil && c.SlotLease <= 0:
-		return c, fmt.Errorf("ratelimit: Options.SlotLease %v: want a positive lease with Slots", c.SlotLease)
+	case c.Slots != nil && c.SlotLease < time.Millisecond:
+		return c, fmt.Errorf("ratelimit: Options.SlotLease %v: want a lease of at least 1ms with Slots", c.SlotLease)
 	case !validFieldValue(c.Challenge):
 		return c, fmt.Errorf("ratelimit: Options.Challenge %q: want a header field value, without control characters", c.Challenge)
 	case c.Slots != nil && c.MaxInFlight == 0 && c.MaxInFlightTotal == 0:
 		return c, fmt.Errorf("ratelimit: Options.Slots without MaxInFlight or MaxInFlightTotal")
+	case c.Slots != nil && !validName(c.SlotName):
+		return c, fmt.Errorf("ratelimit: Options.SlotName %q: want 1 to 64 characters from [A-Za-z0-9._-] with Slots, the same on every instance", c.SlotName)
+	case c.Slots == nil && c.SlotName != "":
+		return c, fmt.Errorf("ratelimit: Options.SlotName %q without Slots", c.SlotName)
 	}
 	var err error
 	if c.quiet, err = newQuiet("Options.Quiet", slices.Clone(c.Quiet), []string{warnOneKey, warnSharedPolicyName}); err != nil {
@@ -166,7 +177,7 @@ func newConfig(o *Options) (config, error) {
 		return c, err
 	}
 	if c.MaxInFlight > 0 || c.MaxInFlightTotal > 0 {
-		c.inflight = newInflight(c.MaxInFlight, c.MaxInFlightTotal)
+		c.inflight = newInflight(c.MaxInFlight, c.MaxInFlightTotal, c.SlotName)
 	}
 	return c, nil
 }

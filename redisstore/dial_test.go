@@ -155,7 +155,7 @@ func TestWrongPasswordFailsFast(t *testing.T) {
 func TestRefusedAcquireFailsFast(t *testing.T) {
 	s := newStore(t, defaultClient(t, refusedAddr(t)), &redisstore.Options{Timeout: dialDeadline})
 	start := time.Now()
-	_, _, err := s.Acquire(context.Background(), "k", 1, time.Second)
+	_, err := s.Acquire(context.Background(), "k", "t", 1, time.Second)
 	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
 	err = s.Release(context.Background(), "k", "token")
 	assert.ErrorIs(t, err, syscall.ECONNREFUSED)

@@ -62,11 +62,9 @@ package redisstore
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -671,14 +669,12 @@ func evalOf(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
 
 func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
-// Acquire implements [ratelimit.SlotStore]: the slots of key are a sorted
-// set PREFIX + ":inflight:" + key of tokens scored by the end of their
-// lease, taken and pruned in one script call. (Policy names are never
+// Acquire implements [ratelimit.SlotStore]: the slots of key (a
+// Middleware's SlotName, or SlotName:KEY) are a sorted set
+// PREFIX + ":inflight:" + key of tokens scored by the end of their lease,
+// taken, renewed and pruned in one script call. (Policy names are never
 // empty, so no bucket key starts with PREFIX + ":".)
-func (s *Store) Acquire(ctx context.Context, key string, limit int64, lease time.Duration) (string, bool, error) {
-	var b [16]byte
-	rand.Read(b[:])
-	token := hex.EncodeToString(b[:])
+func (s *Store) Acquire(ctx context.Context, key, token string, limit int64, lease time.Duration) (bool, error) {
 	now := ""
 	if s.now != nil {
 		now = strconv.FormatInt(s.now().UnixMilli(), 10)
@@ -690,9 +686,9 @@ func (s *Store) Acquire(ctx context.Context, key string, limit int64, lease time
 		return err
 	})
 	if err != nil {
-		return "", false, fmt.Errorf("redisstore: %w", err)
+		return false, fmt.Errorf("redisstore: %w", err)
 	}
-	return token, n == 1, nil
+	return n == 1, nil
 }
 
 // Release implements [ratelimit.SlotStore].

@@ -102,7 +102,7 @@ func TestLongKeys(t *testing.T) {
 	res, err = s.Take(ctx, slow, other, 1)
 	require.NoError(t, err)
 	assert.True(t, res.Allowed, "a different long key has its own bucket")
-	_, ok, err := s.Acquire(ctx, long, 1, time.Minute)
+	ok, err := s.Acquire(ctx, long, "t", 1, time.Minute)
 	require.NoError(t, err)
 	require.True(t, ok)
 
@@ -165,7 +165,7 @@ func TestKeysOnClockOutliveTheirState(t *testing.T) {
 	// (PTTL only falls as real time runs; without the 10 s it would be 200 ms.)
 	assert.LessOrEqual(t, ttl, 10*time.Second+200*time.Millisecond)
 	assert.Greater(t, ttl, 9*time.Second)
-	_, ok, err := s.Acquire(ctx, "one", 1, time.Second)
+	ok, err := s.Acquire(ctx, "one", "t", 1, time.Second)
 	require.NoError(t, err)
 	require.True(t, ok)
 	ttl, err = client.PTTL(ctx, "ttl::inflight:one").Result()
