@@ -12,8 +12,9 @@ import "time"
 //
 // A state at or before now carries no information (a full bucket, an empty
 // queue), so a store may forget the bucket when next ≤ now, and keep it for
-// next − now at most. The Result's Until is next. Tokens are given back
-// with [Policy.Refund], never with a negative cost, which Decide treats as 0.
+// next − now at most. The Result's Until is next (see [Policy.Refund]).
+// Tokens are given back with Refund, never with a negative cost, which
+// Decide treats as 0.
 //
 // The state is, for TokenBucket and LeakyPolice, the time the bucket is full
 // again (GCRA's theoretical arrival time); for LeakyShape, the time the
@@ -44,23 +45,32 @@ func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 	}, next
 }
 
-// Refund returns the state of a bucket whose state is state at now, after
-// it is given back cost tokens that an allowed decision of p spent, whose
-// Result had Until until. It credits only what that decision still costs
-// the bucket: at most cost intervals, no more than until − now (nothing
-// once the bucket has been, or would have been, full since the decision),
-// and never moves the state before now, so the requests that count are
-// always a sequence one exact bucket admits (docs/algorithms.md). A Ban's
-// state never moves back.
-func (p *Policy) Refund(state, now, cost, until int64) (next int64) {
-	if state <= now || cost <= 0 || p.Algorithm == Ban {
-		return state
+// Refund gives back cost tokens that an allowed decision of p spent, whose
+// Result had Until until, to a bucket whose state is state at now. A store
+// that gives tokens back keeps a second number per bucket beside the
+// state, its credit (0 for a new bucket): the span given back to it, and
+// sets a Result's Until to Decide's next plus the credit. Refund returns
+// the bucket's new state and credit. It credits only what the decision
+// still costs the bucket: at most cost intervals, no more than until −
+// credit − now (nothing once the bucket has been full since the decision,
+// and not what other give-backs since moved it earlier), never moving the
+// state before now; so the requests that count are always a sequence one
+// exact bucket admits (docs/algorithms.md). A full bucket's credit shrinks
+// by the time it has been full (and its state moves to now), and a store
+// may forget a bucket once state + credit ≤ now. A Ban's state never moves
+// back.
+func (p *Policy) Refund(state, credit, now, cost, until int64) (next, nextCredit int64) {
+	if state <= now { // full since state: nothing is owed, and the credit shrinks
+		return now, max(credit-(now-state), 0)
 	}
-	credit := min(until-now, cost*int64(p.Limit.interval))
-	if credit <= 0 {
-		return state
+	if cost <= 0 || p.Algorithm == Ban {
+		return state, credit
 	}
-	return max(state-credit, now)
+	give := min(until-credit-now, cost*int64(p.Limit.interval), state-now)
+	if give <= 0 {
+		return state, credit
+	}
+	return state - give, credit + give
 }
 
 // tokenBucket is GCRA: with τ = burst × interval and TAT = max(state, now),

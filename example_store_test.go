@@ -19,9 +19,12 @@ type mapStore struct {
 	now func() time.Time // the clock, injected so that tests control time
 
 	mu      sync.Mutex
-	buckets map[string]int64 // bucket key → state; an absent bucket is full
-	resets  map[string]int64 // bucket key → the time of its last reset
+	buckets map[string]bucket // an absent bucket is full
 }
+
+// bucket is what the store keeps of one bucket: its state, and its credit
+// (Policy.Refund), the span given back to it.
+type bucket struct{ state, credit int64 }
 
 var (
 	_ ratelimit.ResetStore  = (*mapStore)(nil)
@@ -29,56 +32,62 @@ var (
 )
 
 func newMapStore(now func() time.Time) *mapStore {
-	return &mapStore{now: now, buckets: make(map[string]int64), resets: make(map[string]int64)}
+	return &mapStore{now: now, buckets: make(map[string]bucket)}
 }
 
 // Take reads the bucket's state, lets the policy decide, and writes the
 // state back, all under one lock. A store that does I/O passes ctx on to it.
 func (s *mapStore) Take(_ context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
-	bucket := bucketKey(p.Name, key)
+	key = bucketKey(p.Name, key)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now().UnixNano()
-	res, next := p.Decide(s.buckets[bucket], now, cost)
-	if next > now {
-		s.buckets[bucket] = next // a database would also expire it after next − now
-	} else {
-		delete(s.buckets, bucket) // the bucket is full: it carries no information
-	}
+	b := s.buckets[key]
+	res, next := p.Decide(b.state, now, cost)
+	res.Until = next + b.credit // what Refund needs
+	s.save(key, bucket{next, b.credit}, now)
 	return res, nil
 }
 
-// Reset forgets a bucket, so that Limiter.Reset can give a client its
-// quota back: the optional ratelimit.ResetStore. A database deletes the
-// row.
+// save keeps b as the bucket of key, until its state plus its credit has
+// passed: a database would expire it then.
+func (s *mapStore) save(key string, b bucket, now int64) {
+	if b.state+b.credit > now {
+		s.buckets[key] = b
+	} else {
+		delete(s.buckets, key) // the bucket is full and owes no credit: it carries no information
+	}
+}
+
+// Reset makes a bucket full, so that Limiter.Reset can give a client its
+// quota back: the optional ratelimit.ResetStore. What the bucket owed
+// becomes credit, so that a give-back of a take made before the reset
+// credits nothing.
 func (s *mapStore) Reset(_ context.Context, p *ratelimit.Policy, key string) error {
+	key = bucketKey(p.Name, key)
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.buckets, bucketKey(p.Name, key))
-	s.resets[bucketKey(p.Name, key)] = s.now().UnixNano() // a database would expire it after twice the policy's span
+	now := s.now().UnixNano()
+	b := s.buckets[key]
+	b.state, b.credit = p.Refund(b.state, b.credit, now, 0, 0) // a full bucket's credit shrinks
+	s.save(key, bucket{now, b.credit + max(b.state-now, 0)}, now)
 	return nil
 }
 
 // Refund gives back what a take still costs the bucket, so that requests
 // that do not count (Options.CountIf) or that another policy refused cost
-// nothing: the optional ratelimit.RefundStore. Policy.Refund is the rule;
-// the store adds that a take made before the bucket's last reset gets
-// nothing back.
+// nothing: the optional ratelimit.RefundStore. Policy.Refund is the rule.
 func (s *mapStore) Refund(_ context.Context, p *ratelimit.Policy, key string, cost int64, took ratelimit.Result) error {
-	bucket := bucketKey(p.Name, key)
+	key = bucketKey(p.Name, key)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.resets[bucket] >= took.Until-int64(took.ResetAfter) {
-		return nil
-	}
 	now := s.now().UnixNano()
-	if next := p.Refund(s.buckets[bucket], now, cost, took.Until); next > now {
-		s.buckets[bucket] = next
-	} else {
-		delete(s.buckets, bucket)
-	}
+	b := s.buckets[key]
+	b.state, b.credit = p.Refund(b.state, b.credit, now, cost, took.Until)
+	s.save(key, b, now)
 	return nil
 }
 

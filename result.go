@@ -27,11 +27,10 @@ type Result struct {
 	// Delay is how long an allowed request must wait before it proceeds
 	// (LeakyShape; with several policies the longest wait); 0 otherwise.
 	Delay time.Duration
-	// Until is the bucket's state after the decision, in Unix nanoseconds
-	// by the store's clock (Decide sets it): for an allowed request, the
-	// time until which its tokens can be given back. A Limiter hands it
-	// back to [RefundStore.Refund], and a store may keep there what its
-	// Refund needs instead.
+	// Until is what a store's Refund needs to give back the tokens of an
+	// allowed request exactly: the bucket's state after the decision plus
+	// its credit, in Unix nanoseconds by the store's clock ([Policy.Refund]).
+	// A Limiter hands it back to [RefundStore.Refund] untouched.
 	Until int64
 
 	lists *lists // set by a Limiter; nil for a store's result

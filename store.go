@@ -62,9 +62,10 @@ type RefundStore interface {
 	Store
 	// Refund gives back to key's bucket under p the cost tokens that took,
 	// an allowed Result of this store's Take for them, spent, as
-	// [Policy.Refund] computes it at the store's now; and nothing if the
-	// bucket was reset (ResetStore) since took's decision, whose time is
-	// took.Until − took.ResetAfter. It returns an error only when the store
-	// cannot tell whether the tokens went back.
+	// [Policy.Refund] computes it at the store's now, atomically with the
+	// store's decisions. A reset (ResetStore) makes the bucket full and
+	// adds what it owed to its credit, so that nothing taken before it
+	// comes back. It returns an error only when the store cannot tell
+	// whether the tokens went back.
 	Refund(ctx context.Context, p *Policy, key string, cost int64, took Result) error
 }

@@ -124,7 +124,8 @@ func (l *leases) refund(fp uint64, p *ratelimit.Policy, n, until int64) bool {
 	if now >= e.until {
 		return true // spent from a lease that has ended: nothing to give back
 	}
-	e.left, e.shadow = e.left+n, p.Refund(e.shadow, now, n, e.shadow)
+	e.shadow, _ = p.Refund(e.shadow, 0, now, n, e.shadow) // as if never spent from the lease
+	e.left += n
 	return true
 }
 
@@ -244,12 +245,12 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 	if err != nil {
 		return ratelimit.Result{}, lease{}, err
 	}
-	allowed, ahead, err := decision(c.reply, 0)
+	allowed, ahead, credit, err := decision(c.reply, 0)
 	if err != nil {
 		return ratelimit.Result{}, lease{}, err
 	}
 	res, next := p.Decide(ahead, 0, cost)
-	res.Until = now + next // paid from the bucket: a refund goes back there
+	res.Until = now + next + credit // paid from the bucket: a refund goes back there
 	all, _ := p.Decide(ahead, 0, want)
 	var granted lease
 	switch {

@@ -448,7 +448,7 @@ func (s *Store) run(parent context.Context, reqs []ratelimit.Request, results []
 		return err
 	}
 	for i, r := range reqs {
-		allowed, ahead, err := decision(reply, i)
+		allowed, ahead, credit, err := decision(reply, i)
 		if err != nil {
 			return err
 		}
@@ -456,7 +456,7 @@ func (s *Store) run(parent context.Context, reqs []ratelimit.Request, results []
 		// algorithm depends only on that, so it decides at a now of 0.
 		var next int64
 		results[i], next = r.Policy.Decide(ahead, 0, r.Cost)
-		results[i].Until = now + next
+		results[i].Until = now + next + credit // see take.lua's "refund"
 		if allowed > 1 || results[i].Allowed != (allowed == 1) {
 			return fmt.Errorf("redisstore: the script decided %d with the state %d ahead of now, the algorithm %v", allowed, ahead, results[i].Allowed)
 		}
@@ -467,28 +467,39 @@ func (s *Store) run(parent context.Context, reqs []ratelimit.Request, results []
 // groupNow returns the time at which the script decided a group of n keys,
 // the pair that ends its reply, in Unix nanoseconds.
 func groupNow(reply []any, n int) (int64, error) {
-	if len(reply) != 3*n+2 {
+	if len(reply) != 5*n+2 {
 		return 0, fmt.Errorf("redisstore: malformed reply %v", reply)
 	}
-	sec, ok1 := reply[3*n].(int64)
-	nsec, ok2 := reply[3*n+1].(int64)
-	if !ok1 || !ok2 || sec < 0 || sec > math.MaxInt64/1_000_000_000-1 || nsec < 0 || nsec >= 1e9 {
+	now, ok := span(reply, 5*n)
+	if !ok {
 		return 0, fmt.Errorf("redisstore: malformed reply %v", reply)
 	}
-	return sec*1e9 + nsec, nil
+	return now, nil
 }
 
 // decision returns the i-th decision of a group's reply: what the script
-// decided (0 refused, 1 allowed, 2 + E a lease granted in epoch E) and how
-// far the state was ahead of now, in nanoseconds.
-func decision(reply []any, i int) (allowed, ahead int64, err error) {
-	allowed, ok1 := reply[3*i].(int64)
-	sec, ok2 := reply[3*i+1].(int64)
-	nsec, ok3 := reply[3*i+2].(int64)
-	if !ok1 || !ok2 || !ok3 || allowed < 0 || sec < 0 || sec > math.MaxInt64/1_000_000_000-1 || nsec < 0 || nsec >= 1e9 {
-		return 0, 0, fmt.Errorf("redisstore: malformed reply %v", reply)
+// decided (0 refused, 1 allowed, 2 + E a lease granted in epoch E), how
+// far the state was ahead of now, and the bucket's credit after the
+// decision, in nanoseconds.
+func decision(reply []any, i int) (allowed, ahead, credit int64, err error) {
+	allowed, ok1 := reply[5*i].(int64)
+	ahead, ok2 := span(reply, 5*i+1)
+	credit, ok3 := span(reply, 5*i+3)
+	if !ok1 || !ok2 || !ok3 || allowed < 0 {
+		return 0, 0, 0, fmt.Errorf("redisstore: malformed reply %v", reply)
 	}
-	return allowed, sec*1e9 + nsec, nil
+	return allowed, ahead, credit, nil
+}
+
+// span returns the pair of seconds and nanoseconds at reply[i:i+2] in
+// nanoseconds, if it is one that an int64 holds.
+func span(reply []any, i int) (int64, bool) {
+	sec, ok1 := reply[i].(int64)
+	nsec, ok2 := reply[i+1].(int64)
+	if !ok1 || !ok2 || sec < 0 || sec > math.MaxInt64/1_000_000_000-1 || nsec < 0 || nsec >= 1e9 {
+		return 0, false
+	}
+	return sec*1e9 + nsec, true
 }
 
 // newCall returns a call of the script that decides n keys as one group:

@@ -341,7 +341,7 @@ func (f fakeScripter) EvalShaRO(ctx context.Context, sha1 string, keys []string,
 }
 
 func TestMalformedReplies(t *testing.T) {
-	ok := []any{int64(1), int64(0), int64(200_000_000), int64(1_700_000_000), int64(0)} // allowed, ahead, now
+	ok := []any{int64(1), int64(0), int64(200_000_000), int64(0), int64(0), int64(1_700_000_000), int64(0)} // allowed, ahead, credit, now
 	for name, f := range map[string]fakeScripter{
 		"error":        {err: errors.New("LOADING Redis is loading the dataset in memory")},
 		"not an array": {reply: "OK"},
@@ -350,17 +350,18 @@ func TestMalformedReplies(t *testing.T) {
 		"flat":         {reply: ok},
 		"group error":  {reply: []any{errors.New("WRONGTYPE Operation against a key holding the wrong kind of value")}},
 		"group string": {reply: []any{"1"}},
-		"short":        {reply: []any{[]any{int64(1), int64(0), int64(1_700_000_000), int64(0)}}},
-		"not integers": {reply: []any{[]any{"1", int64(0), int64(0), int64(1_700_000_000), int64(0)}}},
-		"bad flag":     {reply: []any{[]any{int64(7), int64(0), int64(0), int64(1_700_000_000), int64(0)}}},
-		"disagreement": {reply: []any{[]any{int64(0), int64(0), int64(0), int64(1_700_000_000), int64(0)}}},
-		"too long":     {reply: []any{[]any{int64(1), int64(0), int64(0), int64(0), int64(1_700_000_000), int64(0)}}},
-		"negative":     {reply: []any{[]any{int64(1), int64(-1), int64(0), int64(1_700_000_000), int64(0)}}},
-		"nanoseconds":  {reply: []any{[]any{int64(1), int64(0), int64(1_000_000_000), int64(1_700_000_000), int64(0)}}},
-		"overflow":     {reply: []any{[]any{int64(0), int64(1 << 62), int64(0), int64(1_700_000_000), int64(0)}}},
+		"short":        {reply: []any{[]any{int64(1), int64(0), int64(0), int64(0), int64(1_700_000_000), int64(0)}}},
+		"not integers": {reply: []any{[]any{"1", int64(0), int64(0), int64(0), int64(0), int64(1_700_000_000), int64(0)}}},
+		"bad flag":     {reply: []any{[]any{int64(7), int64(0), int64(0), int64(0), int64(0), int64(1_700_000_000), int64(0)}}},
+		"disagreement": {reply: []any{[]any{int64(0), int64(0), int64(0), int64(0), int64(0), int64(1_700_000_000), int64(0)}}},
+		"too long":     {reply: []any{[]any{int64(1), int64(0), int64(0), int64(0), int64(0), int64(0), int64(1_700_000_000), int64(0)}}},
+		"negative":     {reply: []any{[]any{int64(1), int64(-1), int64(0), int64(0), int64(0), int64(1_700_000_000), int64(0)}}},
+		"nanoseconds":  {reply: []any{[]any{int64(1), int64(0), int64(1_000_000_000), int64(0), int64(0), int64(1_700_000_000), int64(0)}}},
+		"overflow":     {reply: []any{[]any{int64(0), int64(1 << 62), int64(0), int64(0), int64(0), int64(1_700_000_000), int64(0)}}},
 		"nil":          {reply: nil},
-		"bad now":      {reply: []any{[]any{int64(1), int64(0), int64(0), int64(-1), int64(0)}}},
-		"nested":       {reply: []any{[]any{[]any{int64(1)}, int64(0), int64(0), int64(1_700_000_000), int64(0)}}},
+		"bad now":      {reply: []any{[]any{int64(1), int64(0), int64(0), int64(0), int64(0), int64(-1), int64(0)}}},
+		"bad credit":   {reply: []any{[]any{int64(1), int64(0), int64(0), int64(0), int64(1_000_000_000), int64(1_700_000_000), int64(0)}}},
+		"nested":       {reply: []any{[]any{[]any{int64(1)}, int64(0), int64(0), int64(0), int64(0), int64(1_700_000_000), int64(0)}}},
 	} {
 		s := newStore(t, f, &redisstore.Options{SkipContextTimeoutCheck: true})
 		res, err := s.Take(context.Background(), policy, "k", 1)

@@ -11,35 +11,58 @@ import (
 
 var _ ratelimit.ResetStore = (*Store)(nil)
 
-// resetScript deletes a bucket (KEYS[1]) and, when it has a mark (KEYS[2]),
-// sets the mark to the time of the reset (ARGV 1 and 2, or "" "" for the
-// server's clock) plus ARGV 3 and 4, for ARGV 5 ms, as take.lua keeps a
-// state: Refund gives nothing back of a take made before the reset. A
-// script like every other call of the store, so that it runs on any
-// redis.Scripter and goes to the key's node on a Cluster.
+// resetScript forgets the state of a bucket (KEYS[1]) at the time ARGV 1
+// and 2 ("" "" for the server's clock): the bucket is full, and what it
+// still owed becomes credit (see take.lua), so that a give-back of a take
+// made before the reset credits nothing; the key is kept as long as the
+// credit lasts, and deleted when there is none. Leases of the bucket are
+// forgotten with it. A script like every other call of the store, so that
+// it runs on any redis.Scripter and goes to the key's node on a Cluster.
 var resetScript = redis.NewScript(`
-local n = redis.call("DEL", KEYS[1])
-if KEYS[2] then
-  local s, ns = tonumber(ARGV[1]), tonumber(ARGV[2])
-  if not s then
-    local t = redis.call("TIME")
-    s, ns = tonumber(t[1]), tonumber(t[2]) * 1000
-  end
-  s, ns = s + tonumber(ARGV[3]), ns + tonumber(ARGV[4])
-  if ns >= 1000000000 then
-    s, ns = s + 1, ns - 1000000000
-  end
-  redis.call("SET", KEYS[2], string.format("%d:%d", s, ns), "PX", ARGV[5])
+local G = 1000000000
+local stored = redis.call("GET", KEYS[1])
+if not stored then
+  return 0
 end
-return n
+local s, n, rest = string.match(stored, "^(%d+):(%d+)(.*)$")
+if not s then
+  return redis.error_reply("ERR malformed rate-limit state in " .. KEYS[1])
+end
+local cS, cN = 0, 0
+local a, b = string.match(rest, "^;(%d+):(%d+)")
+if a then
+  cS, cN = tonumber(a), tonumber(b)
+end
+local nowS, nowN = tonumber(ARGV[1]), tonumber(ARGV[2])
+if not nowS then
+  local t = redis.call("TIME")
+  nowS, nowN = tonumber(t[1]), tonumber(t[2]) * 1000
+end
+-- what the bucket owed (its state, less now), or how long it has been full
+local dS, dN = tonumber(s) - nowS, tonumber(n) - nowN
+if dN < 0 then
+  dS, dN = dS - 1, dN + G
+end
+cS, cN = cS + dS, cN + dN
+if cN >= G then
+  cS, cN = cS + 1, cN - G
+end
+if cS < 0 or (cS == 0 and cN == 0) then
+  redis.call("DEL", KEYS[1])
+  return 1
+end
+local ms = cS * 1000 + math.ceil(cN / 1000000) + tonumber(ARGV[3])
+redis.call("SET", KEYS[1], string.format("%d:%d;%d:%d", nowS, nowN, cS, cN), "PX", ms)
+return 1
 `)
-
-// Reset implements [ratelimit.ResetStore] in one round trip: it deletes
-// key's bucket under p (DEL of PREFIX + POLICY + ":" + KEY), with the
-// tokens leased from it, within the store's Timeout, and drops what this
-// instance's refusal cache and lease know of it, so that its next request
-// goes to Redis and finds the bucket full. Deleting a bucket that Redis
-// does not hold is not an error.
+// Reset implements [ratelimit.ResetStore] in one round trip: it makes
+// key's bucket under p (PREFIX + POLICY + ":" + KEY) full, with the tokens
+// leased from it forgotten, within the store's Timeout, and drops what
+// this instance's refusal cache and lease know of it, so that its next
+// request goes to Redis and finds the bucket full. What the bucket owed
+// becomes its credit, so that a give-back of a take made before the reset
+// credits nothing; the key is deleted once that has run out. Resetting a
+// bucket that Redis does not hold is not an error.
 //
 // Other instances are not told. One whose refusal cache holds a refusal of
 // the key, or a ban, refuses it locally for a second at most, then asks
@@ -47,24 +70,19 @@ return n
 // key (Options.Lease) spends what is left of it until it ends.
 func (s *Store) Reset(ctx context.Context, p *ratelimit.Policy, key string) error {
 	var reply any
-	bucket := s.key(ratelimit.Request{Policy: p, Key: key})
-	keys, args := []string{bucket}, []any{"", "", 0, 0, 0}
-	if mark, ok := s.markKey(bucket); ok {
-		keys = append(keys, mark)
-		span := markSpan(p)
-		if s.now != nil {
-			ns := s.now().UnixNano()
-			args[0], args[1] = ns/1e9, ns%1e9
-		}
-		args[2], args[3], args[4] = span/1e9, span%1e9, span/1e6+1+markSlack
+	args := []any{"", "", 0}
+	if s.now != nil {
+		ns := s.now().UnixNano()
+		args = []any{ns / 1e9, ns % 1e9, slackMs} // kept as long as take.lua keeps a key on the caller's clock
 	}
+	keys := []string{s.key(ratelimit.Request{Policy: p, Key: key})}
 	err := s.within(ctx, func(ctx context.Context) (err error) {
 		reply, err = resetScript.Run(ctx, s.client, keys, args...).Result()
 		return err
 	})
-	// After the DEL, so that an answer that came back before it does not
-	// outlive the reset; even if the DEL failed, which costs the next
-	// request a round trip at most.
+	// After the reset, so that an answer that came back before it does not
+	// outlive it; even if the reset failed, which costs the next request a
+	// round trip at most.
 	fp := fingerprint(s.seed, p.Name, key)
 	if s.refusals != nil {
 		s.refusals.forget(fp)
@@ -92,3 +110,7 @@ func (l *leases) forget(fp uint64) {
 		e.until, e.left = 0, 0
 	}
 }
+
+// slackMs is take.lua's SLACK: how much longer a key decided on the
+// caller's clock is kept than its information lasts, in ms.
+const slackMs = 10000

@@ -10,9 +10,19 @@
 -- for any time this library can produce. In the arguments a pair is two
 -- numbers (no string to parse).
 --
--- A bucket's value is its state, the time "s:n" at which it is full again;
--- with leases outstanding (see below) it is "s:n:L:E:" and K pairs, the
--- rooms of the last K epochs, newest first.
+-- A bucket's value is its state, the time "s:n" at which it is full again,
+-- then, when tokens were given back to it, ";" and its credit "s:n", the
+-- span given back since the bucket was last forgotten (see "refund"); and
+-- with leases outstanding (see below) ":L:E:" and K pairs, the rooms of the
+-- last K epochs, newest first.
+--
+-- Credit. A give-back credits only what its take still costs the bucket:
+-- until - credit - now, where until is the take's state plus the credit
+-- then (the Result's Until: the client adds the credit this script
+-- returns), so the spans given back since the take, which moved the takes
+-- after them earlier, are not credited twice. The credit only grows, but
+-- for the time the bucket spends full, by which it shrinks; a key is kept
+-- until its state plus its credit has passed.
 --
 -- Leases. An instance may take several tokens at once (a lease) and spend
 -- them locally for L milliseconds at most. Tokens held in a lease are out
@@ -38,13 +48,8 @@
 --              "shape"  inc bound: leaky shaping; bound is the longest
 --                       admissible wait
 --              "refund" inc until: give back inc (a pair), but no more
---                       than until − now (until, a time: the take's
+--                       than until − credit − now (until: the take's
 --                       Result.Until), and never to before now
---              "mark"   taken span: the reset mark of the group's refund,
---                       whose state is the time of the bucket's last reset
---                       plus span; refused (so the group gives nothing
---                       back) if that reset was at or after taken, the time
---                       of the take being refunded; it changes nothing
 --              "lease"  inc bound want L: like gcra, but take want (a
 --                       pair, ≥ inc) if the bucket has it, as a lease of
 --                       L ms; else inc alone, as gcra would
@@ -67,8 +72,9 @@
 -- nothing), else, per key: allowed (0 or 1, or for a granted lease 2 + E,
 -- its epoch), then how far the key's state was ahead of now before the
 -- decision, leases counted, a pair (0, 0 for a full bucket, an empty queue
--- or a new key); and last the group's now, a pair. The decision depends on
--- nothing else, so the client can compute the whole result from it.
+-- or a new key), then its credit after the decision, a pair; and last the
+-- group's now, a pair. The decision depends on nothing else, so the client
+-- can compute the whole result from it.
 
 local G = 1000000000
 
@@ -150,6 +156,8 @@ while j <= #ARGV do
     for r = 1, K do
       roomS[r], roomN[r] = 0, 0
     end
+    -- c: the bucket's credit
+    local cS, cN = 0, 0
     local stored = redis.pcall("GET", KEYS[k + i])
     if type(stored) == "table" then
       failed = stored
@@ -157,6 +165,14 @@ while j <= #ARGV do
     end
     if stored then
       local s, n, rest = string.match(stored, "^(%d+):(%d+)(.*)$")
+      if s and string.sub(rest, 1, 1) == ";" then
+        local a, b, tail = string.match(rest, "^;(%d+):(%d+)(.*)$")
+        if a then
+          cS, cN, rest = tonumber(a), tonumber(b), tail
+        else
+          s = nil
+        end
+      end
       if s and rest ~= "" then
         local v = {}
         for x in string.gmatch(rest, ":(%d+)") do
@@ -182,6 +198,12 @@ while j <= #ARGV do
       end
       dS, dN = sub(tonumber(s), tonumber(n), nowS, nowN)
       if dS < 0 then
+        -- Full since then: the credit shrinks by that time.
+        local fS, fN = sub(nowS, nowN, tonumber(s), tonumber(n))
+        cS, cN = sub(cS, cN, fS, fN)
+        if cS < 0 then
+          cS, cN = 0, 0
+        end
         dS, dN = 0, 0
       end
     end
@@ -214,25 +236,21 @@ while j <= #ARGV do
         end
       end
       if kind == "refund" then
-        -- no more than until - now: what the take still costs the bucket
-        local uS, uN = sub(tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), nowS, nowN)
+        -- no more than until - credit - now: what the take still costs
+        local uS, uN = sub(tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), cS, cN)
+        uS, uN = sub(uS, uN, nowS, nowN)
         if not positive(uS, uN) then
           incS, incN = 0, 0
         elseif le(uS, uN, incS, incN) then
           incS, incN = uS, uN
         end
       end
-      if positive(dS, dN) then
-        aS, aN = sub(dS, dN, incS, incN)
+      -- never to before now; what is given back adds to the credit
+      if not le(incS, incN, dS, dN) then
+        incS, incN = dS, dN
       end
-    elseif kind == "mark" then
-      if positive(dS, dN) then
-        local rS, rN = add(nowS, nowN, dS, dN)
-        rS, rN = sub(rS, rN, tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])) -- the reset's time
-        if le(incS, incN, rS, rN) then
-          allowed = 0
-        end
-      end
+      aS, aN = sub(dS, dN, incS, incN)
+      cS, cN = add(cS, cN, incS, incN)
     elseif kind == "ban" then
       if positive(incS, incN) then
         if le(dS, dN, incS, incN) then
@@ -273,11 +291,13 @@ while j <= #ARGV do
       end
     end
     nextS[i], nextN[i] = aS, aN
-    lease[i] = {L, E, roomS, roomN}
+    lease[i] = {L, E, roomS, roomN, cS, cN}
     all = all and allowed > 0
-    out[3 * i - 2] = allowed
-    out[3 * i - 1] = dS
-    out[3 * i] = dN
+    out[5 * i - 4] = allowed
+    out[5 * i - 3] = dS
+    out[5 * i - 2] = dN
+    out[5 * i - 1] = cS
+    out[5 * i] = cN
     j = j + stride(kind)
     read = i
   end
@@ -292,19 +312,25 @@ while j <= #ARGV do
     if all then
       for i = 1, m do
         local key, aS, aN = KEYS[k + i], nextS[i], nextN[i]
-        local L, E, roomS, roomN = unpack(lease[i])
-        local ms = 0 -- how long the key carries information
-        if positive(aS, aN) then
-          ms = aS * 1000 + math.ceil(aN / 1000000)
-        else
+        local L, E, roomS, roomN, cS, cN = unpack(lease[i])
+        if not positive(aS, aN) then
           aS, aN = 0, 0
         end
+        -- how long the key carries information: its state plus its credit
+        local wS, wN = add(aS, aN, cS, cN)
+        local ms = 0
+        if positive(wS, wN) then
+          ms = wS * 1000 + math.ceil(wN / 1000000)
+        end
         local tail = ""
+        if positive(cS, cN) then
+          tail = string.format(";%d:%d", cS, cN)
+        end
         for r = 1, K do
           if positive(roomS[r], roomN[r]) then
             -- the room of epoch E - r + 1 is kept to the end of epoch E - r + K
             ms = math.max(ms, (E - r + K + 1) * L - nowMs)
-            tail = string.format(":%d:%d", L, E)
+            tail = tail .. string.format(":%d:%d", L, E)
             for q = 1, K do
               tail = tail .. string.format(":%d:%d", roomS[q], roomN[q])
             end
