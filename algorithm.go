@@ -45,32 +45,22 @@ func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 	}, next
 }
 
-// Refund gives back cost tokens that an allowed decision of p spent, whose
-// Result had Until until, to a bucket whose state is state at now. A store
-// that gives tokens back keeps a second number per bucket beside the
-// state, its credit (0 for a new bucket): the span given back to it, and
-// sets a Result's Until to Decide's next plus the credit. Refund returns
-// the bucket's new state and credit. It credits only what the decision
-// still costs the bucket: at most cost intervals, no more than until −
-// credit − now (nothing once the bucket has been full since the decision,
-// and not what other give-backs since moved it earlier), never moving the
-// state before now; so the requests that count are always a sequence one
-// exact bucket admits (docs/algorithms.md). A full bucket's credit shrinks
-// by the time it has been full (and its state moves to now), and a store
-// may forget a bucket once state + credit ≤ now. A Ban's state never moves
-// back.
-func (p *Policy) Refund(state, credit, now, cost, until int64) (next, nextCredit int64) {
-	if state <= now { // full since state: nothing is owed, and the credit shrinks
-		return now, max(credit-(now-state), 0)
-	}
+// Refund returns the state of a bucket whose state is state at now, after
+// it is given back cost tokens that an allowed decision of p spent, whose
+// tokens are earned back at end: at most cost intervals, no more than end
+// − now, and never to before now. End is the decision's own state after
+// it, moved earlier by what was given back since of the requests taken
+// before it; a store keeps what it needs for that beside the state (see
+// [RefundStore]). A Ban's state never moves back.
+func (p *Policy) Refund(state, now, cost, end int64) (next int64) {
 	if cost <= 0 || p.Algorithm == Ban {
-		return state, credit
+		return state
 	}
-	give := min(until-credit-now, cost*int64(p.Limit.interval), state-now)
+	give := min(end-now, cost*int64(p.Limit.interval), state-now)
 	if give <= 0 {
-		return state, credit
+		return state
 	}
-	return state - give, credit + give
+	return state - give
 }
 
 // tokenBucket is GCRA: with τ = burst × interval and TAT = max(state, now),

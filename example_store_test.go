@@ -10,49 +10,75 @@ import (
 	"github.com/tokenfair/ratelimit"
 )
 
-// mapStore is a complete [ratelimit.Store]: one int64 of state per bucket,
-// in a map, and a mutex that makes each decision atomic. A store on
-// Postgres or DynamoDB has the same shape, with a transaction (or a
-// conditional write) in place of the mutex and a row in place of the map
-// entry.
+// mapStore is a complete [ratelimit.Store]: the state of each bucket in a
+// map, and a mutex that makes each decision atomic. A store on Postgres or
+// DynamoDB has the same shape, with a transaction (or a conditional write)
+// in place of the mutex and a row in place of the map entry.
 type mapStore struct {
 	now func() time.Time // the clock, injected so that tests control time
 
 	mu      sync.Mutex
-	buckets map[string]bucket // an absent bucket is full
+	buckets map[string]mapBucket // an absent bucket is full
 }
 
-// bucket is what the store keeps of one bucket: its state, and its credit
-// (Policy.Refund), the span given back to it.
-type bucket struct{ state, credit int64 }
+// mapBucket is what the store keeps of one bucket: its state, and its
+// credit (ratelimit.RefundStore), the span given back to it.
+type mapBucket struct{ state, credit int64 }
 
 var (
+	_ ratelimit.BatchStore  = (*mapStore)(nil)
 	_ ratelimit.ResetStore  = (*mapStore)(nil)
 	_ ratelimit.RefundStore = (*mapStore)(nil)
 )
 
 func newMapStore(now func() time.Time) *mapStore {
-	return &mapStore{now: now, buckets: make(map[string]bucket)}
+	return &mapStore{now: now, buckets: make(map[string]mapBucket)}
 }
 
 // Take reads the bucket's state, lets the policy decide, and writes the
 // state back, all under one lock. A store that does I/O passes ctx on to it.
 func (s *mapStore) Take(_ context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
-	key = bucketKey(p.Name, key)
-
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now().UnixNano()
+	return s.take(p, bucketKey(p.Name, key), cost, s.now().UnixNano(), true), nil
+}
+
+// take decides cost for the bucket key of p at now, and saves its new state
+// if save is set. The caller holds the lock.
+func (s *mapStore) take(p *ratelimit.Policy, key string, cost, now int64, save bool) ratelimit.Result {
 	b := s.buckets[key]
 	res, next := p.Decide(b.state, now, cost)
 	res.Until = next + b.credit // what Refund needs
-	s.save(key, bucket{next, b.credit}, now)
-	return res, nil
+	if save {
+		s.save(key, mapBucket{next, b.credit}, now)
+	}
+	return res
+}
+
+// TakeAll decides several policies of a request at one instant, all or
+// nothing, so that a request one policy refuses spends nothing from the
+// others: the optional ratelimit.BatchStore. Under one lock it is two
+// passes: decide every request, then take them all if all were allowed.
+func (s *mapStore) TakeAll(_ context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now().UnixNano()
+	all := true
+	for i, r := range reqs {
+		results[i] = s.take(r.Policy, bucketKey(r.Policy.Name, r.Key), r.Cost, now, false)
+		all = all && results[i].Allowed
+	}
+	if all {
+		for i, r := range reqs { // (two requests on one bucket are decided in turn)
+			results[i] = s.take(r.Policy, bucketKey(r.Policy.Name, r.Key), r.Cost, now, true)
+		}
+	}
+	return nil
 }
 
 // save keeps b as the bucket of key, until its state plus its credit has
 // passed: a database would expire it then.
-func (s *mapStore) save(key string, b bucket, now int64) {
+func (s *mapStore) save(key string, b mapBucket, now int64) {
 	if b.state+b.credit > now {
 		s.buckets[key] = b
 	} else {
@@ -71,14 +97,16 @@ func (s *mapStore) Reset(_ context.Context, p *ratelimit.Policy, key string) err
 	defer s.mu.Unlock()
 	now := s.now().UnixNano()
 	b := s.buckets[key]
-	b.state, b.credit = p.Refund(b.state, b.credit, now, 0, 0) // a full bucket's credit shrinks
-	s.save(key, bucket{now, b.credit + max(b.state-now, 0)}, now)
+	s.save(key, mapBucket{now, b.credit + max(b.state-now, 0)}, now)
 	return nil
 }
 
 // Refund gives back what a take still costs the bucket, so that requests
-// that do not count (Options.CountIf) or that another policy refused cost
-// nothing: the optional ratelimit.RefundStore. Policy.Refund is the rule.
+// that do not count (Options.CountIf) cost nothing: the optional
+// ratelimit.RefundStore. Policy.Refund is the rule, and the credit keeps
+// what was given back since the take. (Counting all of it is safe, but
+// gives back less when give-backs of one bucket overlap; the memory and
+// Redis stores also keep what was given back per take.)
 func (s *mapStore) Refund(_ context.Context, p *ratelimit.Policy, key string, cost int64, took ratelimit.Result) error {
 	key = bucketKey(p.Name, key)
 
@@ -86,8 +114,8 @@ func (s *mapStore) Refund(_ context.Context, p *ratelimit.Policy, key string, co
 	defer s.mu.Unlock()
 	now := s.now().UnixNano()
 	b := s.buckets[key]
-	b.state, b.credit = p.Refund(b.state, b.credit, now, cost, took.Until)
-	s.save(key, b, now)
+	next := p.Refund(b.state, now, cost, took.Until-b.credit)
+	s.save(key, mapBucket{next, b.credit + b.state - next}, now)
 	return nil
 }
 

@@ -29,8 +29,8 @@ type Result struct {
 	Delay time.Duration
 	// Until is what a store's Refund needs to give back the tokens of an
 	// allowed request exactly: the bucket's state after the decision plus
-	// its credit, in Unix nanoseconds by the store's clock ([Policy.Refund]).
-	// A Limiter hands it back to [RefundStore.Refund] untouched.
+	// its credit, in Unix nanoseconds by the store's clock ([RefundStore]).
+	// A Limiter hands it back to the store untouched.
 	Until int64
 
 	lists *lists // set by a Limiter; nil for a store's result

@@ -58,14 +58,24 @@ type BatchStore interface {
 // what a request that does not count spent (Options.CountIf). With a store
 // that lacks it nothing is given back, which never admits more than the
 // limit.
+//
+// A give-back credits only what its take still costs the bucket, so that
+// the requests that count are always a sequence one exact bucket admits
+// (docs/algorithms.md). For that a store keeps beside a bucket's state its
+// credit, the span given back to it, and the span given back per take; a
+// take's Result has Until = next + credit, and a give-back of it moves the
+// state by [Policy.Refund] with end = Until − credit + (the span given back
+// since of requests taken after it, whose Until is larger; counting less
+// of it is safe). The credit grows by what is given back, shrinks by the
+// time the bucket spends full, and a store may forget a bucket once state
+// + credit ≤ now. A reset makes the bucket full and adds what it owed to
+// its credit. The memory and Redis stores do all of it; ExampleStore shows
+// how.
 type RefundStore interface {
 	Store
 	// Refund gives back to key's bucket under p the cost tokens that took,
-	// an allowed Result of this store's Take for them, spent, as
-	// [Policy.Refund] computes it at the store's now, atomically with the
-	// store's decisions. A reset (ResetStore) makes the bucket full and
-	// adds what it owed to its credit, so that nothing taken before it
-	// comes back. It returns an error only when the store cannot tell
-	// whether the tokens went back.
+	// an allowed Result of this store's Take for them, spent, atomically
+	// with the store's decisions. It returns an error only when the store
+	// cannot tell whether the tokens went back.
 	Refund(ctx context.Context, p *Policy, key string, cost int64, took Result) error
 }

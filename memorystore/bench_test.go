@@ -109,3 +109,23 @@ func BenchmarkBytesPerKey(b *testing.B) {
 		runtime.KeepAlive(s)
 	}
 }
+
+// BenchmarkTakeNewKeysAtCap decides a stream of new keys at the key cap, so
+// that every request inserts a key and evicts one.
+func BenchmarkTakeNewKeysAtCap(b *testing.B) {
+	const maxKeys = 1 << 16
+	s := benchStore(b, &Options{MaxKeys: maxKeys})
+	ks := keys(16 * maxKeys)
+	ctx := context.Background()
+	for _, k := range ks[:maxKeys] {
+		s.Take(ctx, &benchPolicy, k, 1)
+	}
+	b.ReportAllocs()
+	i := maxKeys
+	for b.Loop() {
+		if res, _ := s.Take(ctx, &benchPolicy, ks[i%len(ks)], 1); !res.Allowed {
+			b.Fatal("refused")
+		}
+		i++
+	}
+}

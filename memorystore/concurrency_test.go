@@ -70,15 +70,15 @@ func testConcurrentDecisions(t *testing.T) {
 
 	// Six hot buckets: three keys under two policies. Fewer than the
 	// eviction sample, so a sample at the cap always holds a flood key,
-	// whose state (a nanosecond ahead) is below any hot bucket's that is
-	// not full (a whole number of intervals ahead: the clock moves by
-	// whole intervals): the cap only ever drops hot buckets that are full,
-	// which changes no decision.
+	// which is closer to full (a nanosecond of a second's span) than any
+	// hot bucket that is not full (a whole number of intervals of its 50:
+	// the clock moves by whole intervals): the cap only ever drops hot
+	// buckets that are full, which changes no decision.
 	policies := []*ratelimit.Policy{
 		{Name: "hot-a", Limit: ratelimit.Per(burst, burst*interval)},
 		{Name: "hot-b", Limit: ratelimit.Per(burst, burst*interval)},
 	}
-	flood := &ratelimit.Policy{Name: "flood", Limit: ratelimit.Per(1, time.Nanosecond)}
+	flood := &ratelimit.Policy{Name: "flood", Limit: ratelimit.Per(1e9, time.Second)}
 	type bucket struct {
 		p   *ratelimit.Policy
 		key string

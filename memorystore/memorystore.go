@@ -6,10 +6,12 @@
 // (maphash, with a seed drawn when the store is made); the key itself is not
 // kept. Two keys with the same fingerprint share one bucket, which makes
 // both stricter, never looser; with n keys held the chance that any two
-// share is about n²/2⁶⁵ (3 in 100 million at a million keys), and since the
-// seed is secret and new in every process nobody can aim for it. Each slot is
-// the fingerprint and the bucket's state (one int64), in open-addressing
-// tables of plain integers that the garbage collector never scans.
+// share is about n²/2⁶⁵ (3 in 100 million at a million keys; with fewer than
+// 256 shards, 2 to 256 times that), and since the seed is secret and new in
+// every process nobody can aim for it. Each slot is one int64 of the
+// fingerprint (the 56 bits that its shard does not imply) and the kind of
+// bucket, and one of the bucket's state, in open-addressing tables of plain
+// integers that the garbage collector never scans.
 //
 // A decision stays exact without a lock because a bucket's whole state is
 // that one int64: it reads the state, decides, and swaps the new state in
@@ -41,13 +43,33 @@
 //
 // And the number of keys is capped ([Options].MaxKeys, default 1 048 576):
 // to admit a new key into a full shard the store first drops any keys with
-// a full bucket among a sample of that shard, else evicts the sampled key
-// whose bucket is closest to full. An evicted key starts again with a full
-// bucket, so at the cap a flood of unique keys can at worst hand a few
-// clients back the few tokens their buckets were missing; it can never grow
-// memory or refuse service. Size the cap above the number of clients
-// active within the time an empty bucket of your limit takes to fill
-// (burst × interval).
+// a full bucket among a sample of 8 keys of that shard, else evicts the
+// sampled key whose bucket is closest to full relative to its own limit
+// (the least time to full ÷ burst × interval; exact for the first 253
+// limits a shard holds keys of, and for more the nearest of those). What a
+// flood of unique keys at the cap can do is bounded:
+//
+//   - It never evicts a Global policy's bucket (one per policy, which the
+//     cap does not count), so a global policy never admits more than its
+//     burst at one instant.
+//   - It never evicts a ban ([ratelimit.Penalty]) in force, so it never
+//     lifts one.
+//   - It may evict any other bucket, which starts again full: a client
+//     gets back at most the tokens its bucket was missing, and only once
+//     the sample holds no bucket fuller for its limit. A penalty box's
+//     count of refusals ("/strikes") and its memory of bans ("/bans") are
+//     such buckets: evicting them lets a client be refused up to
+//     Penalty.After − 1 more times before its next ban, or makes that ban
+//     last Penalty.For rather than longer.
+//   - It never grows memory. A new key whose shard is at the cap with
+//     nothing but global buckets and bans in force fails closed: it is not
+//     kept, and its request is refused as by an empty bucket (Retry-After
+//     cost × interval), until a ban ends; a new ban there is not kept
+//     either (the request that earned it is still refused). Only a client
+//     that gets a shard's worth of keys banned at once brings this about.
+//
+// Size the cap above the number of clients active within the time an empty
+// bucket of your limit takes to fill (burst × interval).
 //
 // Time comes from a monotonic clock (wall-clock jumps do not affect
 // decisions) unless [Options].Clock injects another, whose times must lie
@@ -73,10 +95,10 @@ import (
 type Store struct {
 	seed     maphash.Seed
 	shards   []shard
-	shift    uint // a fingerprint's top bits choose its shard
+	shift    uint   // a fingerprint's top bits choose its shard
+	keep     uint64 // the bits of a fingerprint that its shard and slot tell apart
 	perShard int
 	now      func() int64
-	resets   resets
 }
 
 var _ ratelimit.BatchStore = (*Store)(nil)
@@ -89,9 +111,10 @@ type Options struct {
 	// so that wall-clock jumps do not affect decisions.
 	Clock func() time.Time
 
-	// MaxKeys caps the number of keys held. Zero means 1 048 576 (1<<20).
-	// The cap is kept per shard (MaxKeys divided by the number of shards),
-	// so eviction may begin slightly before MaxKeys keys when keys hash
+	// MaxKeys caps the number of keys held, not counting the buckets of
+	// Global policies (one per policy). Zero means 1 048 576 (1<<20). The
+	// cap is kept per shard (MaxKeys divided by the number of shards), so
+	// eviction may begin slightly before MaxKeys keys when keys hash
 	// unevenly, and never after. The package documentation says what
 	// happens at the cap.
 	MaxKeys int
@@ -127,6 +150,7 @@ func New(opts *Options) (*Store, error) {
 		seed:     maphash.MakeSeed(),
 		shards:   make([]shard, n),
 		shift:    uint(64 - bitsN),
+		keep:     idMask | uint64(n-1)<<(64-bitsN),
 		perShard: o.MaxKeys / n,
 	}
 	if clock := o.Clock; clock != nil {
@@ -139,12 +163,14 @@ func New(opts *Options) (*Store, error) {
 	return s, nil
 }
 
-// fingerprint returns the 64-bit fingerprint under which the store keeps
-// key's bucket under the policy named policy. It is never 0.
+// fingerprint returns the fingerprint under which the store keeps key's
+// bucket under the policy named policy: of a 64-bit hash, the bits that
+// choose its shard and the low 56 that its slot keeps, which are never all
+// 0.
 func (s *Store) fingerprint(policy, key string) uint64 {
-	fp := maphash.String(s.seed, key) ^ maphash.String(s.seed, policy)*0x9e3779b97f4a7c15
-	if fp == 0 {
-		fp = 1
+	fp := (maphash.String(s.seed, key) ^ maphash.String(s.seed, policy)*0x9e3779b97f4a7c15) & s.keep
+	if fp&idMask == 0 {
+		fp |= 1
 	}
 	return fp
 }
@@ -168,8 +194,10 @@ func (s *Store) Take(_ context.Context, p *ratelimit.Policy, key string, cost in
 		// still the one read.
 		old := sl.state.Load()
 		if old != dead && old != busy { // else the key moved or a batch holds it: look under the lock
+			credit := sl.credit.Load() // before the swap: a refund that comes between fails it
 			var next int64
 			res, next = p.Decide(old, now, cost)
+			res.Until += credit
 			if next == old || swap(&sl.state, old, next) {
 				if now >= sh.tidyAt.Load() && sh.mu.TryLock() {
 					sh.tidy(now)
@@ -211,15 +239,31 @@ func (s *Store) takeLocked(sh *shard, p *ratelimit.Policy, fp uint64, cost int64
 				break
 			}
 		}
+		res.Until += sl.credit.Load() // refunds, which change it, take the lock
 	} else {
 		var next int64
 		if res, next = p.Decide(0, now, cost); next > now { // else the bucket is full: nothing to keep
-			sh.insert(fp, next, now, s.perShard)
+			if p.Global || sh.room(fp, now, s.perShard) {
+				sh.insert(fp, next, now, p)
+			} else if p.Algorithm != ratelimit.Ban { // (a ban finding no room is not kept)
+				res = noRoom(res, p, cost)
+			}
 		}
 	}
 	if now >= sh.tidyAt.Load() {
 		sh.tidy(now)
 	}
+	return res
+}
+
+// noRoom turns res, the decision on a new key of p that finds no room (its
+// shard is at the cap and holds only keys that are never evicted), into the
+// refusal of an empty bucket: the key is not kept, and a request admitted
+// for it would be admitted again on every request.
+func noRoom(res ratelimit.Result, p *ratelimit.Policy, cost int64) ratelimit.Result {
+	res.Allowed, res.Remaining, res.Delay = false, 0, 0
+	res.RetryAfter = time.Duration(cost) * p.Limit.Interval()
+	res.ResetAfter = time.Duration(p.Limit.Burst()) * p.Limit.Interval()
 	return res
 }
 
@@ -250,23 +294,35 @@ func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []r
 		// The state before request i: the one an earlier request of the
 		// batch on the same bucket left, or the one held.
 		var sl *slot
-		old := int64(0)
+		old, credit := int64(0), int64(0)
 		first := slices.Index(fps[:i], fp) // the batch's first request on this bucket, if not i
 		if first >= 0 {
 			old = states[first]
+			if slots[first] != nil {
+				credit = slots[first].credit.Load()
+			}
 		} else if sl = s.shard(fp).tab.Load().lookup(fp); sl != nil {
-			old = sl.claim()
+			old, credit = sl.claim(), sl.credit.Load()
 		}
 		var next int64
 		results[i], next = reqs[i].Policy.Decide(old, now, reqs[i].Cost)
+		results[i].Until += credit
 		if first >= 0 {
 			states[first] = next // the first request on a bucket carries its last state
 		}
 		slots, states, held = append(slots, sl), append(states, next), append(held, old)
 		all = all && results[i].Allowed
 	}
-	// Let go of the held slots first, then insert: an insert may rebuild
-	// the table, which needs every slot free.
+	// Make room for the new keys while the held slots are held (eviction
+	// passes over them); a new key that finds none refuses the batch.
+	for i, fp := range fps {
+		if all && slots[i] == nil && states[i] > now && !reqs[i].Policy.Global && slices.Index(fps[:i], fp) < 0 &&
+			!s.shard(fp).room(fp, now, s.perShard) {
+			results[i], all = noRoom(results[i], reqs[i].Policy, reqs[i].Cost), false
+		}
+	}
+	// Let go of the held slots, then insert: an insert may rebuild the
+	// table, which needs every slot free.
 	for i, sl := range slots {
 		switch {
 		case sl != nil && all:
@@ -277,8 +333,11 @@ func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []r
 	}
 	if all {
 		for i, fp := range fps {
-			if slots[i] == nil && states[i] > now && slices.Index(fps[:i], fp) < 0 {
-				s.shard(fp).insert(fp, states[i], now, s.perShard)
+			if slots[i] != nil || states[i] <= now || slices.Index(fps[:i], fp) >= 0 {
+				continue
+			}
+			if p, sh := reqs[i].Policy, s.shard(fp); p.Global || sh.room(fp, now, s.perShard) {
+				sh.insert(fp, states[i], now, p)
 			}
 		}
 	}

@@ -257,3 +257,9 @@ func TestTakeAllSameBucketTwice(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), res.Remaining, "the refused batch spent nothing")
 }
+
+func TestGiveBacks(t *testing.T) {
+	storetest.RunGiveBacks(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
+		return newStore(t, &Options{Clock: now})
+	})
+}

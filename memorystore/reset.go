@@ -2,35 +2,43 @@ package memorystore
 
 import (
 	"context"
-	"math"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/credit"
 )
 
 var _ ratelimit.ResetStore = (*Store)(nil)
 
-// Reset implements [ratelimit.ResetStore]: it drops key's bucket under p,
-// if the store holds it, so that the next request finds it full. It never
-// fails. It takes the shard's lock, as every drop does, and kills the
-// bucket's slot for good: a decision in flight on the bucket either lands
-// before the reset or fails its compare-and-swap and decides again on a
-// full bucket, and no other bucket changes. (A bucket that shares the
-// key's fingerprint, a chance of about n/2⁶⁴ with n keys held, is
-// forgotten with it.) Refund gives nothing back of what was taken before
-// the reset.
+// Reset implements [ratelimit.ResetStore]: it makes key's bucket under p
+// full, if the store holds it, so that the next request finds it full. It
+// never fails. Under the shard's lock it swaps the state to now, as a
+// decision does (a decision in flight on the bucket either lands before
+// the reset or fails its compare-and-swap and decides again on a full
+// bucket), and adds what the bucket owed to its credit, so that Refund
+// gives nothing back of what was taken before the reset; the slot goes
+// once that credit has run out. No other bucket changes. (A bucket that
+// shares the key's fingerprint, a chance of about n/2⁶⁴ with n keys held
+// and 256 shards or more, is reset with it.)
 func (s *Store) Reset(_ context.Context, p *ratelimit.Policy, key string) error {
 	fp := s.fingerprint(p.Name, key)
-	// The reset's time first: a refund that does not see it yet swaps its
-	// credit in before the kill below, or fails its swap and sees it.
-	s.resets.add(fp, p, s.now())
 	sh := s.shard(fp)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	// Under the lock no slot is busy, and none dies but by this kill.
-	if sl := sh.tab.Load().lookup(fp); sl != nil {
-		if _, ok := sl.kill(math.MaxInt64); ok {
-			sh.live--
+	now := s.now()
+	sl := sh.tab.Load().lookup(fp) // under the lock no slot is busy, and none dies but by a kill here
+	if sl == nil {
+		return nil
+	}
+	for {
+		old := sl.state.Load()
+		next, c := credit.Reset(old, sl.credit.Load(), now)
+		if swap(&sl.state, old, next) {
+			sl.credit.Store(c)
+			break
 		}
+	}
+	if w := sl.word.Load(); sl.idle(now) {
+		sh.dropped(w)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,35 +15,44 @@ import (
 	"github.com/tokenfair/ratelimit/storetest"
 )
 
-// Reset kills the bucket's slot, which is never used again, and the key
-// comes back in a slot of its own, full.
-func TestResetKillsTheSlot(t *testing.T) {
+// Reset makes the bucket full in its slot and keeps what it owed as
+// credit, so that a give-back of an earlier take credits nothing; the slot
+// goes once the credit has run out, and a bucket that owed nothing goes at
+// once.
+func TestResetKeepsTheCredit(t *testing.T) {
 	c := new(storetest.Clock)
 	s := newStore(t, &Options{Clock: c.Now, Shards: 1})
 	ctx := context.Background()
-	_, _ = s.Take(ctx, &p, "a", 4)
+	took, _ := s.Take(ctx, &p, "a", 4) // p: 5 per second, burst 10: 800 ms owed
 	_, _ = s.Take(ctx, &p, "b", 2)
 	require.Equal(t, 2, s.Len())
 	sh := &s.shards[0]
 	fp := s.fingerprint(p.Name, "a")
-	old := sh.tab.Load().lookup(fp)
-	require.NotNil(t, old)
+	sl := sh.tab.Load().lookup(fp)
+	require.NotNil(t, sl)
 
 	require.NoError(t, s.Reset(ctx, &p, "a"))
-	assert.Equal(t, 1, s.Len(), "a dropped")
-	assert.Equal(t, int64(dead), old.state.Load(), "a's slot is dead")
-	assert.Nil(t, sh.tab.Load().lookup(fp))
-	assert.Equal(t, 2, sh.used, "a dead slot stays filled until a rebuild")
-
+	assert.Equal(t, c.Now().UnixNano(), sl.state.Load(), "a is full")
+	assert.Equal(t, int64(800*time.Millisecond), sl.credit.Load(), "what a owed is its credit")
+	require.NoError(t, s.Refund(ctx, &p, "a", 4, took))
 	res, _ := s.Take(ctx, &p, "a", 1)
-	assert.Equal(t, int64(9), res.Remaining, "a starts full")
-	assert.NotSame(t, old, sh.tab.Load().lookup(fp), "in a new slot")
+	assert.Equal(t, int64(9), res.Remaining, "a starts full, and the take before the reset gave nothing back")
+	assert.Same(t, sl, sh.tab.Load().lookup(fp), "in its slot")
 	res, _ = s.Take(ctx, &p, "b", 0)
 	assert.Equal(t, int64(8), res.Remaining, "b untouched")
 
+	// The slot goes once its state plus its credit has passed, and keepFull.
+	c.Advance(200*time.Millisecond + 800*time.Millisecond + time.Duration(keepFull) + 1)
+	sh.mu.Lock()
+	sh.rebuild(c.Now().UnixNano(), 0, minSlots)
+	sh.mu.Unlock()
+	assert.Nil(t, sh.tab.Load().lookup(fp), "a forgotten")
+
+	_, _ = s.Take(ctx, &p, "c", 0) // a look keeps nothing
+	require.NoError(t, s.Reset(ctx, &p, "c"))
 	require.NoError(t, s.Reset(ctx, &p, "never-seen"))
 	require.NoError(t, newStore(t, nil).Reset(ctx, &p, "k"), "a shard without a table")
-	assert.Equal(t, 2, s.Len())
+	assert.Equal(t, 0, s.Len(), "b full and gone, c and never-seen never kept")
 }
 
 // TestResetUnderConcurrentTraffic resets buckets, some of them while other
@@ -113,7 +123,7 @@ func testResetUnderConcurrentTraffic(t *testing.T) {
 		require.Equal(t, int64(burst), res.Remaining, "victim-%d: reset after its one take", i)
 	}
 	require.NoError(t, s.Reset(ctx, pol, "shared"))
-	assert.Equal(t, keys, s.Len(), "the other keys, and only they")
+	assert.Equal(t, keys+resets+1, s.Len(), "the other keys, and the reset ones while their credit lasts")
 	res, _ := s.Take(ctx, pol, "shared", 0)
 	assert.Equal(t, int64(burst), res.Remaining)
 }

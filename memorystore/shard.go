@@ -2,24 +2,32 @@ package memorystore
 
 import (
 	"math"
+	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/credit"
 )
 
 // shard is one part of the store. Its first cache line is read by every
 // decision and written only when the table is replaced, when the shard is
-// tidied and when two decisions race; the second is written by the holders
-// of its lock.
+// tidied, when two decisions race and when a key of a new limit comes; the
+// second is written by the holders of its lock.
 type shard struct {
 	tab         atomic.Pointer[table] // nil until the first key
 	tidyAt      atomic.Int64          // the store's time from which a decision tidies
 	lockedUntil atomic.Int64          // the store's time until which decisions take the lock
-	_           [40]byte
+	spans       []int64               // the span of each kind from firstSpan on (under mu)
+	_           [16]byte
 
-	mu         sync.Mutex // held to fill, kill or replace slots
-	live, used int        // live slots, and slots filled (live or dead), in tab
-	next       uint64     // where tidy looks next (taken modulo the table's length)
-	_          [32]byte
+	mu            sync.Mutex               // held to fill, kill or replace slots
+	live, used    int                      // live slots, and slots filled (live or dead), in tab
+	globals, bans int                      // live slots of kind kindGlobal, and of kind kindBan
+	next          uint64                   // where tidy looks next (taken modulo the table's length)
+	laters        map[uint64]*credit.Later // of the buckets given back to (under mu)
+	_             [8]byte
 }
 
 // tidyEvery is how often, in the store's time, a shard that decisions
@@ -38,13 +46,66 @@ const tidySlots = 8
 // evictSample is how many keys a full shard looks at to make room.
 const evictSample = 8
 
-// insert adds fp, which has no live slot, with state: it makes room first
-// at the cap, and rebuilds the table when it would be more than 3/4 filled.
-// The shard is locked and no slot of it is busy.
-func (sh *shard) insert(fp uint64, state, now int64, perShard int) {
-	if sh.live >= perShard {
-		sh.evict(fp, now)
+// The kinds of bucket, which say what the cap may do with them: the kinds
+// below firstSpan are never evicted; a bucket of kind k ≥ firstSpan is
+// ranked by its span, the shard's spans[k-firstSpan].
+const (
+	// kindGlobal is a Global policy's bucket, one per policy: never
+	// evicted, and not counted in the cap.
+	kindGlobal uint8 = 1
+	// kindBan is a penalty box's ban: never evicted.
+	kindBan uint8 = 2
+
+	firstSpan = 3
+	maxSpans  = 256 - firstSpan
+)
+
+// kind returns the kind of p's buckets, adding its span to the shard's
+// spans if it is new. A shard that already has maxSpans spans gives it the
+// kind of the nearest. The shard is locked.
+func (sh *shard) kind(p *ratelimit.Policy) uint8 {
+	switch {
+	case p.Global:
+		return kindGlobal
+	case p.Algorithm == ratelimit.Ban:
+		return kindBan
 	}
+	span := p.Limit.Burst() * int64(p.Limit.Interval())
+	if i := slices.Index(sh.spans, span); i >= 0 {
+		return uint8(firstSpan + i)
+	}
+	if len(sh.spans) < maxSpans {
+		sh.spans = append(sh.spans, span)
+		return uint8(firstSpan + len(sh.spans) - 1)
+	}
+	near, best := 0, math.Inf(1)
+	for i, s := range sh.spans {
+		if d := math.Abs(math.Log(float64(s) / float64(span))); d < best {
+			near, best = i, d
+		}
+	}
+	return uint8(firstSpan + near)
+}
+
+// room makes room for one more key counted in the cap, evicting keys if
+// the shard is at the cap, and reports whether it could: false when the
+// shard holds only keys it must not evict (globals and bans in force). The
+// shard is locked, and its only busy slots are a batch's, which stay
+// (eviction passes over them).
+func (sh *shard) room(from uint64, now int64, perShard int) bool {
+	for sh.live-sh.globals >= perShard {
+		if !sh.evict(from, now) {
+			return false
+		}
+	}
+	return true
+}
+
+// insert adds fp, which has no live slot, with state, as a bucket of p,
+// rebuilding the table first when it would be more than 3/4 filled. It
+// does not look at the cap (see room). The shard is locked and no slot of
+// it is busy.
+func (sh *shard) insert(fp uint64, state, now int64, p *ratelimit.Policy) {
 	t := sh.tab.Load()
 	if t == nil {
 		t = newTable(minSlots)
@@ -52,13 +113,32 @@ func (sh *shard) insert(fp uint64, state, now int64, perShard int) {
 	} else if (sh.used+1)*maxLoadDen > len(t.slots)*maxLoadNum {
 		t = sh.rebuild(now, 1, len(t.slots)) // an insert never shrinks it
 	}
-	t.put(fp, state)
+	k := sh.kind(p) // after the rebuild, which renumbers the kinds
+	t.put(word(fp, k), state, 0)
 	sh.live++
 	sh.used++
+	sh.count(k, 1)
+}
+
+// count adds n to the shard's count of live keys of kind k, if it has one.
+func (sh *shard) count(k uint8, n int) {
+	switch k {
+	case kindGlobal:
+		sh.globals += n
+	case kindBan:
+		sh.bans += n
+	}
+}
+
+// dropped counts out the live slot whose word was w, which was just killed.
+func (sh *shard) dropped(w uint64) {
+	sh.live--
+	sh.count(kindOf(w), -1)
 }
 
 // rebuild moves into a new table every live key except those whose bucket
-// has been full for keepFull, publishes it and returns it. The new table
+// has been full for keepFull, publishes it and returns it; it keeps only
+// the spans of the keys it moves, and renumbers their kinds. The new table
 // has at least floor slots, and room for extra more keys at most half
 // full. Each old slot dies as its key moves, so a decision that had found
 // it either swapped its state in before (and the move carries it) or fails
@@ -69,28 +149,43 @@ func (sh *shard) rebuild(now int64, extra, floor int) *table {
 	keep := now - keepFull
 	n := extra
 	for i := range old.slots {
-		if old.slots[i].fp.Load() != 0 && old.slots[i].state.Load() > keep {
+		if s := &old.slots[i]; s.word.Load() != 0 && s.state.Load() > keep-s.credit.Load() {
 			n++
 		}
 	}
 	t := newTable(max(floor, size(n)))
-	live := 0
+	var renumber [256]uint8 // a kind's new number, 0 until a key of it moves
+	var spans []int64
+	sh.live, sh.globals, sh.bans = 0, 0, 0
 	for i := range old.slots {
 		s := &old.slots[i]
-		fp := s.fp.Load()
-		if fp == 0 {
+		w := s.word.Load()
+		if w == 0 {
 			continue
 		}
-		if st, ok := s.kill(math.MaxInt64); ok && st > keep {
-			if (live+1+extra)*maxLoadDen > len(t.slots)*maxLoadNum {
-				t = t.grown() // decisions refilled buckets since the count
-			}
-			t.put(fp, st)
-			live++
+		c := s.credit.Load()
+		st, ok := s.kill(math.MaxInt64)
+		if !ok || st <= keep-c {
+			continue
 		}
+		if (sh.live+1+extra)*maxLoadDen > len(t.slots)*maxLoadNum {
+			t = t.grown() // decisions refilled buckets since the count
+		}
+		k := kindOf(w)
+		if k >= firstSpan {
+			if renumber[k] == 0 {
+				spans = append(spans, sh.spans[k-firstSpan])
+				renumber[k] = uint8(firstSpan + len(spans) - 1)
+			}
+			k = renumber[k]
+		}
+		t.put(word(w, k), st, c)
+		sh.live++
+		sh.count(k, 1)
 	}
 	sh.tab.Store(t)
-	sh.live, sh.used = live, live
+	sh.spans = spans
+	sh.used = sh.live
 	return t
 }
 
@@ -98,48 +193,77 @@ func (sh *shard) rebuild(now int64, extra, floor int) *table {
 func (t *table) grown() *table {
 	g := newTable(2 * len(t.slots))
 	for i := range t.slots {
-		if fp := t.slots[i].fp.Load(); fp != 0 {
-			g.put(fp, t.slots[i].state.Load())
+		if w := t.slots[i].word.Load(); w != 0 {
+			g.put(w, t.slots[i].state.Load(), t.slots[i].credit.Load())
 		}
 	}
 	return g
 }
 
-// evict makes room for one key: it drops the expired keys among a sample of
-// the live entries from slot from on, or else the sampled key whose bucket
-// is closest to full (the smallest state). from should be random (the new
-// key's fingerprint is), so that the sample is. The shard is locked and
-// holds at least one live key.
-func (sh *shard) evict(from uint64, now int64) {
+// evict drops at least one key to make room, and reports whether it could.
+// It looks at a sample of the live keys from slot from on (more, if the
+// sample holds no key it may evict), and drops those whose bucket is full
+// (state at most now); if there are none, it evicts the sampled key whose
+// bucket is closest to full relative to its span (the least time to full ÷
+// span). It never evicts a global bucket or a ban, and passes over busy
+// slots; it returns false when it finds nothing else in the whole table.
+// from should be random (the new key's fingerprint is), so that the sample
+// is. The shard is locked.
+func (sh *shard) evict(from uint64, now int64) bool {
 	t := sh.tab.Load()
-	for {
+	if t == nil {
+		return false
+	}
+	for i := from; ; {
 		var victim *slot
-		oldest := int64(math.MaxInt64)
+		var victimState int64
+		var victimKind uint8
+		live := sh.live
 		dropped, seen := 0, 0
-		for i := from & t.mask; seen < min(evictSample, sh.live); i = (i + 1) & t.mask {
-			s := &t.slots[i]
+		// The sample, and more while it holds nothing to evict and the
+		// shard does.
+		for ; seen < min(evictSample, live) || seen < live && dropped == 0 && victim == nil && sh.live > sh.globals+sh.bans; i++ {
+			s := &t.slots[i&t.mask]
 			st := s.state.Load()
-			if s.fp.Load() == 0 || st == dead {
+			w := s.word.Load()
+			if w == 0 || st == dead {
 				continue
 			}
 			seen++
-			if _, ok := s.kill(now); ok {
+			if st == busy { // a batch's slot, which stays
+			} else if s.idle(now) {
+				sh.dropped(w)
 				dropped++
-			} else if st < oldest {
-				victim, oldest = s, st
-			}
-		}
-		if dropped == 0 && victim != nil {
-			if _, ok := victim.kill(oldest); ok {
-				dropped = 1
+			} else if k := kindOf(w); k >= firstSpan && (victim == nil || sh.fuller(st, k, victimState, victimKind, now)) {
+				victim, victimState, victimKind = s, st, k
 			}
 		}
 		if dropped > 0 {
-			sh.live -= dropped
-			return
+			return true
+		}
+		if victim == nil {
+			return false
+		}
+		w := victim.word.Load()
+		if _, ok := victim.kill(victimState); ok {
+			sh.dropped(w)
+			return true
 		}
 		// A decision changed the victim meanwhile: sample again.
 	}
+}
+
+// fuller reports whether a bucket of kind a with state sa is closer to full
+// at now, relative to its span, than one of kind b with state sb: whether
+// (sa − now) ÷ span(a) < (sb − now) ÷ span(b), exactly. Both kinds are
+// ranked (at least firstSpan), and both states after now.
+func (sh *shard) fuller(sa int64, a uint8, sb int64, b uint8, now int64) bool {
+	if a == b {
+		return sa < sb
+	}
+	hi1, lo1 := bits.Mul64(uint64(sa-now), uint64(sh.spans[b-firstSpan]))
+	hi2, lo2 := bits.Mul64(uint64(sb-now), uint64(sh.spans[a-firstSpan]))
+	return hi1 < hi2 || hi1 == hi2 && lo1 < lo2
 }
 
 // tidy looks at the next slots from where the last tidy stopped, drops the
@@ -155,10 +279,8 @@ func (sh *shard) tidy(now int64) {
 	for range tidySlots {
 		s := &t.slots[sh.next&t.mask]
 		sh.next++
-		if s.fp.Load() != 0 {
-			if _, ok := s.kill(now - keepFull); ok {
-				sh.live--
-			}
+		if w := s.word.Load(); w != 0 && s.idle(now-keepFull) {
+			sh.dropped(w)
 		}
 	}
 	if len(t.slots) > minSlots && sh.live*8 < len(t.slots) {

@@ -3,24 +3,48 @@ package memorystore
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit"
 )
 
+// shardPolicy is the policy of the keys that the tests of a shard add.
+var shardPolicy = ratelimit.Policy{Name: "s", Limit: ratelimit.PerSecond(1)}
+
+// add adds fp with state to sh under shardPolicy, at the cap perShard, as
+// Take does.
+func add(sh *shard, fp uint64, state, now int64, perShard int) {
+	addAs(sh, &shardPolicy, fp, state, now, perShard)
+}
+
+// addAs adds fp with state to sh under p, at the cap perShard, as Take
+// does, and reports whether it did.
+func addAs(sh *shard, p *ratelimit.Policy, fp uint64, state, now int64, perShard int) bool {
+	if !p.Global && !sh.room(fp, now, perShard) {
+		return false
+	}
+	sh.insert(fp, state, now, p)
+	return true
+}
+
 // checkShard asserts that sh holds exactly model, each key in one live slot
-// that a lookup finds, that its counts are right, that its table is at most
-// 3/4 filled. It adds the table's dead slots to killed.
-func checkShard(t *testing.T, sh *shard, model map[uint64]int64, killed map[*slot]bool) {
+// that a lookup finds, of the kind of its policy in pols (shardPolicy if
+// absent), that its counts are right, that its table is at most 3/4
+// filled. It adds the table's dead slots to killed.
+func checkShard(t *testing.T, sh *shard, model map[uint64]int64, pols map[uint64]*ratelimit.Policy, killed map[*slot]bool) {
 	t.Helper()
 	tb := sh.tab.Load()
-	live, used := 0, 0
+	live, used, globals, bans := 0, 0, 0, 0
 	seen := map[uint64]bool{}
 	for i := range tb.slots {
 		s := &tb.slots[i]
-		fp, st := s.fp.Load(), s.state.Load()
+		w, st := s.word.Load(), s.state.Load()
+		fp := w & idMask
 		switch {
-		case fp == 0:
+		case w == 0:
 			require.Zero(t, st, "an empty slot has a state")
 		case st == dead:
 			used++
@@ -31,11 +55,28 @@ func checkShard(t *testing.T, sh *shard, model map[uint64]int64, killed map[*slo
 			require.False(t, seen[fp], "fingerprint %#x live twice", fp)
 			seen[fp] = true
 			require.Equal(t, model[fp], st, "fingerprint %#x", fp)
+			p := pols[fp]
+			if p == nil {
+				p = &shardPolicy
+			}
+			switch k := kindOf(w); {
+			case p.Global:
+				require.Equal(t, kindGlobal, k, "fingerprint %#x of %s", fp, p.Name)
+				globals++
+			case p.Algorithm == ratelimit.Ban:
+				require.Equal(t, kindBan, k, "fingerprint %#x of %s", fp, p.Name)
+				bans++
+			default:
+				require.GreaterOrEqual(t, k, uint8(firstSpan), "fingerprint %#x of %s", fp, p.Name)
+				require.Equal(t, p.Limit.Burst()*int64(p.Limit.Interval()), sh.spans[k-firstSpan], "fingerprint %#x of %s: its span", fp, p.Name)
+			}
 		}
 	}
 	require.Equal(t, len(model), live)
 	require.Equal(t, live, sh.live)
 	require.Equal(t, used, sh.used)
+	require.Equal(t, globals, sh.globals)
+	require.Equal(t, bans, sh.bans)
 	require.LessOrEqual(t, used*maxLoadDen, len(tb.slots)*maxLoadNum)
 	for fp := range model {
 		s := tb.lookup(fp)
@@ -54,9 +95,10 @@ func checkKilled(t *testing.T, killed map[*slot]bool) {
 
 // forget deletes from model the keys sh no longer holds, checking that each
 // was allowed to go: full for keepFull at now (full at now, with full),
-// or, with one, a single other key. It looks only if the shard holds fewer
+// or, with one, a single other key, which must not be a global bucket or a
+// ban (their policies are in pols). It looks only if the shard holds fewer
 // keys than want or has a new table since was.
-func forget(t *testing.T, sh *shard, model map[uint64]int64, want int, was *table, now int64, full bool, one bool) {
+func forget(t *testing.T, sh *shard, model map[uint64]int64, pols map[uint64]*ratelimit.Policy, want int, was *table, now int64, full bool, one bool) {
 	t.Helper()
 	if sh.live == want && sh.tab.Load() == was {
 		return
@@ -70,22 +112,35 @@ func forget(t *testing.T, sh *shard, model map[uint64]int64, want int, was *tabl
 		if sh.tab.Load().lookup(fp) == nil {
 			if st > limit {
 				require.True(t, one, "fingerprint %#x, state %d, dropped at %d", fp, st, now)
+				if p := pols[fp]; p != nil {
+					require.False(t, p.Global || p.Algorithm == ratelimit.Ban, "fingerprint %#x of %s, state %d, evicted at %d", fp, p.Name, st, now)
+				}
 				gone++
 			}
 			delete(model, fp)
+			delete(pols, fp)
 		}
 	}
 	require.LessOrEqual(t, gone, 1, "more than one key evicted")
 }
 
 // TestShardAgainstMap runs random inserts, decisions, evictions, tidies and
-// rebuilds on one shard against a map. Fingerprints share a few home
-// slots, so probe sequences are long and wrap around the end of the table.
+// rebuilds on one shard against a map, with keys of several spans, global
+// buckets and bans. Fingerprints share a few home slots, so probe
+// sequences are long and wrap around the end of the table.
 func TestShardAgainstMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
+	policies := []*ratelimit.Policy{
+		&shardPolicy,
+		{Name: "b", Limit: ratelimit.PerMinute(7)},
+		{Name: "c", Limit: ratelimit.Per(3, time.Millisecond)},
+		{Name: "global", Limit: ratelimit.PerSecond(1), Global: true},
+		{Name: "b/ban", Limit: ratelimit.Per(1, time.Nanosecond), Algorithm: ratelimit.Ban},
+	}
 	for round := range 40 {
 		var sh shard
 		model := map[uint64]int64{}
+		pols := map[uint64]*ratelimit.Policy{}
 		dead := map[*slot]bool{}
 		homes := uint64(1 + round%7)
 		perShard := 1 << 30
@@ -93,34 +148,48 @@ func TestShardAgainstMap(t *testing.T) {
 			perShard = 20
 		}
 		for i := range 800 {
-			fp := rng.Uint64()<<16 | (^uint64(0)-rng.Uint64N(homes))&0xffff
+			fp := (rng.Uint64()<<16 | (^uint64(0)-rng.Uint64N(homes))&0xffff) & idMask
 			now := rng.Int64N(3 * keepFull)
 			switch op := rng.IntN(10); {
 			case op < 6:
 				state := 1 + rng.Int64N(4*keepFull)
 				if s := sh.tab.Load().lookup(fp); s != nil {
 					require.True(t, s.state.CompareAndSwap(model[fp], state))
+					model[fp] = state
 				} else {
 					before, was := sh.live, sh.tab.Load()
-					sh.insert(fp, state, now, perShard)
-					forget(t, &sh, model, before+1, was, now, before >= perShard, before >= perShard)
+					p := policies[rng.IntN(len(policies))]
+					atCap := !p.Global && sh.live-sh.globals >= perShard
+					kept := addAs(&sh, p, fp, state, now, perShard)
+					if kept {
+						before++
+					}
+					forget(t, &sh, model, pols, before, was, now, atCap, atCap)
+					if kept {
+						model[fp], pols[fp] = state, p
+					} else {
+						require.Equal(t, sh.live, sh.globals+sh.bans, "no room, though a key could be evicted")
+					}
 				}
-				model[fp] = state
 			case op < 8 && sh.live > 0:
 				before := sh.live
-				sh.evict(fp, now)
-				require.Less(t, sh.live, before, "evict makes room")
-				forget(t, &sh, model, -1, nil, now, true, true)
+				if sh.evict(fp, now) {
+					require.Less(t, sh.live, before, "evict makes room")
+				} else {
+					require.Equal(t, sh.live, sh.globals+sh.bans, "no room, though a key could be evicted")
+				}
+				forget(t, &sh, model, pols, -1, nil, now, true, true)
 			case sh.tab.Load() != nil:
 				before, was := sh.live, sh.tab.Load()
 				sh.tidy(now)
 				if sh.tab.Load() == was { // (else it shrank the table, dropping every key full for keepFull)
 					require.LessOrEqual(t, before-sh.live, tidySlots, "tidy does bounded work")
 				}
-				forget(t, &sh, model, before, was, now, false, false)
+				forget(t, &sh, model, pols, before, was, now, false, false)
 			}
+			require.LessOrEqual(t, sh.live-sh.globals, perShard, "over the cap")
 			if tb := sh.tab.Load(); tb != nil && (len(tb.slots) <= 64 || i%64 == 0) {
-				checkShard(t, &sh, model, dead) // (every time while small: it reads every slot)
+				checkShard(t, &sh, model, pols, dead) // (every time while small: it reads every slot)
 			}
 		}
 		checkKilled(t, dead) // a slot's state never comes back
@@ -133,18 +202,65 @@ func TestShardAgainstMap(t *testing.T) {
 func TestEvictsTheFullestSampled(t *testing.T) {
 	var sh shard
 	for fp, state := range map[uint64]int64{1: 50, 2: 30, 3: 40} {
-		sh.insert(fp, state, 0, 10)
+		add(&sh, fp, state, 0, 10)
 	}
-	sh.evict(0, 10)
+	assert.True(t, sh.evict(0, 10))
 	assert.Nil(t, sh.tab.Load().lookup(2))
 	assert.Equal(t, 2, sh.live)
 
-	sh.insert(4, 5, 0, 10) // full at 10
-	sh.evict(0, 10)
+	add(&sh, 4, 5, 0, 10) // full at 10
+	assert.True(t, sh.evict(0, 10))
 	assert.Nil(t, sh.tab.Load().lookup(4), "a full bucket goes first")
 	assert.NotNil(t, sh.tab.Load().lookup(1))
 	assert.NotNil(t, sh.tab.Load().lookup(3))
 	assert.Equal(t, 2, sh.live)
+}
+
+// TestEvictsTheFullestRelativeToItsSpan: the sampled key evicted is the
+// one with the least time to full ÷ span, never a global bucket or a ban,
+// however soon they are full; a shard of globals and bans evicts nothing.
+func TestEvictsTheFullestRelativeToItsSpan(t *testing.T) {
+	const now = 1000
+	fast := &ratelimit.Policy{Name: "fast", Limit: ratelimit.Per(10, 1000)}  // span 1000 ns
+	slow := &ratelimit.Policy{Name: "slow", Limit: ratelimit.Per(60, 60000)} // span 60 000 ns
+	global := &ratelimit.Policy{Name: "global", Limit: fast.Limit, Global: true}
+	ban := &ratelimit.Policy{Name: "login/ban", Limit: ratelimit.Per(1, 1), Algorithm: ratelimit.Ban}
+	var sh shard
+	require.True(t, addAs(&sh, fast, 1, now+900, now, 10))   // 9/10 of its span from full
+	require.True(t, addAs(&sh, slow, 2, now+50000, now, 10)) // 5/6
+	require.True(t, addAs(&sh, slow, 3, now+1000, now, 10))  // 1/60: the fullest, though not the soonest full
+	require.True(t, addAs(&sh, global, 4, now+1, now, 10))   // full in a nanosecond
+	require.True(t, addAs(&sh, ban, 5, now+1, now, 10))      // over in a nanosecond
+	require.True(t, sh.evict(0, now))
+	assert.Nil(t, sh.tab.Load().lookup(3))
+	require.True(t, sh.evict(0, now))
+	assert.Nil(t, sh.tab.Load().lookup(2), "5/6 before 9/10")
+	require.True(t, sh.evict(0, now))
+	assert.Nil(t, sh.tab.Load().lookup(1))
+	assert.False(t, sh.evict(0, now), "only a global bucket and a ban are left")
+	assert.False(t, sh.room(0, now, 1), "one ban at a cap of 1")
+	assert.True(t, addAs(&sh, global, 6, now+1, now, 1), "a global bucket is not counted in the cap")
+	assert.Equal(t, 3, sh.live)
+	assert.True(t, sh.evict(0, now+1), "full again: dropped")
+	assert.Equal(t, 0, sh.live)
+}
+
+// TestKindsBeyondMaxSpans: a shard numbers maxSpans spans exactly, ranks a
+// key of one more span with the nearest, and forgets the spans of keys it
+// no longer holds when it rebuilds its table.
+func TestKindsBeyondMaxSpans(t *testing.T) {
+	var sh shard
+	for i := range maxSpans {
+		p := &ratelimit.Policy{Name: "p", Limit: ratelimit.Per(1, time.Duration(1000*(i+1)))}
+		sh.insert(uint64(i+1), 2, 0, p)
+	}
+	require.Len(t, sh.spans, maxSpans)
+	assert.Equal(t, uint8(firstSpan+2), sh.kind(&ratelimit.Policy{Name: "q", Limit: ratelimit.Per(1, 3100)}), "nearest to 3000 ns")
+	sh.insert(1000, 10, 0, &ratelimit.Policy{Name: "q", Limit: ratelimit.Per(1, 7)}) // ranked as 1000 ns, the nearest
+	sh.rebuild(2+keepFull, 0, minSlots)                                              // every key but the last full for keepFull
+	assert.Equal(t, []int64{1000}, sh.spans, "the spans of the keys held")
+	checkShard(t, &sh, map[uint64]int64{1000: 10}, map[uint64]*ratelimit.Policy{1000: {Name: "p", Limit: ratelimit.Per(1, 1000)}}, map[*slot]bool{})
+	assert.Equal(t, uint8(firstSpan+1), sh.kind(&ratelimit.Policy{Name: "q", Limit: ratelimit.Per(1, 7)}), "a new span again")
 }
 
 // TestTidyGoesRound: wherever its cursor starts, tidy finds a key full for
@@ -156,10 +272,10 @@ func TestTidyGoesRound(t *testing.T) {
 	for range 50 {
 		var sh shard
 		for range 600 {
-			sh.insert(rng.Uint64()|1, now, 0, 1<<30) // full at now, not for keepFull
+			add(&sh, rng.Uint64()|1, now, 0, 1<<30) // full at now, not for keepFull
 		}
 		gone := rng.Uint64() | 1
-		sh.insert(gone, now-keepFull, 0, 1<<30)
+		add(&sh, gone, now-keepFull, 0, 1<<30)
 		sh.next = rng.Uint64()
 		for range len(sh.tab.Load().slots) / tidySlots {
 			sh.tidy(now)
@@ -175,7 +291,7 @@ func TestTidyGoesRound(t *testing.T) {
 func TestShrinks(t *testing.T) {
 	var sh shard
 	for fp := uint64(1); fp <= 10_000; fp++ {
-		sh.insert(fp*0x9e3779b97f4a7c15|1, int64(fp), 0, 1<<30)
+		add(&sh, fp*0x9e3779b97f4a7c15|1, int64(fp), 0, 1<<30)
 	}
 	big := len(sh.tab.Load().slots)
 	now := 9_990 + keepFull // all but 10 full for keepFull
@@ -195,22 +311,22 @@ func TestShrinks(t *testing.T) {
 func TestRebuildDropsLongFullBeforeGrowing(t *testing.T) {
 	var sh shard
 	for fp := uint64(1); fp <= 6; fp++ { // 6 of 8 slots: the next insert rebuilds
-		sh.insert(fp*0x9e3779b97f4a7c15|1, 5, 0, 1<<30)
+		add(&sh, fp*0x9e3779b97f4a7c15|1, 5, 0, 1<<30)
 	}
 	first := sh.tab.Load()
 	require.Len(t, first.slots, minSlots)
-	sh.insert(99, 50+keepFull, 5+keepFull, 1<<30) // all six full for keepFull
+	add(&sh, 99, 50+keepFull, 5+keepFull, 1<<30) // all six full for keepFull
 	assert.NotSame(t, first, sh.tab.Load(), "rebuilt")
 	assert.Len(t, sh.tab.Load().slots, minSlots, "grew over idle keys")
 	for i := range first.slots {
-		if first.slots[i].fp.Load() != 0 {
+		if first.slots[i].word.Load() != 0 {
 			assert.Equal(t, int64(dead), first.slots[i].state.Load(), "an old slot left alive")
 		}
 	}
-	checkShard(t, &sh, map[uint64]int64{99: 50 + keepFull}, map[*slot]bool{})
+	checkShard(t, &sh, map[uint64]int64{99: 50 + keepFull}, nil, map[*slot]bool{})
 
 	for fp := uint64(1); fp <= 6; fp++ { // not full at 10: 7 of 8
-		sh.insert(fp*0x9e3779b97f4a7c15|1, 50, 10, 1<<30)
+		add(&sh, fp*0x9e3779b97f4a7c15|1, 50, 10, 1<<30)
 	}
 	assert.Len(t, sh.tab.Load().slots, 2*minSlots, "a table of live keys grows")
 	assert.Equal(t, 7, sh.live)

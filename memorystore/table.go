@@ -5,27 +5,45 @@ import (
 	"sync/atomic"
 )
 
-// A table is an open-addressing hash table from a 64-bit fingerprint of
-// (policy, key) to that bucket's state: 16 bytes a slot, no pointers (so
-// the garbage collector never scans it), linear probing. A decision reads
-// it and changes a state without a lock; only its shard's owner of the lock
-// fills a slot or kills one. A slot is never reused and an entry never
-// moves within a table: a key that is dropped leaves a dead slot behind,
-// and the dead slots go when the shard rebuilds its table into a new one.
-// So a slot that held a key's live state holds that key's state until it
-// dies, and a compare-and-swap on it can only ever change that key.
+// A table is an open-addressing hash table from a fingerprint of (policy,
+// key) to that bucket's state: 24 bytes a slot, no pointers (so the garbage
+// collector never scans it), linear probing. A decision reads it and changes
+// a state without a lock; only its shard's owner of the lock fills a slot or
+// kills one. A slot is never reused and an entry never moves within a table:
+// a key that is dropped leaves a dead slot behind, and the dead slots go
+// when the shard rebuilds its table into a new one. So a slot that held a
+// key's live state holds that key's state until it dies, and a
+// compare-and-swap on it can only ever change that key.
 type table struct {
 	slots []slot // a power of two long
 	mask  uint64
 }
 
-// slot holds one bucket. A fingerprint of 0 marks an empty slot
-// (fingerprints are never 0). Its state is the bucket's state, or one of
-// the two sentinels below.
+// slot holds one bucket. Its word is 0 for an empty slot; else its low 56
+// bits are the bucket's fingerprint (which the shard's fingerprints share
+// above them) and its top 8 its kind. Its state is the bucket's state, or
+// one of the two sentinels below.
 type slot struct {
-	fp    atomic.Uint64
+	word  atomic.Uint64
 	state atomic.Int64
+	// credit is the span given back to the bucket (ratelimit.Policy.Refund),
+	// written only under the shard's lock, after the state.
+	credit atomic.Int64
 }
+
+// A slot's word holds the 56 bits of a fingerprint that tell the buckets of
+// one shard apart (idBits), and the kind of the bucket above them.
+const (
+	idBits = 56
+	idMask = 1<<idBits - 1
+)
+
+// word returns the word of a slot for the fingerprint fp of a bucket of
+// kind k.
+func word(fp uint64, k uint8) uint64 { return fp&idMask | uint64(k)<<idBits }
+
+// kindOf returns the kind in a slot's word.
+func kindOf(w uint64) uint8 { return uint8(w >> idBits) }
 
 // The sentinel states: no bucket's state, which is a time in Unix
 // nanoseconds after 1678.
@@ -51,38 +69,42 @@ func newTable(n int) *table {
 }
 
 // lookup returns fp's live slot, or nil if the table holds none or a batch
-// holds it. It takes no lock. t may be nil.
+// holds it; the low 56 bits of fp are not all 0. It takes no lock. t may be
+// nil. (It is small enough for the compiler to inline, on the decision's
+// path: mind that when changing it.)
 func (t *table) lookup(fp uint64) *slot {
 	if t == nil {
 		return nil
 	}
 	for i := fp & t.mask; ; i = (i + 1) & t.mask {
 		s := &t.slots[i]
-		switch s.fp.Load() {
-		case fp:
+		w := s.word.Load()
+		if (w^fp)<<(64-idBits) == 0 { // fp's fingerprint, whatever the kind
 			if st := s.state.Load(); st != dead {
 				if st == busy {
 					return nil
 				}
 				return s
 			}
-		case 0:
+		} else if w == 0 {
 			return nil
 		}
 	}
 }
 
-// put fills the first empty slot of fp's probe sequence with state; fp has
-// no live slot in t. The state is written before the fingerprint, so a
-// lookup that sees the fingerprint sees the state. The caller owns t (holds
-// its shard's lock, or has not published it yet).
-func (t *table) put(fp uint64, state int64) {
-	i := fp & t.mask
-	for t.slots[i].fp.Load() != 0 {
+// put fills the first empty slot of the probe sequence of w's fingerprint
+// with w, state and credit; the fingerprint has no live slot in t. The
+// state is written before the word, so a lookup that sees the word sees the
+// state. The caller owns t (holds its shard's lock, or has not published it
+// yet).
+func (t *table) put(w uint64, state, credit int64) {
+	i := w & t.mask
+	for t.slots[i].word.Load() != 0 {
 		i = (i + 1) & t.mask
 	}
 	t.slots[i].state.Store(state)
-	t.slots[i].fp.Store(fp)
+	t.slots[i].credit.Store(credit)
+	t.slots[i].word.Store(w)
 }
 
 // kill makes s dead if its state is still at most limit (a limit of
@@ -97,6 +119,21 @@ func (s *slot) kill(limit int64) (state int64, ok bool) {
 		}
 		if s.state.CompareAndSwap(st, dead) {
 			return st, true
+		}
+	}
+}
+
+// idle makes s dead if its bucket carries no information after limit: its
+// state plus its credit is at most limit (a full bucket that owes no
+// give-back). It reports whether it did. The shard is locked.
+func (s *slot) idle(limit int64) bool {
+	for {
+		st := s.state.Load()
+		if st == dead || st == busy || st > limit || s.credit.Load() > limit-st {
+			return false
+		}
+		if s.state.CompareAndSwap(st, dead) {
+			return true
 		}
 	}
 }

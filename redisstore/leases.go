@@ -124,7 +124,7 @@ func (l *leases) refund(fp uint64, p *ratelimit.Policy, n, until int64) bool {
 	if now >= e.until {
 		return true // spent from a lease that has ended: nothing to give back
 	}
-	e.shadow, _ = p.Refund(e.shadow, 0, now, n, e.shadow) // as if never spent from the lease
+	e.shadow = p.Refund(e.shadow, now, n, e.shadow) // as if never spent from the lease
 	e.left += n
 	return true
 }

@@ -55,6 +55,7 @@ local ms = cS * 1000 + math.ceil(cN / 1000000) + tonumber(ARGV[3])
 redis.call("SET", KEYS[1], string.format("%d:%d;%d:%d", nowS, nowN, cS, cN), "PX", ms)
 return 1
 `)
+
 // Reset implements [ratelimit.ResetStore] in one round trip: it makes
 // key's bucket under p (PREFIX + POLICY + ":" + KEY) full, with the tokens
 // leased from it forgotten, within the store's Timeout, and drops what

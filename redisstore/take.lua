@@ -12,17 +12,19 @@
 --
 -- A bucket's value is its state, the time "s:n" at which it is full again,
 -- then, when tokens were given back to it, ";" and its credit "s:n", the
--- span given back since the bucket was last forgotten (see "refund"); and
--- with leases outstanding (see below) ":L:E:" and K pairs, the rooms of the
--- last K epochs, newest first.
+-- span given back since the bucket was last forgotten, and for each of the
+-- last takes given back (NL at most) "/" and its until and what was given
+-- back of it, "s:n:s:n" (see "refund"); and with leases outstanding (see
+-- below) ":L:E:" and K pairs, the rooms of the last K epochs, newest first.
 --
 -- Credit. A give-back credits only what its take still costs the bucket:
--- until - credit - now, where until is the take's state plus the credit
--- then (the Result's Until: the client adds the credit this script
--- returns), so the spans given back since the take, which moved the takes
--- after them earlier, are not credited twice. The credit only grows, but
--- for the time the bucket spends full, by which it shrinks; a key is kept
--- until its state plus its credit has passed.
+-- until - credit + later - now, where until is the take's state plus the
+-- credit then (the Result's Until: the client adds the credit this script
+-- returns) and later what was given back of the takes after it (of those
+-- the bucket remembers): the spans given back since of the takes before
+-- it moved it earlier, and are not credited twice. The credit only grows,
+-- but for the time the bucket spends full, by which it shrinks; a key is
+-- kept until its state plus its credit has passed.
 --
 -- Leases. An instance may take several tokens at once (a lease) and spend
 -- them locally for L milliseconds at most. Tokens held in a lease are out
@@ -113,6 +115,7 @@ local function stride(kind)
 end
 
 local K = 4 -- the epochs a lease's room is kept
+local NL = 4 -- the takes given back that a bucket remembers
 
 -- Redis expires keys on its own clock. A key decided on the caller's clock
 -- (Options.Clock) is kept this many ms longer than its information lasts,
@@ -156,8 +159,10 @@ while j <= #ARGV do
     for r = 1, K do
       roomS[r], roomN[r] = 0, 0
     end
-    -- c: the bucket's credit
+    -- c: the bucket's credit, and later what it remembers of the takes
+    -- given back: until, given, each a pair
     local cS, cN = 0, 0
+    local later = {}
     local stored = redis.pcall("GET", KEYS[k + i])
     if type(stored) == "table" then
       failed = stored
@@ -169,6 +174,16 @@ while j <= #ARGV do
         local a, b, tail = string.match(rest, "^;(%d+):(%d+)(.*)$")
         if a then
           cS, cN, rest = tonumber(a), tonumber(b), tail
+          while s and string.sub(rest, 1, 1) == "/" and #later < 4 * NL do
+            local w, x, y, z, more = string.match(rest, "^/(%d+):(%d+):(%d+):(%d+)(.*)$")
+            if not w then
+              s = nil
+            else
+              later[#later + 1], later[#later + 2] = tonumber(w), tonumber(x)
+              later[#later + 1], later[#later + 2] = tonumber(y), tonumber(z)
+              rest = more
+            end
+          end
         else
           s = nil
         end
@@ -235,9 +250,17 @@ while j <= #ARGV do
           incS, incN = 0, 0
         end
       end
+      local tS, tN -- the take's until, for a refund
       if kind == "refund" then
-        -- no more than until - credit - now: what the take still costs
-        local uS, uN = sub(tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), cS, cN)
+        -- no more than until - credit + later - now: what the take still
+        -- costs
+        tS, tN = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
+        local uS, uN = sub(tS, tN, cS, cN)
+        for q = 1, #later, 4 do
+          if not le(later[q], later[q + 1], tS, tN) then
+            uS, uN = add(uS, uN, later[q + 2], later[q + 3])
+          end
+        end
         uS, uN = sub(uS, uN, nowS, nowN)
         if not positive(uS, uN) then
           incS, incN = 0, 0
@@ -251,6 +274,23 @@ while j <= #ARGV do
       end
       aS, aN = sub(dS, dN, incS, incN)
       cS, cN = add(cS, cN, incS, incN)
+      if tS and positive(incS, incN) then
+        -- remember it, in place of a take whose until has passed or of the
+        -- one with the smallest until
+        local keep = {}
+        for q = 1, #later, 4 do
+          if not le(later[q], later[q + 1], nowS, nowN) then
+            keep[#keep + 1] = {later[q], later[q + 1], later[q + 2], later[q + 3]}
+          end
+        end
+        table.sort(keep, function(x, y) return not le(x[1], x[2], y[1], y[2]) end)
+        later = {tS, tN, incS, incN}
+        for q = 1, math.min(#keep, NL - 1) do
+          for r = 1, 4 do
+            later[#later + 1] = keep[q][r]
+          end
+        end
+      end
     elseif kind == "ban" then
       if positive(incS, incN) then
         if le(dS, dN, incS, incN) then
@@ -291,7 +331,7 @@ while j <= #ARGV do
       end
     end
     nextS[i], nextN[i] = aS, aN
-    lease[i] = {L, E, roomS, roomN, cS, cN}
+    lease[i] = {L, E, roomS, roomN, cS, cN, later}
     all = all and allowed > 0
     out[5 * i - 4] = allowed
     out[5 * i - 3] = dS
@@ -312,7 +352,7 @@ while j <= #ARGV do
     if all then
       for i = 1, m do
         local key, aS, aN = KEYS[k + i], nextS[i], nextN[i]
-        local L, E, roomS, roomN, cS, cN = unpack(lease[i])
+        local L, E, roomS, roomN, cS, cN, later = unpack(lease[i])
         if not positive(aS, aN) then
           aS, aN = 0, 0
         end
@@ -325,6 +365,11 @@ while j <= #ARGV do
         local tail = ""
         if positive(cS, cN) then
           tail = string.format(";%d:%d", cS, cN)
+          for q = 1, #later, 4 do
+            if not le(later[q], later[q + 1], nowS, nowN) then
+              tail = tail .. string.format("/%d:%d:%d:%d", later[q], later[q + 1], later[q + 2], later[q + 3])
+            end
+          end
         end
         for r = 1, K do
           if positive(roomS[r], roomN[r]) then

@@ -13,14 +13,51 @@ import (
 	"github.com/tokenfair/ratelimit"
 )
 
-// RunGiveBacks runs, alone, the suite's randomized test of give-backs
-// against the exact model (GiveBackModel in Run): for a store configured
-// in a way whose other decisions the suite does not expect, such as a
-// Redis store that leases tokens.
+// RunGiveBacks runs the suite's randomized test of give-backs against the
+// exact model (GiveBackModel in Run) alone, for a store configured in a way
+// whose other decisions the suite does not expect (a Redis store that
+// leases tokens), and a test that Run leaves out: give-backs of one bucket
+// that overlap are exact, for a store that keeps what was given back per
+// take ([ratelimit.RefundStore]).
 func RunGiveBacks(t *testing.T, newStore NewStore) {
 	t.Helper()
-	c := new(Clock)
-	testGiveBackModel(t, c, newStore(t, c.Now))
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, *Clock, ratelimit.Store)
+	}{
+		{"GiveBackModel", testGiveBackModel},
+		{"GiveBacksOverlap", testGiveBacksOverlap},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := new(Clock)
+			tc.fn(t, c, newStore(t, c.Now))
+		})
+	}
+}
+
+// testGiveBacksOverlap: three requests of one key are open at once and
+// none counts; whatever the order they finish in, the bucket is full
+// again, as if none had come. A store that counts what was given back of
+// a later take against an earlier one gives back less.
+func testGiveBacksOverlap(t *testing.T, c *Clock, s ratelimit.Store) {
+	rs, ok := s.(ratelimit.RefundStore)
+	if !ok {
+		t.Skipf("%T is not a ratelimit.RefundStore", s)
+	}
+	p := policy("overlap", fivePerSecond)
+	for i, order := range [][3]int{{0, 1, 2}, {2, 1, 0}, {1, 0, 2}, {1, 2, 0}, {0, 2, 1}, {2, 0, 1}} {
+		key := fmt.Sprint("o", i)
+		var took [3]ratelimit.Result
+		for k := range took {
+			took[k] = take(t, s, p, key, 2)
+			require.True(t, took[k].Allowed)
+		}
+		for _, k := range order {
+			require.NoError(t, rs.Refund(context.Background(), p, key, 2, took[k]))
+		}
+		res := take(t, s, p, key, 0)
+		require.Equal(t, int64(10), res.Remaining, "finished in the order %v: the bucket is full again", order)
+	}
 }
 
 // testGiveBackModel: requests are taken, held open while the clock moves
