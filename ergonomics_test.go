@@ -64,6 +64,53 @@ func TestLoginGuard(t *testing.T) {
 	assert.Equal(t, 200, login(h, "bob", "right"), "another client is unaffected")
 }
 
+// TestLoginGuardBanksNothing is the banking attack on the login guard: a
+// client holds five successful (uncounted) logins open, lets the bucket
+// refill, spends five failures, then lets the open ones finish. Their
+// give-backs must credit nothing: the bucket has been full since they were
+// taken. (It admitted five more failures at the same instant: ten with a
+// burst of five.) A reset followed by the give-backs banks nothing either.
+func TestLoginGuardBanksNothing(t *testing.T) {
+	for _, reset := range []bool{false, true} {
+		clock := new(fakeClock)
+		lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Name: "logins", Limit: ratelimit.PerMinute(5)})
+		require.NoError(t, err)
+		m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{CountIf: func(status int) bool { return status >= 400 }})
+		require.NoError(t, err)
+		entered, release := make(chan struct{}), make(chan struct{})
+		h := nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Password") == "right" {
+				entered <- struct{}{}
+				<-release // held open
+				return
+			}
+			w.WriteHeader(http.StatusUnauthorized)
+		}))
+		var open sync.WaitGroup
+		for range 5 {
+			open.Go(func() { assert.Equal(t, 200, login(h, "mallory", "right")) })
+			<-entered
+		}
+		if reset {
+			require.NoError(t, lim.Reset(context.Background(), "mallory"))
+		} else {
+			clock.Advance(time.Minute) // full again
+		}
+		var codes []int
+		for range 5 {
+			codes = append(codes, login(h, "mallory", "wrong"))
+		}
+		require.Equal(t, []int{401, 401, 401, 401, 401}, codes)
+		close(release)
+		open.Wait()
+		codes = nil
+		for range 5 {
+			codes = append(codes, login(h, "mallory", "wrong"))
+		}
+		assert.Equal(t, []int{429, 429, 429, 429, 429}, codes, "reset %v: the open requests banked nothing", reset)
+	}
+}
+
 // A request whose handler panics under CountIf gets its cost back: its
 // status never came, so it cannot count.
 func TestCountIfPanicGivesBack(t *testing.T) {

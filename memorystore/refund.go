@@ -27,7 +27,7 @@ func (s *Store) Refund(_ context.Context, p *ratelimit.Policy, key string, cost 
 	for {
 		old, c := sl.state.Load(), sl.credit.Load()
 		l := *later
-		next, nc := credit.Refund(p, old, c, &l, now, cost, took.Until)
+		next, nc := credit.Refund(p, old, c, &l, now, cost, owed(took.Until))
 		if next == old || swap(&sl.state, old, next) {
 			sl.credit.Store(nc)
 			*later = l

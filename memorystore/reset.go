@@ -37,6 +37,7 @@ func (s *Store) Reset(_ context.Context, p *ratelimit.Policy, key string) error 
 			break
 		}
 	}
+	delete(sh.laters, fp) // its takes get nothing back
 	if w := sl.word.Load(); sl.idle(now) {
 		sh.dropped(w)
 	}

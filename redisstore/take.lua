@@ -219,6 +219,9 @@ while j <= #ARGV do
         if cS < 0 then
           cS, cN = 0, 0
         end
+        -- the takes remembered get nothing back, and the untils of those to
+        -- come may be smaller
+        later = {}
         dS, dN = 0, 0
       end
     end

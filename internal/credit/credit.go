@@ -51,9 +51,13 @@ func (l *Later) add(until, give, now int64) {
 // returns the new state and credit, and records the give-back in later
 // (which may be nil: it then counts all that was given back since the
 // take, as is safe). A full bucket's credit shrinks by the time it has
-// been full, and its state moves to now.
+// been full, its state moves to now and later is emptied: the Until of the
+// takes to come may be smaller than those it held.
 func Refund(p *ratelimit.Policy, state, credit int64, later *Later, now, cost, until int64) (next, nextCredit int64) {
 	if state <= now {
+		if later != nil {
+			*later = Later{} // of takes that can get nothing back, and before any to come
+		}
 		return now, max(credit-(now-state), 0)
 	}
 	end := until - credit

@@ -51,3 +51,12 @@ func TestReset(t *testing.T) {
 	next, c = Reset(now-30, 100, now)
 	assert.Equal(t, [2]int64{now, 70}, [2]int64{next, c}, "full for 30 ns")
 }
+
+func TestFullBucketForgetsLater(t *testing.T) {
+	const now = int64(1e18)
+	p := &ratelimit.Policy{Name: "p", Limit: ratelimit.Per(10, 1000)}
+	l := Later{until: [n]int64{now + 900}, give: [n]int64{300}}
+	next, c := Refund(p, now-10, 500, &l, now, 1, now+50)
+	assert.Equal(t, [2]int64{now, 490}, [2]int64{next, c})
+	assert.Equal(t, Later{}, l, "the takes it held get nothing back, and later ones may have smaller untils")
+}
