@@ -55,8 +55,9 @@
 //   - It never evicts a ban ([ratelimit.Penalty]) in force, so it never
 //     lifts one.
 //   - It may evict any other bucket, which starts again full: a client
-//     gets back at most the tokens its bucket was missing, and only once
-//     the sample holds no bucket fuller for its limit. A penalty box's
+//     gets back at most the tokens its bucket was missing (and the
+//     give-backs of its requests open then, at most their cost), and only
+//     once the sample holds no bucket fuller for its limit. A penalty box's
 //     count of refusals ("/strikes") and its memory of bans ("/bans") are
 //     such buckets: evicting them lets a client be refused up to
 //     Penalty.After − 1 more times before its next ban, or makes that ban
@@ -187,17 +188,15 @@ func (s *Store) Take(_ context.Context, p *ratelimit.Policy, key string, cost in
 	sh := s.shard(fp)
 	if sl := sh.tab.Load().lookup(fp); sl != nil {
 		now := s.now()
-		if now < sh.lockedUntil.Load() {
-			return s.takeLocked(sh, p, fp, cost), nil
+		if now < sh.lockedUntil.Load() || sl.word.Load()&credited != 0 {
+			return s.takeLocked(sh, p, fp, cost), nil // (a credited bucket's Until needs its credit)
 		}
 		// Read the state, decide, and swap the new state in if the state is
 		// still the one read.
 		old := sl.state.Load()
 		if old != dead && old != busy { // else the key moved or a batch holds it: look under the lock
-			credit := sl.credit.Load() // before the swap: a refund that comes between fails it
 			var next int64
 			res, next = p.Decide(old, now, cost)
-			res.Until += credit
 			if next == old || swap(&sl.state, old, next) {
 				if now >= sh.tidyAt.Load() && sh.mu.TryLock() {
 					sh.tidy(now)
@@ -239,7 +238,7 @@ func (s *Store) takeLocked(sh *shard, p *ratelimit.Policy, fp uint64, cost int64
 				break
 			}
 		}
-		res.Until += sl.credit.Load() // refunds, which change it, take the lock
+		res.Until += sh.creditOf(sl.word.Load()) // refunds, which change it, take the lock
 	} else {
 		var next int64
 		if res, next = p.Decide(0, now, cost); next > now { // else the bucket is full: nothing to keep
@@ -299,10 +298,10 @@ func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []r
 		if first >= 0 {
 			old = states[first]
 			if slots[first] != nil {
-				credit = slots[first].credit.Load()
+				credit = s.shard(fp).creditOf(slots[first].word.Load())
 			}
 		} else if sl = s.shard(fp).tab.Load().lookup(fp); sl != nil {
-			old, credit = sl.claim(), sl.credit.Load()
+			old, credit = sl.claim(), s.shard(fp).creditOf(sl.word.Load())
 		}
 		var next int64
 		results[i], next = reqs[i].Policy.Decide(old, now, reqs[i].Cost)

@@ -29,17 +29,17 @@ func (s *Store) Reset(_ context.Context, p *ratelimit.Policy, key string) error 
 	if sl == nil {
 		return nil
 	}
+	w := sl.word.Load() | credited // decisions that race take the lock
+	sl.word.Store(w)
 	for {
 		old := sl.state.Load()
-		next, c := credit.Reset(old, sl.credit.Load(), now)
+		next, c := credit.Reset(old, sh.creditOf(w), now)
 		if swap(&sl.state, old, next) {
-			sl.credit.Store(c)
+			sh.setCredit(sl, w, c)
 			break
 		}
 	}
 	delete(sh.laters, fp) // its takes get nothing back
-	if w := sl.word.Load(); sl.idle(now) {
-		sh.dropped(w)
-	}
+	sh.idle(sl, now)
 	return nil
 }

@@ -33,7 +33,7 @@ func TestResetKeepsTheCredit(t *testing.T) {
 
 	require.NoError(t, s.Reset(ctx, &p, "a"))
 	assert.Equal(t, c.Now().UnixNano(), sl.state.Load(), "a is full")
-	assert.Equal(t, int64(800*time.Millisecond), sl.credit.Load(), "what a owed is its credit")
+	assert.Equal(t, int64(800*time.Millisecond), sh.creditOf(sl.word.Load()), "what a owed is its credit")
 	require.NoError(t, s.Refund(ctx, &p, "a", 4, took))
 	res, _ := s.Take(ctx, &p, "a", 1)
 	assert.Equal(t, int64(9), res.Remaining, "a starts full, and the take before the reset gave nothing back")

@@ -26,8 +26,8 @@ type shard struct {
 	live, used    int                      // live slots, and slots filled (live or dead), in tab
 	globals, bans int                      // live slots of kind kindGlobal, and of kind kindBan
 	next          uint64                   // where tidy looks next (taken modulo the table's length)
+	credits       map[uint64]int64         // the credit of each credited bucket, by its word's id (under mu)
 	laters        map[uint64]*credit.Later // of the buckets given back to (under mu)
-	_             [8]byte
 }
 
 // tidyEvery is how often, in the store's time, a shard that decisions
@@ -57,7 +57,7 @@ const (
 	kindBan uint8 = 2
 
 	firstSpan = 3
-	maxSpans  = 256 - firstSpan
+	maxSpans  = 128 - firstSpan // the top bit of the word is credited
 )
 
 // kind returns the kind of p's buckets, adding its span to the shard's
@@ -114,7 +114,7 @@ func (sh *shard) insert(fp uint64, state, now int64, p *ratelimit.Policy) {
 		t = sh.rebuild(now, 1, len(t.slots)) // an insert never shrinks it
 	}
 	k := sh.kind(p) // after the rebuild, which renumbers the kinds
-	t.put(word(fp, k), state, 0)
+	t.put(word(fp, k), state)
 	sh.live++
 	sh.used++
 	sh.count(k, 1)
@@ -130,10 +130,42 @@ func (sh *shard) count(k uint8, n int) {
 	}
 }
 
-// dropped counts out the live slot whose word was w, which was just killed.
+// dropped counts out the live slot whose word was w, which was just killed,
+// and forgets its credit.
 func (sh *shard) dropped(w uint64) {
 	sh.live--
 	sh.count(kindOf(w), -1)
+	if w&credited != 0 {
+		delete(sh.credits, w&idMask)
+	}
+}
+
+// creditOf returns the credit of the bucket whose slot's word is w. The
+// shard is locked.
+func (sh *shard) creditOf(w uint64) int64 {
+	if w&credited == 0 {
+		return 0
+	}
+	return sh.credits[w&idMask]
+}
+
+// idle makes s dead if its bucket carries no information after limit: its
+// state plus its credit is at most limit (a full bucket that owes no
+// give-back). It reports whether it did, and counts the slot out. The
+// shard is locked.
+func (sh *shard) idle(s *slot, limit int64) bool {
+	w := s.word.Load()
+	c := sh.creditOf(w)
+	for {
+		st := s.state.Load()
+		if st == dead || st == busy || st > limit-c {
+			return false
+		}
+		if s.state.CompareAndSwap(st, dead) {
+			sh.dropped(w)
+			return true
+		}
+	}
 }
 
 // rebuild moves into a new table every live key except those whose bucket
@@ -149,7 +181,7 @@ func (sh *shard) rebuild(now int64, extra, floor int) *table {
 	keep := now - keepFull
 	n := extra
 	for i := range old.slots {
-		if s := &old.slots[i]; s.word.Load() != 0 && s.state.Load() > keep-s.credit.Load() {
+		if s := &old.slots[i]; s.word.Load() != 0 && s.state.Load() > keep-sh.creditOf(s.word.Load()) {
 			n++
 		}
 	}
@@ -163,9 +195,14 @@ func (sh *shard) rebuild(now int64, extra, floor int) *table {
 		if w == 0 {
 			continue
 		}
-		c := s.credit.Load()
 		st, ok := s.kill(math.MaxInt64)
-		if !ok || st <= keep-c {
+		if !ok {
+			continue
+		}
+		if st <= keep-sh.creditOf(w) {
+			if w&credited != 0 {
+				delete(sh.credits, w&idMask)
+			}
 			continue
 		}
 		if (sh.live+1+extra)*maxLoadDen > len(t.slots)*maxLoadNum {
@@ -179,7 +216,7 @@ func (sh *shard) rebuild(now int64, extra, floor int) *table {
 			}
 			k = renumber[k]
 		}
-		t.put(word(w, k), st, c)
+		t.put(word(w, k)|w&credited, st)
 		sh.live++
 		sh.count(k, 1)
 	}
@@ -194,7 +231,7 @@ func (t *table) grown() *table {
 	g := newTable(2 * len(t.slots))
 	for i := range t.slots {
 		if w := t.slots[i].word.Load(); w != 0 {
-			g.put(w, t.slots[i].state.Load(), t.slots[i].credit.Load())
+			g.put(w, t.slots[i].state.Load())
 		}
 	}
 	return g
@@ -231,8 +268,7 @@ func (sh *shard) evict(from uint64, now int64) bool {
 			}
 			seen++
 			if st == busy { // a batch's slot, which stays
-			} else if s.idle(now) {
-				sh.dropped(w)
+			} else if sh.idle(s, now) {
 				dropped++
 			} else if k := kindOf(w); k >= firstSpan && (victim == nil || sh.fuller(st, k, victimState, victimKind, now)) {
 				victim, victimState, victimKind = s, st, k
@@ -279,8 +315,8 @@ func (sh *shard) tidy(now int64) {
 	for range tidySlots {
 		s := &t.slots[sh.next&t.mask]
 		sh.next++
-		if w := s.word.Load(); w != 0 && s.idle(now-keepFull) {
-			sh.dropped(w)
+		if s.word.Load() != 0 {
+			sh.idle(s, now-keepFull)
 		}
 	}
 	if len(t.slots) > minSlots && sh.live*8 < len(t.slots) {

@@ -6,7 +6,7 @@ import (
 )
 
 // A table is an open-addressing hash table from a fingerprint of (policy,
-// key) to that bucket's state: 24 bytes a slot, no pointers (so the garbage
+// key) to that bucket's state: 16 bytes a slot, no pointers (so the garbage
 // collector never scans it), linear probing. A decision reads it and changes
 // a state without a lock; only its shard's owner of the lock fills a slot or
 // kills one. A slot is never reused and an entry never moves within a table:
@@ -26,9 +26,6 @@ type table struct {
 type slot struct {
 	word  atomic.Uint64
 	state atomic.Int64
-	// credit is the span given back to the bucket (ratelimit.Policy.Refund),
-	// written only under the shard's lock, after the state.
-	credit atomic.Int64
 }
 
 // A slot's word holds the 56 bits of a fingerprint that tell the buckets of
@@ -38,12 +35,17 @@ const (
 	idMask = 1<<idBits - 1
 )
 
+// credited is the top bit of a slot's word: the bucket has a credit
+// (tokens were given back to it), kept in its shard's credits. A decision
+// on it takes the shard's lock, which its Refund holds.
+const credited = 1 << 63
+
 // word returns the word of a slot for the fingerprint fp of a bucket of
-// kind k.
+// kind k (below 128), without credit.
 func word(fp uint64, k uint8) uint64 { return fp&idMask | uint64(k)<<idBits }
 
 // kindOf returns the kind in a slot's word.
-func kindOf(w uint64) uint8 { return uint8(w >> idBits) }
+func kindOf(w uint64) uint8 { return uint8(w>>idBits) &^ 0x80 }
 
 // The sentinel states: no bucket's state, which is a time in Unix
 // nanoseconds after 1678.
@@ -93,17 +95,15 @@ func (t *table) lookup(fp uint64) *slot {
 }
 
 // put fills the first empty slot of the probe sequence of w's fingerprint
-// with w, state and credit; the fingerprint has no live slot in t. The
-// state is written before the word, so a lookup that sees the word sees the
-// state. The caller owns t (holds its shard's lock, or has not published it
-// yet).
-func (t *table) put(w uint64, state, credit int64) {
+// with w and state; the fingerprint has no live slot in t. The state is
+// written before the word, so a lookup that sees the word sees the state.
+// The caller owns t (holds its shard's lock, or has not published it yet).
+func (t *table) put(w uint64, state int64) {
 	i := w & t.mask
 	for t.slots[i].word.Load() != 0 {
 		i = (i + 1) & t.mask
 	}
 	t.slots[i].state.Store(state)
-	t.slots[i].credit.Store(credit)
 	t.slots[i].word.Store(w)
 }
 
@@ -119,21 +119,6 @@ func (s *slot) kill(limit int64) (state int64, ok bool) {
 		}
 		if s.state.CompareAndSwap(st, dead) {
 			return st, true
-		}
-	}
-}
-
-// idle makes s dead if its bucket carries no information after limit: its
-// state plus its credit is at most limit (a full bucket that owes no
-// give-back). It reports whether it did. The shard is locked.
-func (s *slot) idle(limit int64) bool {
-	for {
-		st := s.state.Load()
-		if st == dead || st == busy || st > limit || s.credit.Load() > limit-st {
-			return false
-		}
-		if s.state.CompareAndSwap(st, dead) {
-			return true
 		}
 	}
 }
