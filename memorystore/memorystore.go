@@ -45,7 +45,7 @@
 // to admit a new key into a full shard the store first drops any keys with
 // a full bucket among a sample of 8 keys of that shard, else evicts the
 // sampled key whose bucket is closest to full relative to its own limit
-// (the least time to full ÷ burst × interval; exact for the first 253
+// (the least time to full ÷ burst × interval; exact for the first 125
 // limits a shard holds keys of, and for more the nearest of those). What a
 // flood of unique keys at the cap can do is bounded:
 //
