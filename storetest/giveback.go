@@ -21,18 +21,10 @@ import (
 // take ([ratelimit.RefundStore]).
 func RunGiveBacks(t *testing.T, newStore NewStore) {
 	t.Helper()
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T, *Clock, ratelimit.Store)
-	}{
+	runTests(t, newStore, []test{
 		{"GiveBackModel", testGiveBackModel},
 		{"GiveBacksOverlap", testGiveBacksOverlap},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := new(Clock)
-			tc.fn(t, c, newStore(t, c.Now))
-		})
-	}
+	})
 }
 
 // testGiveBacksOverlap: three requests of one key are open at once and

@@ -58,10 +58,7 @@ func (c *Clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 // Run runs the conformance suite against stores made by newStore.
 func Run(t *testing.T, newStore NewStore) {
 	t.Helper()
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T, *Clock, ratelimit.Store)
-	}{
+	runTests(t, newStore, []test{
 		{"NewKeyStartsFull", testNewKeyStartsFull},
 		{"RefillToTheNanosecond", testRefill},
 		{"WorkedExample", testWorkedExample},
@@ -97,7 +94,20 @@ func Run(t *testing.T, newStore NewStore) {
 		{"PenaltyStrikesAge", testPenaltyStrikesAge},
 		{"PenaltyBackOff", testPenaltyBackOff},
 		{"PenaltyReset", testPenaltyReset},
-	} {
+	})
+}
+
+// test is one test of the suite.
+type test struct {
+	name string
+	fn   func(*testing.T, *Clock, ratelimit.Store)
+}
+
+// runTests runs each of tests on a store of its own, with a clock of its
+// own.
+func runTests(t *testing.T, newStore NewStore, tests []test) {
+	t.Helper()
+	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := new(Clock)
 			tc.fn(t, c, newStore(t, c.Now))
