@@ -81,7 +81,8 @@ type Options struct {
 	ClientIP *IPOptions
 	// CountIf makes only some responses spend the budget: a request is
 	// still refused when the budget is spent, but after the handler
-	// returns, its cost is given back unless CountIf(status) is true. A
+	// returns, its cost is given back (what its take still costs the
+	// bucket: see [RefundStore]) unless CountIf(status) is true. A
 	// response that has begun counts by its status, even if its handler
 	// then panics (a client that hung up mid-body); one that panics before
 	// writing anything does not count. The login guard counts failures
