@@ -19,9 +19,8 @@ import "context"
 // buckets. A [Limiter] validates its policies and the cost before it calls
 // a store, so a store may assume that p is valid, the key is not empty and
 // 0 ≤ cost ≤ the burst. Tokens are given back through [RefundStore]. This
-// package's Store
-// example is a complete store over a map, and the storetest package is the
-// conformance suite every store should pass.
+// package's Store example is a complete store over a map, and the storetest
+// package is the conformance suite every store should pass.
 type Store interface {
 	// Take decides one request of cost tokens for the bucket of key under
 	// p, and spends them if allowed. It returns an error only when the
