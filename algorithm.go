@@ -19,7 +19,8 @@ import "time"
 // The state is, for TokenBucket and LeakyPolice, the time the bucket is full
 // again (GCRA's theoretical arrival time); for LeakyShape, the time the
 // queue is empty; for Ban, the time the ban ends (and a positive cost is a
-// ban's length in nanoseconds, whatever the burst). docs/algorithms.md
+// ban's length in nanoseconds, whatever the burst; a key already banned
+// refuses it). docs/algorithms.md
 // derives them.
 func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 	iv, burst := int64(p.Limit.interval), p.Limit.burst
@@ -89,15 +90,17 @@ func tokenBucket(state, now, interval, burst, cost int64) (allowed bool, next, r
 	return allowed, next, remaining, retryAfter, resetAfter
 }
 
-// ban is a penalty box's ban: the state is the time the ban ends. A cost of
-// 0 asks, and is refused until then; a positive cost bans for cost
-// nanoseconds from now, unless a longer ban is on.
+// ban is a penalty box's ban: the state is the time the ban ends. Until
+// then every request is refused and changes nothing; after it, a cost of 0
+// asks, and a positive cost bans for cost nanoseconds from now. So of
+// requests that race to ban a key, one bans it and the others are refused
+// by its ban.
 func ban(state, now, cost int64) (allowed bool, next, retryAfter, resetAfter int64) {
 	next = state
-	if cost > 0 {
-		next = max(state, now+cost)
+	allowed = state <= now
+	if allowed && cost > 0 {
+		next = now + cost
 	}
-	allowed = cost > 0 || next <= now
 	resetAfter = max(next-now, 0)
 	if !allowed {
 		retryAfter = resetAfter

@@ -20,7 +20,9 @@ import (
 // never refused more than After − 1 times within any span of Within is
 // never banned. (In between, the bucket decides: strikes spread out are
 // forgiven as they age.) Refusals during a ban count no strike; the
-// answer to the refusal that bans is already the ban's. Limiter.Reset
+// answer to the refusal that bans is already the ban's. Of refusals that
+// race to ban a key (each found it not banned), one bans it and the
+// others are answered with its ban: a burst is one ban. Limiter.Reset
 // forgets a key's strikes and bans too. While a failover store decides in
 // its Local store, strikes and bans are counted there (see the failover
 // package).
@@ -37,9 +39,10 @@ type Penalty struct {
 	// to Max; the key forgets one ban every 2 × Max (its bans are counted
 	// in a token bucket that refills one per 2 × Max). So a key banned
 	// again as soon as each ban ends is banned For, 2 × For, 4 × For, …,
-	// Max, Max, …. Zero (the default): every ban lasts For. Max is at most
-	// 50 years, and so is the longest a key's bans are remembered: 2 × Max
-	// times one more than the doublings from For to Max.
+	// Max, Max, …, however many of its requests arrive at once. Zero (the
+	// default): every ban lasts For. Max is at most 50 years, and so is
+	// the longest a key's bans are remembered: 2 × Max times one more than
+	// the doublings from For to Max.
 	Max time.Duration
 }
 
@@ -134,7 +137,10 @@ func (l *Limiter) banResult(b *box, ban Result) Result {
 
 // strike counts the refusal of key by the policies that results say
 // refused it, and bans the key under those whose strikes ran out. It
-// returns the ban's refusal if one began. A store failure bans nobody. A
+// returns the ban's refusal if one began, or the ban in force if another
+// request began it first: of the refusals that race to ban a key, one
+// bans it, for the length the bans remembered before it give, and only
+// that one is remembered for the back-off. A store failure bans nobody. A
 // degraded refusal (a failover's Local mode) strikes as any does, in the
 // store that refused.
 func (l *Limiter) strike(ctx context.Context, key string, results []Result) (Result, bool) {
@@ -153,14 +159,20 @@ func (l *Limiter) strike(ctx context.Context, key string, results []Result) (Res
 		if b.bans != nil {
 			levels := b.bans.Limit.burst - 1 // the doublings from For to Max
 			level := levels                  // more bans remembered than levels: the longest
-			if res, err := l.store.Take(ctx, b.bans, key, 1); err == nil && res.Allowed {
-				level = levels - res.Remaining
+			if res, err := l.store.Take(ctx, b.bans, key, 0); err == nil {
+				level = min(levels+1-res.Remaining, levels)
 			}
 			length = min(pen.For<<level, pen.Max)
 		}
 		res, err := l.store.Take(ctx, &b.ban, key, int64(length))
 		if err != nil {
 			continue
+		}
+		if !res.Allowed { // another refusal banned the key first
+			return l.banResult(b, res), true
+		}
+		if b.bans != nil {
+			_, _ = l.store.Take(ctx, b.bans, key, 1) // a failure forgets this ban (a shorter next one)
 		}
 		return l.banResult(b, Result{RetryAfter: res.ResetAfter, ResetAfter: res.ResetAfter}), true
 	}

@@ -60,9 +60,9 @@
 --                       if its room is still kept (else nothing is given
 --                       back: the bucket may have refilled into it)
 --              "ban"    inc bound: a penalty box's ban, whose state is the
---                       time it ends; inc 0 asks (refused while banned),
---                       a positive inc bans for inc from now (or keeps a
---                       longer ban); bound is unused
+--                       time it ends; refused while banned, and then
+--                       unchanged; else inc 0 asks, and a positive inc
+--                       bans for inc from now; bound is unused
 --
 -- Every key of a group is decided at the same instant. A group's new
 -- states are written only if every key allows; a key is kept exactly as
@@ -295,12 +295,10 @@ while j <= #ARGV do
         end
       end
     elseif kind == "ban" then
-      if positive(incS, incN) then
-        if le(dS, dN, incS, incN) then
-          aS, aN = incS, incN
-        end
-      elseif positive(dS, dN) then
-        allowed = 0
+      if positive(dS, dN) then
+        allowed = 0 -- banned: neither asked past nor replaced
+      elseif positive(incS, incN) then
+        aS, aN = incS, incN
       end
     elseif positive(incS, incN) then -- a cost of 0 only reads
       local bS, bN = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])

@@ -93,6 +93,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"PenaltyBans", testPenaltyBans},
 		{"PenaltyStrikesAge", testPenaltyStrikesAge},
 		{"PenaltyBackOff", testPenaltyBackOff},
+		{"PenaltyBurstBansFor", testPenaltyBurstBansFor},
+		{"PenaltyBurstBackOff", testPenaltyBurstBackOff},
 		{"PenaltyReset", testPenaltyReset},
 	})
 }
@@ -869,8 +871,9 @@ func testPoliciesReset(t *testing.T, c *Clock, s ratelimit.Store) {
 
 // testBan: the Ban algorithm, a penalty box's ban, whose state is the time
 // it ends: a request of cost 0 asks and is refused until then, to the
-// nanosecond; a positive cost bans for that many nanoseconds unless a
-// longer ban is on; a batch with a banned key's question spends nothing.
+// nanosecond; a positive cost bans for that many nanoseconds, but is
+// refused, and changes nothing, while a ban is on; a batch with a banned
+// key's question spends nothing.
 func testBan(t *testing.T, c *Clock, s ratelimit.Store) {
 	ban := &ratelimit.Policy{Name: "p/ban", Limit: ratelimit.Per(1, time.Nanosecond), Algorithm: ratelimit.Ban}
 	run(t, c, s, ban, []step{
@@ -878,7 +881,8 @@ func testBan(t *testing.T, c *Clock, s ratelimit.Store) {
 		{cost: int64(time.Minute), want: allowed(0, time.Minute)},
 		{cost: 0, want: refused(0, time.Minute, time.Minute)},
 		{advance: time.Minute - 1, cost: 0, want: refused(0, 1, 1)},
-		{cost: 1, want: allowed(0, 1)}, // a ban ending sooner keeps the longer
+		{cost: 1, want: refused(0, 1, 1)},                // a ban in force is not replaced,
+		{cost: int64(time.Hour), want: refused(0, 1, 1)}, // by a shorter ban or a longer
 		{advance: 1, cost: 0, want: allowed(0, 0)},
 		{cost: int64(time.Second), key: "other", want: allowed(0, time.Second)},
 		{cost: 0, want: allowed(0, 0)},
