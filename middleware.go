@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"time"
@@ -154,7 +155,7 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func() 
 	}
 	if !d.res.Allowed && m.cfg.RetryJitter > 0 {
 		j := time.Duration(rand.Int64N(int64(m.cfg.RetryJitter)))
-		d.res.RetryAfter += j
+		d.res.RetryAfter = addSaturating(d.res.RetryAfter, j)
 		d.res.ResetAfter = max(d.res.ResetAfter, d.res.RetryAfter)
 	}
 	m.writeHeaders(w.Header(), d.lim, d.res)
@@ -173,6 +174,15 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func() 
 		return
 	}
 	m.count(r, next, d)
+}
+
+// addSaturating returns d + j for j ≥ 0, or the longest Duration when
+// that overflows, so that jitter never turns a long wait into a short one.
+func addSaturating(d, j time.Duration) time.Duration {
+	if d > math.MaxInt64-j {
+		return math.MaxInt64
+	}
+	return d + j
 }
 
 // count runs next and gives back what d spent when next's status does

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -232,6 +233,44 @@ func TestRetryJitter(t *testing.T) {
 		seen[w.Header().Get("Retry-After")] = true
 	}
 	assert.Greater(t, len(seen), 5, "Retry-After values spread: %v", seen)
+}
+
+// RetryJitter never makes Retry-After earlier than the real wait, however
+// long the wait: a 50-year ban with the longest jitter, and a wait a
+// nanosecond short of the longest Duration, where the sum saturates.
+func TestRetryJitterNeverShortens(t *testing.T) {
+	const fiftyYears = 50 * 365 * 24 * time.Hour
+	for _, wait := range []time.Duration{fiftyYears, math.MaxInt64 - 1, math.MaxInt64} {
+		refuse := storeFunc(func(context.Context, *ratelimit.Policy, string, int64) (ratelimit.Result, error) {
+			return ratelimit.Result{RetryAfter: wait, ResetAfter: wait}, nil
+		})
+		s := newServer(t, ratelimit.PerSecond(1), refuse, &ratelimit.Options{RetryJitter: time.Hour})
+		least := int64(wait / time.Second)
+		if wait%time.Second != 0 {
+			least++
+		}
+		for range 50 {
+			w := s.get("c")
+			require.Equal(t, 429, w.Code)
+			ra, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, ra, least, "Retry-After for a wait of %v", wait)
+			require.LessOrEqual(t, ra, least+3600, "Retry-After for a wait of %v", wait)
+		}
+	}
+}
+
+// RetryJitter is at most an hour: more is an error naming the value, and
+// the longest Duration is one (it overflowed the wait it was added to).
+func TestRetryJitterBound(t *testing.T) {
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
+	require.NoError(t, err)
+	_, err = ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{RetryJitter: time.Hour})
+	assert.NoError(t, err, "an hour is allowed")
+	for _, j := range []time.Duration{time.Hour + time.Nanosecond, 50 * 365 * 24 * time.Hour, math.MaxInt64} {
+		_, err = ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{RetryJitter: j})
+		assert.EqualError(t, err, "ratelimit: Options.RetryJitter "+j.String()+": want a duration from 0 to 1h0m0s")
+	}
 }
 
 // A middleware after this one that writes into a field's value in place

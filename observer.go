@@ -1,6 +1,10 @@
 package ratelimit
 
-import "time"
+import (
+	"time"
+
+	"github.com/tokenfair/ratelimit/internal/keyhash"
+)
 
 // Event describes one decision of a [Middleware], for Options.Observe.
 type Event struct {
@@ -9,9 +13,12 @@ type Event struct {
 	// decision, except for a request that MaxInFlight refused, whose
 	// Result.Policy is the in-flight limit's, named "inflight".
 	Limiter *Limiter
-	// KeyHash is a 64-bit FNV-1a hash of the request's key, to tell
+	// KeyHash is a 64-bit keyed hash of the request's key, to tell
 	// clients apart in logs without recording the key; 0 when the request
-	// had no key.
+	// had no key. Its seed is secret and made once per process: a key has
+	// the same hash in every Middleware of a process (and in redisstore's
+	// ErrKeyState errors), another one in the next process, and a reader
+	// of the logs cannot compute it for a guessed key.
 	KeyHash uint64
 	// Result is the decision; Result.Violated and Result.DryRunViolated
 	// name the policies that refused or would have. It is the zero Result
@@ -25,15 +32,5 @@ type Event struct {
 	Elapsed time.Duration
 }
 
-// keyHash returns the FNV-1a hash of key, or 0 for no key.
-func keyHash(key string) uint64 {
-	if key == "" {
-		return 0
-	}
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(key); i++ {
-		h ^= uint64(key[i])
-		h *= 1099511628211
-	}
-	return h
-}
+// keyHash returns Event.KeyHash of key: its keyed hash, or 0 for no key.
+func keyHash(key string) uint64 { return keyhash.Sum(key) }

@@ -47,7 +47,8 @@ type Options struct {
 	Challenge string
 	// RetryJitter adds a random wait in [0, RetryJitter) to what refused
 	// clients are told (Retry-After and the reset), so that clients refused
-	// together do not all come back at once. Default: none.
+	// together do not all come back at once. It is at most an hour.
+	// Default: none.
 	RetryJitter time.Duration
 	// LimiterFor chooses the limiter of each request, for limits that
 	// differ by route or plan; nil from it means the Middleware's own.
@@ -138,6 +139,11 @@ type config struct {
 	ownOnError bool         // OnError is the caller's
 }
 
+// maxRetryJitter bounds Options.RetryJitter. An hour spreads the return of
+// any crowd of refused clients; a longer jitter would tell them to stay
+// away longer than any limit asks, which is a misconfiguration.
+const maxRetryJitter = time.Hour
+
 func newConfig(o *Options) (config, error) {
 	var c config
 	if o != nil {
@@ -155,8 +161,8 @@ func newConfig(o *Options) (config, error) {
 	switch {
 	case c.Headers > HeadersNone:
 		return c, fmt.Errorf("ratelimit: Options.Headers: unknown format %d", c.Headers)
-	case c.RetryJitter < 0:
-		return c, fmt.Errorf("ratelimit: Options.RetryJitter %v: want a duration ≥ 0", c.RetryJitter)
+	case c.RetryJitter < 0 || c.RetryJitter > maxRetryJitter:
+		return c, fmt.Errorf("ratelimit: Options.RetryJitter %v: want a duration from 0 to %v", c.RetryJitter, maxRetryJitter)
 	case c.MaxInFlight < 0 || c.MaxInFlightTotal < 0:
 		return c, fmt.Errorf("ratelimit: Options.MaxInFlight %d, MaxInFlightTotal %d: want limits ≥ 0", c.MaxInFlight, c.MaxInFlightTotal)
 	case c.Slots != nil && c.SlotLease < time.Millisecond:

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/failover"
+	"github.com/tokenfair/ratelimit/internal/keyhash"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/redisstore"
 	"github.com/tokenfair/ratelimit/redisstore/redistest"
@@ -83,12 +83,8 @@ func TestFailoverRecoversDespiteCanceledRequests(t *testing.T) {
 }
 
 // keyHash is the hash by which the errors and log lines of a key's state
-// name the key: ratelimit.Event.KeyHash's.
-func keyHash(key string) string {
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	return fmt.Sprintf("%016x", h.Sum64())
-}
+// name the key: ratelimit.Event.KeyHash's, keyed per process.
+func keyHash(key string) string { return fmt.Sprintf("%016x", keyhash.Sum(key)) }
 
 // poison writes, under the store's default prefix and the policy
 // "default", what another application sharing the prefix might: a hash

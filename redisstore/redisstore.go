@@ -56,8 +56,8 @@
 // holds something else than a state (a key of another type, a string that
 // does not parse, as another application sharing the prefix may write)
 // fails its own decisions with an error wrapping [ratelimit.ErrKeyState],
-// which names the policy and the FNV-1a hash of the key
-// (ratelimit.Event.KeyHash), never the key; the other keys are decided.
+// which names the policy and the keyed hash of the key (the process's,
+// ratelimit.Event.KeyHash), never the key; the other keys are decided.
 package redisstore
 
 import (
@@ -67,7 +67,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"hash/maphash"
 	"math"
 	"slices"
@@ -78,6 +77,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/keyhash"
 )
 
 var (
@@ -642,8 +642,8 @@ func keyState(g error) error {
 }
 
 // keyError returns err, the keyState error of the group of reqs, naming
-// their policies and the FNV-1a hashes of their keys (as
-// ratelimit.Event.KeyHash has them), never the keys.
+// their policies and the keyed hashes of their keys (as
+// ratelimit.Event.KeyHash has them, in this process), never the keys.
 func keyError(reqs []ratelimit.Request, err error) error {
 	var b strings.Builder
 	if len(reqs) > 1 {
@@ -653,9 +653,7 @@ func keyError(reqs []ratelimit.Request, err error) error {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		h := fnv.New64a()
-		h.Write([]byte(r.Key))
-		fmt.Fprintf(&b, "policy %q key hash %016x", r.Policy.Name, h.Sum64())
+		fmt.Fprintf(&b, "policy %q key hash %016x", r.Policy.Name, keyhash.Sum(r.Key))
 	}
 	return fmt.Errorf("redisstore: %s: %w", b.String(), err)
 }

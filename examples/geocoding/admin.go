@@ -25,8 +25,11 @@ const adminResetPath = "/admin/reset"
 // forgets the client's state under every per-client policy (the Global
 // one, -global-rate, is shared by every client and stays as it is) and
 // answers 204. A wrong or missing token gets 401, a missing or malformed
-// key 400, another method 405, and a store that fails 503. Every other
-// path goes to next.
+// key 400, another method 405, and a store that fails 503. Failed tokens
+// are limited per client address and in all (see adminGuard): past the
+// limit, every admin request of the client gets 429 with Retry-After, and
+// failures are logged once a minute, not once each. Every other path goes
+// to next.
 //
 // KEY is what identifies the client to the server: with -key api-key, the
 // client's API key, as it sends it in X-API-Key (the limiter knows it only
@@ -40,19 +43,21 @@ type admin struct {
 	key     func(r *http.Request, client string) (string, error) // the limiter's key of a client
 	badKey  string                                               // the 400's detail when key fails
 	logger  *slog.Logger
+	guard   *adminGuard // limits and logs the failed tokens
 }
 
 // withAdmin returns next behind the admin endpoint when token is set, and
 // next itself when it is not: then the endpoint does not exist. keyBy is
-// the -key flag and key the limiter's KeyFunc.
-func withAdmin(next http.Handler, token string, limiter *ratelimit.Limiter, keyBy string, key ratelimit.KeyFunc, logger *slog.Logger) (http.Handler, error) {
+// the -key flag, key the limiter's KeyFunc, and guard limits and logs the
+// failed tokens.
+func withAdmin(next http.Handler, token string, limiter *ratelimit.Limiter, keyBy string, key ratelimit.KeyFunc, guard *adminGuard, logger *slog.Logger) (http.Handler, error) {
 	if token == "" {
 		return next, nil
 	}
 	if !isBearerToken(token) {
 		return nil, errors.New("-admin-token: want the characters of a bearer token: letters, digits, - . _ ~ + / and = at the end")
 	}
-	a := &admin{next: next, token: sha256.Sum256([]byte(token)), limiter: limiter, logger: logger}
+	a := &admin{next: next, token: sha256.Sum256([]byte(token)), limiter: limiter, logger: logger, guard: guard}
 	switch keyBy {
 	case "api-key":
 		a.badKey = "the key is empty"
@@ -91,8 +96,19 @@ func (a *admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusMethodNotAllowed, "only POST is allowed")
 		return
 	}
+	from := a.guard.clientOf(r)
+	if wait := a.guard.wait(r.Context(), from); wait > 0 {
+		a.guard.log.failed(from, true)
+		refuseAdmin(w, wait)
+		return
+	}
 	if !a.authorized(r) {
-		a.logger.Warn("geocoding: admin request without the admin token", "remote", r.RemoteAddr)
+		wait := a.guard.fail(r.Context(), from)
+		a.guard.log.failed(from, wait > 0)
+		if wait > 0 {
+			refuseAdmin(w, wait)
+			return
+		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="admin"`)
 		writeProblem(w, http.StatusUnauthorized, "the request does not carry the admin token (Authorization: Bearer TOKEN)")
 		return

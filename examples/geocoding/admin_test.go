@@ -1,10 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,11 +20,20 @@ const adminToken = "s3cret-Token_1~+/=="
 // adminReset sends POST /admin/reset?key=key (no key parameter when key is
 // "-") with the Authorization field auth, if not empty.
 func adminReset(h http.Handler, method, key, auth string) *httptest.ResponseRecorder {
+	return adminResetFrom(h, "", method, key, auth)
+}
+
+// adminResetFrom is adminReset from the client address remote
+// (httptest's 192.0.2.1:1234 when empty).
+func adminResetFrom(h http.Handler, remote, method, key, auth string) *httptest.ResponseRecorder {
 	target := "/admin/reset"
 	if key != "-" {
 		target += "?key=" + key
 	}
 	r := httptest.NewRequest(method, target, nil)
+	if remote != "" {
+		r.RemoteAddr = remote
+	}
 	if auth != "" {
 		r.Header.Set("Authorization", auth)
 	}
@@ -95,12 +109,13 @@ func TestAdminResetIP(t *testing.T) {
 	}
 }
 
-// A wrong or missing token gets 401 and resets nothing.
+// A wrong or missing token gets 401 and resets nothing. (Each comes from
+// its own address: failures are limited per address.)
 func TestAdminUnauthorized(t *testing.T) {
 	h, _ := newTestHandler(t, "-burst", "1", "-admin-token", adminToken)
 	alice := request{target: "/geocode?q=paris", apiKey: "alice"}
 	require.Equal(t, []int{200, 429}, statuses(h, alice, 2))
-	for _, auth := range []string{
+	for i, auth := range []string{
 		"",
 		"Bearer",
 		"Bearer ",
@@ -112,7 +127,7 @@ func TestAdminUnauthorized(t *testing.T) {
 		"Bearer" + adminToken,
 		"Bearer " + adminToken + " ",
 	} {
-		w := adminReset(h, "POST", "alice", auth)
+		w := adminResetFrom(h, fmt.Sprintf("198.51.100.%d:1234", i), "POST", "alice", auth)
 		assert.Equal(t, http.StatusUnauthorized, w.Code, "Authorization: %q", auth)
 		assert.Equal(t, `Bearer realm="admin"`, w.Header().Get("WWW-Authenticate"))
 		assert.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
@@ -186,8 +201,90 @@ func TestAdminTokenFlag(t *testing.T) {
 		assert.Contains(t, stderr, "-admin-token: want the characters of a bearer token", "-admin-token %q", token)
 		assert.NotContains(t, stderr, token, "the token is not logged")
 	}
-	_, err := withAdmin(http.NotFoundHandler(), "abc", nil, "user-id", nil, nil)
+	_, err := withAdmin(http.NotFoundHandler(), "abc", nil, "user-id", nil, nil, nil)
 	assert.ErrorContains(t, err, "-key user-id")
 	assert.True(t, isBearerToken("abc-._~+/=="))
 	assert.False(t, isBearerToken(strings.Repeat("=", 3)))
+}
+
+// newLoggedHandler is newTestHandler with the server's log in a buffer.
+func newLoggedHandler(t *testing.T, args ...string) (http.Handler, *fakeClock, *bytes.Buffer) {
+	t.Helper()
+	var cfg config
+	fs := newFlagSet(&cfg)
+	fs.SetOutput(io.Discard)
+	require.NoError(t, fs.Parse(args))
+	require.NoError(t, cfg.check())
+	clock := &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	logs := new(bytes.Buffer)
+	cfg.clock, cfg.logHandler = clock.Now, slog.NewTextHandler(logs, nil)
+	h, cleanup, err := newHandler(cfg)
+	require.NoError(t, err)
+	t.Cleanup(cleanup)
+	return h, clock, logs
+}
+
+// adminFailureLines counts the log lines of failed admin tokens.
+func adminFailureLines(logs *bytes.Buffer) int {
+	return strings.Count(logs.String(), "admin request without the admin token")
+}
+
+// countCodes returns how many of each status the admin requests of
+// remote(i), i < n, with auth got, and the Retry-After of the last 429.
+func countCodes(h http.Handler, n int, remote func(i int) string, auth string) (map[int]int, string) {
+	codes, retry := map[int]int{}, ""
+	for i := range n {
+		w := adminResetFrom(h, remote(i), "POST", "alice", auth)
+		codes[w.Code]++
+		if w.Code == http.StatusTooManyRequests {
+			retry = w.Header().Get("Retry-After")
+		}
+	}
+	return codes, retry
+}
+
+// A flood of wrong tokens from one address: 5 get 401, then the address
+// gets 429 with Retry-After for every admin request, the right token
+// included, until a failure is forgiven 12 s later; others are not
+// affected. The flood is logged once a minute, not once a request.
+func TestAdminFloodOneClient(t *testing.T) {
+	h, clock, logs := newLoggedHandler(t, "-admin-token", adminToken)
+	attacker := func(int) string { return "203.0.113.9:4000" }
+	codes, retry := countCodes(h, 300, attacker, "Bearer wrong")
+	assert.Equal(t, map[int]int{401: 5, 429: 295}, codes)
+	assert.Equal(t, "12", retry, "one failure is forgiven every 12 s")
+	assert.Equal(t, 1, adminFailureLines(logs), "300 failures, one line")
+
+	assert.Equal(t, http.StatusTooManyRequests, adminResetFrom(h, "203.0.113.9:4000", "POST", "alice", "Bearer "+adminToken).Code,
+		"the right token from a limited address: no oracle")
+	assert.Equal(t, http.StatusNoContent, adminResetFrom(h, "198.51.100.1:4000", "POST", "alice", "Bearer "+adminToken).Code,
+		"another address is not limited")
+
+	clock.Advance(12 * time.Second)
+	assert.Equal(t, http.StatusNoContent, adminResetFrom(h, "203.0.113.9:4000", "POST", "alice", "Bearer "+adminToken).Code)
+	clock.Advance(adminLogEvery)
+	codes, _ = countCodes(h, 1, attacker, "Bearer wrong")
+	assert.Equal(t, map[int]int{401: 1}, codes)
+	assert.Equal(t, 2, adminFailureLines(logs), "a minute later, one more line")
+	assert.Contains(t, logs.String(), "unlogged_since_last=300", "the line counts the failures left unlogged")
+}
+
+// A flood of wrong tokens from many addresses: 60 a minute in all get
+// 401, the others 429; then the endpoint refuses everybody until the
+// global bucket refills (one failure a second), the admin included: the
+// price of bounding the guesses in all. One line a minute is logged.
+func TestAdminFloodManyClients(t *testing.T) {
+	h, clock, logs := newLoggedHandler(t, "-key", "ip", "-admin-token", adminToken)
+	many := func(i int) string { return fmt.Sprintf("10.%d.%d.1:4000", i/256, i%256) }
+	codes, retry := countCodes(h, 300, many, "")
+	assert.Equal(t, map[int]int{401: 60, 429: 240}, codes)
+	assert.Equal(t, "1", retry, "one failure in all is forgiven every second")
+	assert.Equal(t, 1, adminFailureLines(logs), "300 failures, one line")
+
+	w := adminResetFrom(h, "198.51.100.1:4000", "POST", "198.51.100.7", "Bearer "+adminToken)
+	assert.Equal(t, http.StatusTooManyRequests, w.Code, "the global bucket is empty")
+	assert.Equal(t, "1", w.Header().Get("Retry-After"))
+	clock.Advance(time.Second)
+	w = adminResetFrom(h, "198.51.100.1:4000", "POST", "198.51.100.7", "Bearer "+adminToken)
+	assert.Equal(t, http.StatusNoContent, w.Code, "a second later")
 }

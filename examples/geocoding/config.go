@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strconv"
@@ -47,6 +48,9 @@ type config struct {
 	// clock, when not nil, is the time source of the store instead of the
 	// system's monotonic clock. Only tests set it; main leaves it nil.
 	clock func() time.Time
+	// logHandler, when not nil, is the handler of the server's log instead
+	// of slog.Default's. Only tests set it; main leaves it nil.
+	logHandler slog.Handler
 }
 
 // newFlagSet returns the flag set that fills cfg. Its defaults are those of

@@ -38,7 +38,7 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 	}
 	// The library's warnings go to the server's log (slog.Default) and are
 	// counted in ratelimit_warnings_total.
-	logger := m.Logger(nil)
+	logger := m.Logger(cfg.logHandler)
 	// The trusted proxies are validated even with -key api-key, which uses
 	// them only for -block and -safe, so that a typo never goes unnoticed.
 	// (-block and -safe do not use the IPv6 prefix.)
@@ -92,7 +92,12 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		cleanup()
 		return nil, nil, err
 	}
-	if router, err = withAdmin(router, cfg.adminToken, limiter, cfg.key, key, logger); err != nil {
+	guard, err := newAdminGuard(cfg.clock, byIP, logger)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	if router, err = withAdmin(router, cfg.adminToken, limiter, cfg.key, key, guard, logger); err != nil {
 		cleanup()
 		return nil, nil, err
 	}

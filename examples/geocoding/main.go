@@ -65,9 +65,11 @@
 //   - GET /healthz: 200 "ok", never limited.
 //   - POST /admin/reset?key=KEY with Authorization: Bearer TOKEN, only with
 //     -admin-token TOKEN: forgets the client's state under every per-client
-//     policy (204), never limited; KEY is the client's API key, or with
-//     -key ip its IP address. A wrong or missing token gets 401 (see
-//     admin.go).
+//     policy (204), never limited by the API's limits; KEY is the client's
+//     API key, or with -key ip its IP address. A wrong or missing token
+//     gets 401; past 5 failed tokens a minute from one client address, or
+//     60 from all, every admin request gets 429 with Retry-After, and
+//     failures are logged once a minute (see admin.go, adminlimit.go).
 //
 // Every request except /healthz and the admin endpoint goes through the
 // limiter, including those that end in 404 or 405.
