@@ -231,3 +231,34 @@ func TestShapingWriteTimeoutOverRealServer(t *testing.T) {
 	assert.Less(t, time.Since(start), time.Second, "answered before the write deadline")
 	assert.Equal(t, int64(1), handled.Load())
 }
+
+// TestShapingQueuePlaceFreedAfterPanic: a panic between taking a place in
+// the queues and waiting (here in Observe) frees the place, so that a
+// panicking request cannot shrink the bound for good.
+func TestShapingQueuePlaceFreedAfterPanic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1).WithBurst(10), Algorithm: ratelimit.LeakyShape})
+		require.NoError(t, err)
+		var panics atomic.Bool
+		panics.Store(true)
+		m, err := ratelimit.NewMiddleware(lim, func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil }, &ratelimit.Options{
+			MaxQueued: 1,
+			Observe: func(_ *http.Request, ev ratelimit.Event) {
+				if ev.Result.Delay > 0 && panics.Swap(false) {
+					panic("observer")
+				}
+			},
+		})
+		require.NoError(t, err)
+		h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		req := func(key string) *http.Request {
+			r := httptest.NewRequest("GET", "/", nil)
+			r.Header.Set("X-Key", key)
+			return r
+		}
+		require.Equal(t, http.StatusOK, shapingServe(h, req("a")).Code)
+		assert.Panics(t, func() { shapingServe(h, req("a")) })
+		require.Equal(t, http.StatusOK, shapingServe(h, req("b")).Code)
+		assert.Equal(t, http.StatusOK, shapingServe(h, req("b")).Code, "b's request takes the place the panic left")
+	})
+}
