@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/tokenfair/ratelimit/internal/clientkey"
@@ -23,8 +24,9 @@ type Middleware struct {
 	limiter *Limiter
 	key     KeyFunc
 	cfg     config
-	keys    *dominance  // nil when the one-key warning is off
-	limits  *limitsSeen // nil when the shared-policy-name warning is off
+	keys    *dominance   // nil when the one-key warning is off
+	limits  *limitsSeen  // nil when the shared-policy-name warning is off
+	queued  atomic.Int64 // requests waiting in shaping queues (Options.MaxQueued)
 }
 
 // NewMiddleware returns a Middleware that limits requests with l, keyed by
@@ -63,11 +65,15 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *Options) (*Middleware, error) 
 // cost function is answered like an error (500 by default).
 //
 // A request admitted by a shaping policy (LeakyShape) with a Delay is held
-// until its turn. If the request's context ends first (the client went
-// away, or a server deadline passed), Handle stops waiting and answers
-// through the error handler with ErrWaitAbandoned; next never runs. The
-// request's place in the queue stays spent: the requests behind it keep
-// their times, and the slot is not given back.
+// until its turn. It is refused at once instead, with 429 and Retry-After
+// its Delay, and gives back what it took, when its wait would not end
+// before its response can no longer be written (its context's deadline,
+// or the WriteTimeout of the http.Server in its context, counted from
+// now), or when Options.MaxQueued requests wait already. If its context
+// ends while it waits (the client went away), Handle stops waiting, gives
+// back what it took and answers through the error handler with
+// ErrWaitAbandoned; next never runs. The requests behind it keep their
+// times.
 //
 // With Options.Block and Safe, a request from a blocked client is answered
 // 403 and a request from a safe client runs next without a decision,
@@ -110,7 +116,7 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 		start = time.Now()
 	}
 	d := m.decide(r)
-	if d.err == nil && d.res.Allowed && m.cfg.inflight != nil {
+	if d.err == nil && d.res.Allowed && (m.cfg.inflight != nil || d.res.Delay > 0) {
 		m.hold(w, r, next, start, &d)
 		return
 	}
@@ -120,21 +126,29 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 // decision is what Handle learned of a request: the limiter that decided
 // it, its key and cost, and the result or the error.
 type decision struct {
-	lim  *Limiter
-	key  string
-	cost int64
-	res  Result
-	err  error
+	lim    *Limiter
+	key    string
+	cost   int64
+	res    Result
+	err    error
+	queued bool // it holds a place in the shaping queues (enqueue)
 }
 
-// hold answers an allowed request under an in-flight limit
-// (Options.MaxInFlight). It takes a slot before the decision is observed
-// and answered, since an in-flight refusal is a refusal, and holds it
-// until next returns or panics.
+// hold answers an allowed request that holds something while it waits or
+// runs: an in-flight slot (Options.MaxInFlight) until next returns or
+// panics, a place in the shaping queues (Options.MaxQueued) until its
+// wait ends. It takes them before the decision is observed and answered,
+// since a refusal for want of them is a refusal.
 func (m *Middleware) hold(w http.ResponseWriter, r *http.Request, next func() int, start time.Time, d *decision) {
-	var release func()
-	if release, d.res, d.err = m.acquire(r, d); release != nil {
-		defer release()
+	if m.cfg.inflight != nil {
+		var release func()
+		if release, d.res, d.err = m.acquire(r, d); release != nil {
+			defer release()
+		}
+	}
+	if d.err == nil && d.res.Allowed && d.res.Delay > 0 {
+		m.enqueue(r, d)
+		defer m.dequeue(d) // answer frees it when the wait ends; this, after a panic before
 	}
 	m.answer(w, r, next, start, d)
 }
@@ -164,7 +178,10 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func() 
 		return
 	}
 	if d.res.Delay > 0 {
-		if err := sleep(r.Context(), d.res.Delay); err != nil {
+		err := sleep(r.Context(), d.res.Delay)
+		m.dequeue(d)
+		if err != nil {
+			d.lim.giveBack(r.Context(), d.key, d.cost, d.res)
 			m.cfg.OnError(w, r, fmt.Errorf("%w: %w", ErrWaitAbandoned, err))
 			return
 		}

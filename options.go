@@ -97,6 +97,15 @@ type Options struct {
 	// including while the request waits in a LeakyShape queue. Default: 0,
 	// no limit.
 	MaxInFlight, MaxInFlightTotal int
+	// MaxQueued bounds the requests that wait in shaping queues
+	// (LeakyShape delays) at once, across all keys of the Middleware: a
+	// request that would wait while MaxQueued others do is refused at once
+	// with 429 and Retry-After, the wait it would have had, and what it
+	// took is given back. Each waiting request holds a goroutine and a
+	// connection, so without a bound many keys could park the server.
+	// Default: 0, which means 256 (a quarter of the usual limit of 1024
+	// open files); a negative value removes the bound.
+	MaxQueued int
 	// Slots shares the in-flight slots among instances. A failure of Slots
 	// is answered like a store failure. Default: slots are kept in the
 	// process, so each instance allows its own MaxInFlight.
@@ -133,6 +142,7 @@ type Options struct {
 type config struct {
 	Options
 	inflight   *inflight
+	maxQueued  int64      // Options.MaxQueued with its default; < 0: no bound
 	lists      *addrLists // nil without Block and Safe
 	quiet      quiet
 	errors     errorAnswers // the default error handler, and the first refusals
@@ -182,6 +192,12 @@ func newConfig(o *Options) (config, error) {
 	}
 	if c.lists, err = newAddrLists(&c.Options); err != nil {
 		return c, err
+	}
+	switch c.maxQueued = int64(c.MaxQueued); {
+	case c.maxQueued == 0:
+		c.maxQueued = defaultMaxQueued
+	case c.maxQueued < 0:
+		c.maxQueued = -1
 	}
 	if c.MaxInFlight > 0 || c.MaxInFlightTotal > 0 {
 		c.inflight = newInflight(c.MaxInFlight, c.MaxInFlightTotal, c.SlotName)

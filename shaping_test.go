@@ -98,7 +98,8 @@ func TestShapingImmediate(t *testing.T) {
 
 // TestShapingClientGoesAway: a client that leaves while its request is
 // queued (its context ends) never reaches the handler, and the error
-// handler sees ErrWaitAbandoned as soon as it leaves.
+// handler sees ErrWaitAbandoned as soon as it leaves, and its place in the
+// queue is given back.
 func TestShapingClientGoesAway(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var handled atomic.Int64
@@ -122,23 +123,26 @@ func TestShapingClientGoesAway(t *testing.T) {
 		assert.ErrorIs(t, abandoned, context.Canceled)
 		assert.Equal(t, int64(1), handled.Load(), "the abandoned request never reached the handler")
 
-		// Its place in the queue stays spent: the next request waits for
-		// the turn after it.
+		// Its place in the queue is given back: the next request takes
+		// the turn it left, 1 s after the first (900 ms from now), not the
+		// one after it (1.9 s).
 		start = time.Now()
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
-		assert.Equal(t, 2*time.Second-100*time.Millisecond, time.Since(start))
+		assert.Equal(t, time.Second-100*time.Millisecond, time.Since(start))
 		assert.Equal(t, int64(2), handled.Load())
 	})
 }
 
-// TestShapingDefaultAnswerWhenAbandoned: a server-side deadline ends the
-// wait with 503 and Retry-After.
+// TestShapingDefaultAnswerWhenAbandoned: a wait that ends early for a
+// cause the middleware could not foresee (a cancellation, not a deadline)
+// is answered 503 with Retry-After, and its place is given back.
 func TestShapingDefaultAnswerWhenAbandoned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		shaped := shapingHandler(t, ratelimit.PerSecond(1).WithBurst(10), func(w http.ResponseWriter, r *http.Request) {}, nil)
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			ctx, cancel := context.WithTimeout(r.Context(), 50*time.Millisecond)
+			ctx, cancel := context.WithCancel(r.Context())
 			defer cancel()
+			time.AfterFunc(50*time.Millisecond, cancel)
 			shaped.ServeHTTP(w, r.WithContext(ctx))
 		})
 		var codes []int
@@ -154,6 +158,10 @@ func TestShapingDefaultAnswerWhenAbandoned(t *testing.T) {
 			}
 		}
 		assert.Equal(t, []int{200, 503}, codes)
+
+		start := time.Now() // 50 ms after the first: its turn, given back, is 950 ms away
+		shapingServe(shaped, httptest.NewRequest("GET", "/", nil))
+		assert.Equal(t, 950*time.Millisecond, time.Since(start))
 	})
 }
 

@@ -37,6 +37,8 @@ type config struct {
 	count          string
 	skipPath       string
 	maxInflight    int
+	maxInflightAll int // -max-inflight-total
+	maxQueued      int
 	refusalCache   bool
 	lease          time.Duration
 	banAfter       int64
@@ -77,6 +79,8 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.StringVar(&cfg.count, "count", "all", "which responses spend the budget: all, failed or successful")
 	fs.StringVar(&cfg.skipPath, "skip-path", "", "path `prefix` that is never limited nor counted")
 	fs.IntVar(&cfg.maxInflight, "max-inflight", 0, "concurrent requests per client (0: no limit)")
+	fs.IntVar(&cfg.maxInflightAll, "max-inflight-total", 0, "concurrent requests of all clients (0: no limit)")
+	fs.IntVar(&cfg.maxQueued, "max-queued", 0, "requests waiting in -algorithm leaky-shape queues, across all clients (0: the library's default, 256; -1: no bound)")
 	fs.BoolVar(&cfg.refusalCache, "refusal-cache", true, "with -store redis, refuse locally what the store's last answer already refuses")
 	fs.DurationVar(&cfg.lease, "lease", 0, "with -store redis, `duration` of token leases: a busy client's tokens taken several at a time and spent locally (0: no leases)")
 	fs.Int64Var(&cfg.banAfter, "ban-after", 0, "refusals after which a client is banned (0: no penalty box)")
@@ -147,6 +151,12 @@ func (c *config) check() error {
 	}
 	if n := c.maxInflight; n < 0 {
 		invalid("max-inflight", strconv.Itoa(n), "want a number of requests, or 0 for no limit")
+	}
+	if n := c.maxInflightAll; n < 0 {
+		invalid("max-inflight-total", strconv.Itoa(n), "want a number of requests, or 0 for no limit")
+	}
+	if n := c.maxQueued; n < -1 {
+		invalid("max-queued", strconv.Itoa(n), "want a number of requests, 0 for the library's default (256), or -1 for no bound")
 	}
 	if d := c.lease; d != 0 && c.store != "redis" {
 		invalid("lease", d.String(), "needs -store redis")

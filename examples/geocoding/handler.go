@@ -71,6 +71,7 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		return nil, nil, fmt.Errorf("%s: %w", limitFlags(cfg), err)
 	}
 	opts := &ratelimit.Options{Headers: cfg.headers, Observe: m.Observe, Logger: logger, MaxInFlight: cfg.maxInflight,
+		MaxInFlightTotal: cfg.maxInflightAll, MaxQueued: cfg.maxQueued,
 		Block: strings.Split(cfg.block, ","), Safe: strings.Split(cfg.safe, ","), ClientIP: clientIP}
 	if prefix := cfg.skipPath; prefix != "" {
 		opts.Skip = func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, prefix) }
@@ -113,6 +114,9 @@ func newPolicies(cfg config) ([]ratelimit.Policy, error) {
 	}
 	policies := []ratelimit.Policy{{Limit: limit, Algorithm: cfg.algorithm, DryRun: cfg.dryRun,
 		Penalty: ratelimit.Penalty{After: cfg.banAfter, Within: cfg.banWithin, For: cfg.banFor}}}
+	if room := time.Duration(limit.Burst()) * limit.Interval(); cfg.algorithm == ratelimit.LeakyShape && room > maxShapingWait {
+		policies[0].MaxDelay = maxShapingWait // a longer wait could not be answered
+	}
 	if cfg.globalRate > 0 {
 		burst := cfg.globalBurst
 		if burst == 0 {

@@ -99,6 +99,9 @@
 //	-count           all|failed|successful: responses that spend the budget [all]
 //	-skip-path       path prefix never limited nor counted [none]
 //	-max-inflight    concurrent requests per client [0: no limit]
+//	-max-inflight-total concurrent requests of all clients [0: no limit]
+//	-max-queued      requests waiting in leaky-shape queues, across all
+//	                 clients [0: the library's default, 256; -1: no bound]
 //	-refusal-cache   with -store redis, refuse locally what the store's last
 //	                 answer already refuses [true]
 //	-lease           with -store redis, how long a token lease lasts: a busy
@@ -158,6 +161,16 @@ func main() {
 // shutdownTimeout bounds the graceful shutdown.
 const shutdownTimeout = 5 * time.Second
 
+// writeTimeout is the server's WriteTimeout: a response not written by then
+// is lost. maxShapingWait, the longest wait in a leaky-shape queue (its
+// policy's MaxDelay when the queue's room, burst / rate, is longer),
+// leaves a second of it to the handler, so that a request that waits its
+// turn can still be answered.
+const (
+	writeTimeout   = 10 * time.Second
+	maxShapingWait = writeTimeout - time.Second
+)
+
 // run is the whole program: it parses args, serves until ctx is cancelled,
 // then shuts down gracefully, and returns the exit status: 0 after a clean
 // shutdown or -h (whose usage goes to stdout), 2 for a bad command line, 1
@@ -207,7 +220,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      10 * time.Second,
+		WriteTimeout:      writeTimeout,
 		IdleTimeout:       time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}

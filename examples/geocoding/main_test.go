@@ -291,6 +291,60 @@ func TestAlgorithms(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), 55*time.Millisecond)
 }
 
+// TestShapingWithinWriteTimeout: with -algorithm leaky-shape -rate 0.09
+// -burst 2 the queue's room (22.2 s) is longer than the server's
+// WriteTimeout (10 s): a request that would wait 11.1 s is refused at
+// once, with Retry-After until its wait fits (9 s of it: 2.1 s, so 3),
+// instead of waiting past the write deadline.
+func TestShapingWithinWriteTimeout(t *testing.T) {
+	req := request{target: "/geocode?q=paris", apiKey: "alice"}
+	h, _ := newTestHandler(t, "-algorithm", "leaky-shape", "-rate", "0.09", "-burst", "2")
+	require.Equal(t, http.StatusOK, serve(h, req).Code)
+	start := time.Now()
+	w := serve(h, req)
+	assert.Less(t, time.Since(start), time.Second, "refused at once")
+	assert.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "3", w.Header().Get("Retry-After"))
+}
+
+// TestMaxQueued: -max-queued bounds the requests waiting in leaky-shape
+// queues across clients, and -max-inflight-total the requests running
+// (or waiting) in all. Alice's second request waits a second of real time
+// (the test's clock stands still); meanwhile bob's is refused.
+func TestMaxQueued(t *testing.T) {
+	alice, bob := request{target: "/geocode?q=paris", apiKey: "alice"}, request{target: "/geocode?q=paris", apiKey: "bob"}
+	for _, tc := range []struct {
+		flag   string
+		bob    []int // bob's requests while alice's waits
+		policy string
+	}{
+		{"-max-queued", []int{200, 429}, "default"},          // bob's first runs at once, his second would wait
+		{"-max-inflight-total", []int{429, 429}, "inflight"}, // alice's waiting request holds the one slot
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			h, _ := newTestHandler(t, "-algorithm", "leaky-shape", "-rate", "1", "-burst", "10", tc.flag, "1")
+			require.Equal(t, http.StatusOK, serve(h, alice).Code)
+			done := make(chan int)
+			go func() { done <- serve(h, alice).Code }()
+			time.Sleep(100 * time.Millisecond) // alice's request waits
+			start := time.Now()
+			var last *httptest.ResponseRecorder
+			codes := make([]int, len(tc.bob))
+			for i := range codes {
+				last = serve(h, bob)
+				codes[i] = last.Code
+			}
+			assert.Less(t, time.Since(start), 500*time.Millisecond, "refused at once")
+			assert.Equal(t, tc.bob, codes)
+			assert.Equal(t, "1", last.Header().Get("Retry-After"))
+			var body map[string]any
+			require.NoError(t, json.Unmarshal(last.Body.Bytes(), &body))
+			assert.Equal(t, []any{tc.policy}, body["violated-policies"])
+			assert.Equal(t, http.StatusOK, <-done)
+		})
+	}
+}
+
 // TestGlobalLimit: three clients, three requests each, under -global-burst
 // 4: four pass in all; the headers list both policies.
 func TestGlobalLimit(t *testing.T) {
@@ -449,33 +503,35 @@ func TestHeaderFormats(t *testing.T) {
 // TestFlagDefaults checks the flags and defaults of the contract.
 func TestFlagDefaults(t *testing.T) {
 	want := map[string]string{
-		"addr":            ":8080",
-		"framework":       "nethttp",
-		"algorithm":       "token-bucket",
-		"rate":            "5",
-		"burst":           "10",
-		"key":             "api-key",
-		"trusted-proxies": "",
-		"global-rate":     "0",
-		"global-burst":    "0",
-		"headers":         "ietf",
-		"store":           "memory",
-		"redis-url":       "redis://127.0.0.1:6379/0",
-		"on-store-error":  "open",
-		"instances":       "1",
-		"dry-run":         "false",
-		"count":           "all",
-		"skip-path":       "",
-		"max-inflight":    "0",
-		"refusal-cache":   "true",
-		"lease":           "0s",
-		"ban-after":       "0",
-		"ban-within":      "0s",
-		"ban-for":         "0s",
-		"block":           "",
-		"safe":            "",
-		"admin-token":     "",
-		"ipv6-prefix":     "0",
+		"addr":               ":8080",
+		"framework":          "nethttp",
+		"algorithm":          "token-bucket",
+		"rate":               "5",
+		"burst":              "10",
+		"key":                "api-key",
+		"trusted-proxies":    "",
+		"global-rate":        "0",
+		"global-burst":       "0",
+		"headers":            "ietf",
+		"store":              "memory",
+		"redis-url":          "redis://127.0.0.1:6379/0",
+		"on-store-error":     "open",
+		"instances":          "1",
+		"dry-run":            "false",
+		"count":              "all",
+		"skip-path":          "",
+		"max-inflight":       "0",
+		"max-inflight-total": "0",
+		"max-queued":         "0",
+		"refusal-cache":      "true",
+		"lease":              "0s",
+		"ban-after":          "0",
+		"ban-within":         "0s",
+		"ban-for":            "0s",
+		"block":              "",
+		"safe":               "",
+		"admin-token":        "",
+		"ipv6-prefix":        "0",
 	}
 	var cfg config
 	fs := newFlagSet(&cfg)
@@ -530,6 +586,8 @@ func TestRunInvalidFlags(t *testing.T) {
 		{[]string{"-global-burst", "-1"}, "geocoding: -global-burst -1: "},
 		{[]string{"-instances", "0"}, "geocoding: -instances 0: want at least 1"},
 		{[]string{"-max-inflight", "-1"}, "geocoding: -max-inflight -1: "},
+		{[]string{"-max-inflight-total", "-1"}, "geocoding: -max-inflight-total -1: want a number of requests, or 0 for no limit"},
+		{[]string{"-max-queued", "-2"}, "geocoding: -max-queued -2: want a number of requests, 0 for the library's default (256), or -1 for no bound"},
 		{[]string{"-skip-path", "static"}, "geocoding: -skip-path static: want a path prefix starting with /"},
 		{[]string{"-ipv6-prefix", "129"}, "geocoding: -ipv6-prefix 129: want 1 to 128 bits, or 0 for the library's default (64)"},
 		{[]string{"-ipv6-prefix", "-1"}, "geocoding: -ipv6-prefix -1: want 1 to 128 bits, or 0 for the library's default (64)"},

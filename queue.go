@@ -1,0 +1,83 @@
+package ratelimit
+
+import (
+	"net/http"
+	"time"
+)
+
+// defaultMaxQueued is Options.MaxQueued's default: the requests that may
+// wait in shaping queues at once, across all keys of a Middleware. Each
+// holds a goroutine and a connection (a file descriptor) while it waits;
+// 256 is a quarter of the usual limit of 1024 open files and a few
+// megabytes of memory, and leaves the rest of a small server to the
+// requests that run.
+const defaultMaxQueued = 256
+
+// enqueue gives the allowed request of d, which must wait d.res.Delay
+// (LeakyShape), a place in the shaping queues, or refuses it at once and
+// gives back what it took: when its wait would not end before its
+// response can no longer be written (waitDeadline), or when
+// Options.MaxQueued requests wait already.
+func (m *Middleware) enqueue(r *http.Request, d *decision) {
+	now := time.Now()
+	if end, ok := waitDeadline(r, now); ok && !now.Add(d.res.Delay).Before(end) {
+		m.refuseQueued(r, d)
+		return
+	}
+	if m.cfg.maxQueued < 0 {
+		return // no bound
+	}
+	if m.queued.Add(1) > m.cfg.maxQueued {
+		m.queued.Add(-1)
+		m.refuseQueued(r, d)
+		return
+	}
+	d.queued = true
+}
+
+// dequeue frees the place in the shaping queues that d holds, if any.
+func (m *Middleware) dequeue(d *decision) {
+	if d.queued {
+		d.queued = false
+		m.queued.Add(-1)
+	}
+}
+
+// refuseQueued gives back what the request of d took and turns its result
+// into a refusal by the shaping policies that would have queued it, with
+// Retry-After the wait it would have had: its turn.
+func (m *Middleware) refuseQueued(r *http.Request, d *decision) {
+	d.lim.giveBack(r.Context(), d.key, d.cost, d.res)
+	res := d.res
+	res.Allowed, res.Remaining, res.RetryAfter, res.Delay = false, 0, res.Delay, 0
+	res.ResetAfter = max(res.ResetAfter, res.RetryAfter)
+	if all := res.Results(); all == nil {
+		res.lists = d.lim.refused
+	} else {
+		var violated []string
+		for _, i := range d.lim.enforce {
+			if all[i].Delay > 0 {
+				violated = append(violated, d.lim.names[i])
+			}
+		}
+		res.lists = &lists{violated: violated, dryRunViolated: res.DryRunViolated(), results: all}
+	}
+	d.res = res
+}
+
+// waitDeadline returns the moment, at now or later, after which r's
+// response can no longer be written, and whether there is one: the
+// earlier of its context's deadline and the write deadline of the
+// http.Server that serves it (http.ServerContextKey), WriteTimeout from
+// now. The server set its deadline a little before now, when it had read
+// the request's header, so this one is at most that little late.
+func waitDeadline(r *http.Request, now time.Time) (time.Time, bool) {
+	ctx := r.Context()
+	end, ok := ctx.Deadline()
+	if srv, _ := ctx.Value(http.ServerContextKey).(*http.Server); srv != nil && srv.WriteTimeout > 0 {
+		if w := now.Add(srv.WriteTimeout); !ok || w.Before(end) {
+			end, ok = w, true
+		}
+	}
+	return end, ok
+}
