@@ -24,53 +24,35 @@ func (s *Store) Refund(_ context.Context, p *ratelimit.Policy, key string, cost 
 	if sl == nil {
 		return nil // a bucket not held is full: nothing is owed
 	}
-	// Credited first, so that the decisions that race this one take the
-	// lock, where the credit is.
+	sh.settle(sl, func(b *credit.Bucket, state int64) int64 {
+		return b.Refund(p, state, now, cost, owed(took.Until))
+	})
+	return nil
+}
+
+// settle changes the state of the bucket of slot sl and what it keeps for
+// its give-backs by f, which returns the new state. It marks the slot
+// credited first, so that the decisions that race it take the lock, where
+// the credit is; swaps the new state in as a decision does (decisions
+// without the lock may race it, and f runs again); and keeps the credit,
+// or forgets it and the mark when there is none. The shard is locked.
+func (sh *shard) settle(sl *slot, f func(b *credit.Bucket, state int64) int64) {
 	w := sl.word.Load() | credited
 	sl.word.Store(w)
-	later := sh.later(fp)
 	for {
 		old := sl.state.Load()
-		l := *later
-		next, c := credit.Refund(p, old, sh.creditOf(w), &l, now, cost, owed(took.Until))
-		if next == old || swap(&sl.state, old, next) {
-			*later = l
-			sh.setCredit(sl, w, c)
-			return nil
+		b := sh.credits[w&idMask]
+		if next := f(&b, old); next == old || swap(&sl.state, old, next) {
+			if b == (credit.Bucket{}) {
+				delete(sh.credits, w&idMask)
+				sl.word.Store(w &^ credited)
+				return
+			}
+			if sh.credits == nil {
+				sh.credits = make(map[uint64]credit.Bucket)
+			}
+			sh.credits[w&idMask] = b
+			return
 		}
 	}
-}
-
-// setCredit sets the credit of the bucket of slot sl, whose word is w. The
-// shard is locked.
-func (sh *shard) setCredit(sl *slot, w uint64, c int64) {
-	if c == 0 {
-		delete(sh.credits, w&idMask)
-		sl.word.Store(w &^ credited)
-		return
-	}
-	if sh.credits == nil {
-		sh.credits = make(map[uint64]int64)
-	}
-	sh.credits[w&idMask] = c
-	sl.word.Store(w | credited)
-}
-
-// maxLater is how many buckets of a shard keep what was given back per
-// take; past it they are all forgotten, which only makes give-backs
-// smaller.
-const maxLater = 1024
-
-// later returns what the shard keeps of the give-backs per take of the
-// bucket fp. The shard is locked.
-func (sh *shard) later(fp uint64) *credit.Later {
-	l := sh.laters[fp]
-	if l == nil {
-		if len(sh.laters) >= maxLater || sh.laters == nil {
-			sh.laters = make(map[uint64]*credit.Later)
-		}
-		l = new(credit.Later)
-		sh.laters[fp] = l
-	}
-	return l
 }

@@ -29,17 +29,7 @@ func (s *Store) Reset(_ context.Context, p *ratelimit.Policy, key string) error 
 	if sl == nil {
 		return nil
 	}
-	w := sl.word.Load() | credited // decisions that race take the lock
-	sl.word.Store(w)
-	for {
-		old := sl.state.Load()
-		next, c := credit.Reset(old, sh.creditOf(w), now)
-		if swap(&sl.state, old, next) {
-			sh.setCredit(sl, w, c)
-			break
-		}
-	}
-	delete(sh.laters, fp) // its takes get nothing back
+	sh.settle(sl, func(b *credit.Bucket, state int64) int64 { return b.Reset(state, now) })
 	sh.idle(sl, now)
 	return nil
 }

@@ -26,8 +26,8 @@ type shard struct {
 	live, used    int                      // live slots, and slots filled (live or dead), in tab
 	globals, bans int                      // live slots of kind kindGlobal, and of kind kindBan
 	next          uint64                   // where tidy looks next (taken modulo the table's length)
-	credits       map[uint64]int64         // the credit of each credited bucket, by its word's id (under mu)
-	laters        map[uint64]*credit.Later // of the buckets given back to (under mu)
+	credits       map[uint64]credit.Bucket // of each credited bucket, by its word's id (under mu)
+	_             [8]byte
 }
 
 // tidyEvery is how often, in the store's time, a shard that decisions
@@ -146,7 +146,7 @@ func (sh *shard) creditOf(w uint64) int64 {
 	if w&credited == 0 {
 		return 0
 	}
-	return sh.credits[w&idMask]
+	return sh.credits[w&idMask].Credit
 }
 
 // idle makes s dead if its bucket carries no information after limit: its

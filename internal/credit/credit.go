@@ -1,85 +1,86 @@
-// Package credit keeps, for the stores of this module, what a bucket needs
-// beside its state to give tokens back exactly (ratelimit.RefundStore): its
+// Package credit keeps, for the memory store, what a bucket needs beside
+// its state to give tokens back exactly (ratelimit.RefundStore): its
 // credit, the span given back to it, and the span given back per take for
-// the few takes refunded last.
+// the few takes given back last. take.lua keeps the same for Redis.
 package credit
 
 import "github.com/tokenfair/ratelimit"
 
-// Later holds the spans given back of the last takes refunded, by their
-// Until: a take's give-back must not count what was given back of the
-// takes after it, which did not move it. It keeps n of them at most;
-// forgetting one only makes the give-backs of earlier takes smaller (never
-// larger). The zero Later holds none. It is not safe for concurrent use.
-type Later struct {
+// Bucket is what a bucket keeps beside its state for its give-backs. The
+// zero Bucket is a bucket's that was never given back to. It is not safe
+// for concurrent use.
+type Bucket struct {
+	// Credit is the span given back to the bucket since it was last
+	// forgotten; a take's Result has Until = its next state + Credit.
+	Credit int64
+	// The last takes given back, by their Until, and what was given back of
+	// each: a take's give-back must not count what was given back of the
+	// takes after it, which did not move it. Forgetting one only makes the
+	// give-backs of earlier takes smaller (never larger).
 	until, give [n]int64
 }
 
 const n = 4
 
-// since returns the span given back of the takes after the one whose
-// Until is until.
-func (l *Later) since(until int64) int64 {
+// later returns the span given back of the takes after the one whose Until
+// is until.
+func (b *Bucket) later(until int64) int64 {
 	var sum int64
 	for i := range n {
-		if l.until[i] > until {
-			sum += l.give[i]
+		if b.until[i] > until {
+			sum += b.give[i]
 		}
 	}
 	return sum
 }
 
-// add records that give was given back of the take whose Until is until,
-// at now, in place of a take whose Until has passed (no take before it can
-// still be given back anything) or else of the one with the smallest
-// Until, which is forgotten.
-func (l *Later) add(until, give, now int64) {
+// remember records that give was given back of the take whose Until is
+// until, at now, in place of a take whose Until has passed (no take before
+// it can still be given back anything) or else of the one with the
+// smallest Until, which is forgotten.
+func (b *Bucket) remember(until, give, now int64) {
 	at := 0
 	for i := range n {
-		if l.until[i] <= now {
-			l.until[i], l.give[i] = 0, 0
+		if b.until[i] <= now {
+			b.until[i], b.give[i] = 0, 0
 		}
-		if l.until[i] < l.until[at] {
+		if b.until[i] < b.until[at] {
 			at = i
 		}
 	}
-	l.until[at], l.give[at] = until, give
+	b.until[at], b.give[at] = until, give
+}
+
+// full makes the bucket, full since state, full at now: its credit shrinks
+// by the time it has been full, and the takes it remembers, which can get
+// nothing back, are forgotten (the Until of the takes to come may be
+// smaller than theirs). It returns the new state, now.
+func (b *Bucket) full(state, now int64) int64 {
+	*b = Bucket{Credit: max(b.Credit-(now-state), 0)}
+	return now
 }
 
 // Refund gives back cost tokens of the take whose Result had Until until
-// to a bucket of p whose state is state and credit is credit, at now. It
-// returns the new state and credit, and records the give-back in later
-// (which may be nil: it then counts all that was given back since the
-// take, as is safe). A full bucket's credit shrinks by the time it has
-// been full, its state moves to now and later is emptied: the Until of the
-// takes to come may be smaller than those it held.
-func Refund(p *ratelimit.Policy, state, credit int64, later *Later, now, cost, until int64) (next, nextCredit int64) {
+// to a bucket of p whose state is state, at now, and returns its new state.
+func (b *Bucket) Refund(p *ratelimit.Policy, state, now, cost, until int64) (next int64) {
 	if state <= now {
-		if later != nil {
-			*later = Later{} // of takes that can get nothing back, and before any to come
-		}
-		return now, max(credit-(now-state), 0)
+		return b.full(state, now)
 	}
-	end := until - credit
-	if later != nil {
-		end += later.since(until)
-	}
-	next = p.Refund(state, now, cost, end)
+	next = p.Refund(state, now, cost, until-b.Credit+b.later(until))
 	if give := state - next; give > 0 {
-		credit += give
-		if later != nil {
-			later.add(until, give, now)
-		}
+		b.Credit += give
+		b.remember(until, give, now)
 	}
-	return next, credit
+	return next
 }
 
-// Reset returns the state and credit of a bucket of state state and credit
-// credit made full at now: what it owed becomes credit, so that nothing
-// taken before is given back.
-func Reset(state, credit, now int64) (next, nextCredit int64) {
+// Reset makes the bucket of state state full at now and returns its new
+// state, now: what it owed becomes credit, so that nothing taken before is
+// given back.
+func (b *Bucket) Reset(state, now int64) (next int64) {
 	if state <= now {
-		return now, max(credit-(now-state), 0)
+		return b.full(state, now)
 	}
-	return now, credit + state - now
+	*b = Bucket{Credit: b.Credit + state - now}
+	return now
 }
