@@ -107,26 +107,25 @@ func (l *leases) spend(fp uint64, p *ratelimit.Policy, cost int64) (_ ratelimit.
 }
 
 // refund gives n tokens back to the lease of the bucket fp under p that
-// paid for them (numbered −until), if it has not ended and they fit in
-// it (at most what it took: the script keeps room for no more), and
-// reports whether it did. The tokens were taken from the shared bucket:
-// back in the lease they are as if never spent. Tokens that a lease paid
-// for are never given back to the bucket: a lease that has ended has
-// returned what it had left, and the bucket may have refilled since.
-func (l *leases) refund(fp uint64, p *ratelimit.Policy, n, until int64) bool {
+// paid for them (numbered −until), if it has not ended and they fit in it
+// (at most what it took: the script keeps room for no more). The tokens
+// were taken from the shared bucket: back in the lease they are as if
+// never spent. Tokens that a lease paid for are never given back to the
+// bucket: a lease that has ended has returned what it had left, and the
+// bucket may have refilled since.
+func (l *leases) refund(fp uint64, p *ratelimit.Policy, n, until int64) {
 	e := &l.slots[fp%leaseSlots]
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.fp != fp || e.id != -until || e.left+n > e.size {
-		return false
+		return
 	}
 	now := l.now()
 	if now >= e.until {
-		return true // spent from a lease that has ended: nothing to give back
+		return // spent from a lease that has ended: nothing to give back
 	}
 	e.shadow = p.Refund(e.shadow, now, n, e.shadow) // as if never spent from the lease
 	e.left += n
-	return true
 }
 
 // takeLeased decides a request of cost for key under p in Redis, taking a

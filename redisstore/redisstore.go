@@ -425,25 +425,7 @@ var (
 // run decides reqs, as one group of the script (see take.lua), and fills
 // results.
 func (s *Store) run(parent context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
-	ctx, cancel := context.WithTimeout(parent, s.timeout)
-	defer cancel()
-	n := len(reqs)
-	c := s.newCall(ctx, n)
-	s.dials.watch(&c.watch, ctx, cancel)
-	defer s.dials.done(&c.watch)
-	for i, r := range reqs {
-		c.keys()[i] = s.key(r)
-		c.args = appendKind(c.args, r)
-	}
-	reply, err := s.decide(c)
-	s.dials.done(&c.watch)
-	if errors.Is(err, ratelimit.ErrKeyState) {
-		return keyError(reqs, err)
-	}
-	if err != nil {
-		return fmt.Errorf("redisstore: %w", s.failure(parent, ctx, &c.watch, err))
-	}
-	now, err := groupNow(reply, n)
+	reply, now, err := s.group(parent, reqs, appendKind)
 	if err != nil {
 		return err
 	}
@@ -462,6 +444,31 @@ func (s *Store) run(parent context.Context, reqs []ratelimit.Request, results []
 		}
 	}
 	return nil
+}
+
+// group sends reqs as one group of the script, within the store's
+// Timeout, with the kind and arguments of each that appendArgs appends,
+// and returns the group's reply and the time it was decided at.
+func (s *Store) group(parent context.Context, reqs []ratelimit.Request, appendArgs func([]any, ratelimit.Request) []any) ([]any, int64, error) {
+	ctx, cancel := context.WithTimeout(parent, s.timeout)
+	defer cancel()
+	c := s.newCall(ctx, len(reqs))
+	s.dials.watch(&c.watch, ctx, cancel)
+	defer s.dials.done(&c.watch)
+	for i, r := range reqs {
+		c.keys()[i] = s.key(r)
+		c.args = appendArgs(c.args, r)
+	}
+	reply, err := s.decide(c)
+	s.dials.done(&c.watch)
+	if errors.Is(err, ratelimit.ErrKeyState) {
+		return nil, 0, keyError(reqs, err)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("redisstore: %w", s.failure(parent, ctx, &c.watch, err))
+	}
+	now, err := groupNow(reply, len(reqs))
+	return reply, now, err
 }
 
 // groupNow returns the time at which the script decided a group of n keys,

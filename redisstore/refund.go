@@ -2,8 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/tokenfair/ratelimit"
 )
@@ -29,22 +27,9 @@ func (s *Store) Refund(parent context.Context, p *ratelimit.Policy, key string, 
 	if s.refusals != nil {
 		defer s.refusals.forget(fp) // it may refuse what the bucket now has
 	}
-	ctx, cancel := context.WithTimeout(parent, s.timeout)
-	defer cancel()
-	c := s.newCall(ctx, 1)
-	s.dials.watch(&c.watch, ctx, cancel)
-	defer s.dials.done(&c.watch)
-	c.keys()[0] = s.key(ratelimit.Request{Policy: p, Key: key})
 	inc := cost * int64(p.Limit.Interval())
-	c.args = append(c.args, "refund", inc/1e9, inc%1e9, took.Until/1e9, took.Until%1e9)
-	reply, err := s.decide(c)
-	s.dials.done(&c.watch)
-	if errors.Is(err, ratelimit.ErrKeyState) {
-		return keyError([]ratelimit.Request{{Policy: p, Key: key, Cost: cost}}, err)
-	}
-	if err != nil {
-		return fmt.Errorf("redisstore: Refund: %w", s.failure(parent, ctx, &c.watch, err))
-	}
-	_, err = groupNow(reply, 1)
+	_, _, err := s.group(parent, []ratelimit.Request{{Policy: p, Key: key, Cost: cost}}, func(args []any, _ ratelimit.Request) []any {
+		return append(args, "refund", inc/1e9, inc%1e9, took.Until/1e9, took.Until%1e9)
+	})
 	return err
 }

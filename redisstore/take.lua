@@ -179,8 +179,12 @@ while j <= #ARGV do
             if not w then
               s = nil
             else
-              later[#later + 1], later[#later + 2] = tonumber(w), tonumber(x)
-              later[#later + 1], later[#later + 2] = tonumber(y), tonumber(z)
+              -- a take whose until has passed, and those before it, can get
+              -- nothing back: forgotten
+              if not le(tonumber(w), tonumber(x), nowS, nowN) then
+                later[#later + 1], later[#later + 2] = tonumber(w), tonumber(x)
+                later[#later + 1], later[#later + 2] = tonumber(y), tonumber(z)
+              end
               rest = more
             end
           end
@@ -278,13 +282,10 @@ while j <= #ARGV do
       aS, aN = sub(dS, dN, incS, incN)
       cS, cN = add(cS, cN, incS, incN)
       if tS and positive(incS, incN) then
-        -- remember it, in place of a take whose until has passed or of the
-        -- one with the smallest until
+        -- remember it, in place of the take with the smallest until
         local keep = {}
         for q = 1, #later, 4 do
-          if not le(later[q], later[q + 1], nowS, nowN) then
-            keep[#keep + 1] = {later[q], later[q + 1], later[q + 2], later[q + 3]}
-          end
+          keep[#keep + 1] = {later[q], later[q + 1], later[q + 2], later[q + 3]}
         end
         table.sort(keep, function(x, y) return not le(x[1], x[2], y[1], y[2]) end)
         later = {tS, tN, incS, incN}
@@ -367,9 +368,7 @@ while j <= #ARGV do
         if positive(cS, cN) then
           tail = string.format(";%d:%d", cS, cN)
           for q = 1, #later, 4 do
-            if not le(later[q], later[q + 1], nowS, nowN) then
-              tail = tail .. string.format("/%d:%d:%d:%d", later[q], later[q + 1], later[q + 2], later[q + 3])
-            end
+            tail = tail .. string.format("/%d:%d:%d:%d", later[q], later[q + 1], later[q + 2], later[q + 3])
           end
         end
         for r = 1, K do
