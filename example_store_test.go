@@ -35,42 +35,40 @@ func newMapStore(now func() time.Time) *mapStore {
 	return &mapStore{now: now, buckets: make(map[string]mapBucket)}
 }
 
-// Take reads the bucket's state, lets the policy decide, and writes the
-// state back, all under one lock. A store that does I/O passes ctx on to it.
-func (s *mapStore) Take(_ context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.take(p, bucketKey(p.Name, key), cost, s.now().UnixNano(), true), nil
-}
-
-// take decides cost for the bucket key of p at now, and saves its new state
-// if save is set. The caller holds the lock.
-func (s *mapStore) take(p *ratelimit.Policy, key string, cost, now int64, save bool) ratelimit.Result {
-	b := s.buckets[key]
-	res, next := p.Decide(b.state, now, cost)
-	res.Until = next + b.credit // what Refund needs
-	if save {
-		s.save(key, mapBucket{next, b.credit}, now)
-	}
-	return res
+// Take is a batch of one: it reads the bucket's state, lets the policy
+// decide, and writes the state back, all under one lock. A store that does
+// I/O passes ctx on to it.
+func (s *mapStore) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+	var res [1]ratelimit.Result
+	err := s.TakeAll(ctx, []ratelimit.Request{{Policy: p, Key: key, Cost: cost}}, res[:])
+	return res[0], err
 }
 
 // TakeAll decides several policies of a request at one instant, all or
 // nothing, so that a request one policy refuses spends nothing from the
-// others: the optional ratelimit.BatchStore. Under one lock it is two
-// passes: decide every request, then take them all if all were allowed.
+// others: the optional ratelimit.BatchStore. Under the lock it decides each
+// request on the state the requests before it left, and writes the states
+// only if all were allowed.
 func (s *mapStore) TakeAll(_ context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now().UnixNano()
+	next := make(map[string]mapBucket, len(reqs))
 	all := true
 	for i, r := range reqs {
-		results[i] = s.take(r.Policy, bucketKey(r.Policy.Name, r.Key), r.Cost, now, false)
-		all = all && results[i].Allowed
+		key := bucketKey(r.Policy.Name, r.Key)
+		b, ok := next[key]
+		if !ok {
+			b = s.buckets[key]
+		}
+		res, state := r.Policy.Decide(b.state, now, r.Cost)
+		res.Until = state + b.credit // what Refund needs
+		results[i], next[key] = res, mapBucket{state, b.credit}
+		all = all && res.Allowed
 	}
 	if all {
-		for i, r := range reqs { // (two requests on one bucket are decided in turn)
-			results[i] = s.take(r.Policy, bucketKey(r.Policy.Name, r.Key), r.Cost, now, true)
+		for key, b := range next {
+			s.save(key, b, now)
 		}
 	}
 	return nil

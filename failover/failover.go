@@ -317,12 +317,11 @@ func (f *Store) Refund(ctx context.Context, p *ratelimit.Policy, key string, cos
 	if !ok || f.degraded.Load() {
 		return nil
 	}
-	if err := rs.Refund(ctx, p, key, cost, took); f.failed(ctx, err, 0) {
+	err := rs.Refund(ctx, p, key, cost, took)
+	if f.failed(ctx, err, 0) {
 		return nil // the tokens stay spent, as while degraded
-	} else if err != nil {
-		return err
 	}
-	return nil
+	return err
 }
 
 // maxShares bounds the shares kept, in case policies are made as requests
