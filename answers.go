@@ -15,7 +15,7 @@ import (
 	"github.com/tokenfair/ratelimit/internal/jsontext"
 )
 
-// denyProblem is the default Options.OnDeny: 429 with the quota-exceeded
+// denyProblem is the default MiddlewareOptions.OnDeny: 429 with the quota-exceeded
 // problem body.
 func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 	detail := "Too many requests; retry after " + strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10) + " s."
@@ -49,8 +49,8 @@ func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 // level. ErrWaitAbandoned (the client left) is not logged. Store failures are
 // logged at most once every 10 seconds, with the number left unlogged
 // since the last line ("suppressed"): during an outage every request fails
-// the same way. (A Middleware whose Options.OnError is nil answers the same
-// way, logging to Options.Logger, the first refusal of each kind of that
+// the same way. (A Middleware whose MiddlewareOptions.OnError is nil answers the same
+// way, logging to MiddlewareOptions.Logger, the first refusal of each kind of that
 // Middleware, and spacing its own lines.)
 func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	errorAnswers{storeLines: &defaultStoreLines, refusals: &defaultRefusals}.answer(w, r, err)

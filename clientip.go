@@ -25,8 +25,8 @@ func noClientIP(detail string, err error) error {
 }
 
 // IPOptions configures [KeyByIP], and how a [Middleware] finds the client
-// of a request for the address lists Options.Block and Safe (as
-// Options.ClientIP). A nil *IPOptions, like the zero value, takes every
+// of a request for the address lists MiddlewareOptions.Block and Safe (as
+// MiddlewareOptions.ClientIP). A nil *IPOptions, like the zero value, takes every
 // request's TCP peer for its client.
 type IPOptions struct {
 	// TrustedProxies lists the reverse proxies and load balancers in front
@@ -59,7 +59,7 @@ type IPOptions struct {
 	IPv6Prefix int
 
 	// Logger receives the warnings of KeyByIP (and of a Middleware's
-	// address lists, as Options.ClientIP), with the attribute "warning"
+	// address lists, as MiddlewareOptions.ClientIP), with the attribute "warning"
 	// naming their kind: "wide-trusted-range", logged by KeyByIP for each
 	// trusted range that covers much of the internet, such as 0.0.0.0/0;
 	// and "forwarded-without-trusted-proxy", logged once by the KeyFunc when
@@ -97,7 +97,7 @@ type ipConfig struct {
 	peers recent[string, peerKey] // the peers seen lately, by RemoteAddr
 }
 
-// newIPConfig checks opts for who, KeyByIP or Options.ClientIP, which its
+// newIPConfig checks opts for who, KeyByIP or MiddlewareOptions.ClientIP, which its
 // errors name.
 func newIPConfig(who string, opts *IPOptions) (*ipConfig, error) {
 	var o IPOptions

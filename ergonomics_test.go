@@ -26,11 +26,11 @@ func loginServer(t *testing.T) (http.Handler, *ratelimit.Limiter, *atomic.Int64)
 	t.Helper()
 	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Name: "logins", Limit: ratelimit.PerMinute(5)})
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{CountIf: func(status int) bool { return status >= 400 }})
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{CountIf: func(status int) bool { return status >= 400 }})
 	require.NoError(t, err)
 	require.True(t, m.CountsResponses())
 	var failures atomic.Int64
-	h := nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Password") != "right" {
 			failures.Add(1)
 			w.WriteHeader(http.StatusUnauthorized)
@@ -75,10 +75,10 @@ func TestLoginGuardBanksNothing(t *testing.T) {
 		clock := new(fakeClock)
 		lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Name: "logins", Limit: ratelimit.PerMinute(5)})
 		require.NoError(t, err)
-		m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{CountIf: func(status int) bool { return status >= 400 }})
+		m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{CountIf: func(status int) bool { return status >= 400 }})
 		require.NoError(t, err)
 		entered, release := make(chan struct{}), make(chan struct{})
-		h := nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Header.Get("X-Password") == "right" {
 				entered <- struct{}{}
 				<-release // held open
@@ -116,7 +116,7 @@ func TestLoginGuardBanksNothing(t *testing.T) {
 func TestCountIfPanicGivesBack(t *testing.T) {
 	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Name: "logins", Limit: ratelimit.PerMinute(5)})
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{CountIf: func(int) bool { return true }})
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{CountIf: func(int) bool { return true }})
 	require.NoError(t, err)
 	r := httptest.NewRequest("POST", "/login", nil)
 	r.Header.Set("X-Client", "alice")
@@ -160,7 +160,7 @@ func TestLoginGuardConcurrent(t *testing.T) {
 // TestSkip: what Skip exempts (a path, a client) reaches the handler
 // without limit or header fields, and spends nothing.
 func TestSkip(t *testing.T) {
-	s := newServer(t, ratelimit.PerMinute(1), nil, &ratelimit.Options{Skip: func(r *http.Request) bool {
+	s := newServer(t, ratelimit.PerMinute(1), nil, &ratelimit.MiddlewareOptions{Skip: func(r *http.Request) bool {
 		return strings.HasPrefix(r.URL.Path, "/internal/") || r.Header.Get("X-Client") == "monitor"
 	}})
 	for range 5 {
@@ -183,7 +183,7 @@ func TestSkip(t *testing.T) {
 // TestSkipSpendsNothing: a skipped client spends nothing, not even from a
 // global policy, and does not reach a failing store.
 func TestSkipSpendsNothing(t *testing.T) {
-	monitor := &ratelimit.Options{Skip: func(r *http.Request) bool { return r.Header.Get("X-Client") == "monitor" }}
+	monitor := &ratelimit.MiddlewareOptions{Skip: func(r *http.Request) bool { return r.Header.Get("X-Client") == "monitor" }}
 	global := ratelimit.Policy{Name: "global", Limit: ratelimit.PerMinute(3), Global: true}
 	s := policyServer(t, []ratelimit.Policy{perKey, global}, monitor)
 	for range 10 {
@@ -204,9 +204,9 @@ func TestSkipByAPIKey(t *testing.T) {
 	internal := func(r *http.Request) bool {
 		return subtle.ConstantTimeCompare([]byte(r.Header.Get("X-API-Key")), []byte("internal-secret")) == 1
 	}
-	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.Options{Skip: internal})
+	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{Skip: internal})
 	require.NoError(t, err)
-	h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	serve := func(apiKey string) int {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.Header.Set("X-API-Key", apiKey)
@@ -227,11 +227,11 @@ func TestInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1000)})
 		require.NoError(t, err)
-		m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{MaxInFlight: 3})
+		m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{MaxInFlight: 3})
 		require.NoError(t, err)
 		var running, peak atomic.Int64
 		gate := make(chan struct{})
-		h := nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := running.Add(1)
 			defer running.Add(-1)
 			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
@@ -307,7 +307,7 @@ func TestPanickingKeyFunction(t *testing.T) {
 	m, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { panic("boom") }, nil)
 	require.NoError(t, err)
 	w := httptest.NewRecorder()
-	nethttp.Middleware(m)(http.NotFoundHandler()).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	nethttp.Wrap(m)(http.NotFoundHandler()).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
 	assert.Equal(t, 500, w.Code)
 	assert.NotContains(t, w.Body.String(), "boom")
 }
@@ -323,21 +323,21 @@ func TestPanickingCostFunction(t *testing.T) {
 	ran := false
 	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true })
 
-	m, err := ratelimit.NewMiddleware(lim, oneKey, &ratelimit.Options{Cost: boom})
+	m, err := ratelimit.NewMiddleware(lim, oneKey, &ratelimit.MiddlewareOptions{Cost: boom})
 	require.NoError(t, err)
 	w := httptest.NewRecorder()
-	nethttp.Middleware(m)(next).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	nethttp.Wrap(m)(next).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
 	assert.Equal(t, 500, w.Code)
 	assert.NotContains(t, w.Body.String(), "boom")
 
 	var seen error
-	m, err = ratelimit.NewMiddleware(lim, oneKey, &ratelimit.Options{Cost: boom, OnError: func(w http.ResponseWriter, r *http.Request, err error) {
+	m, err = ratelimit.NewMiddleware(lim, oneKey, &ratelimit.MiddlewareOptions{Cost: boom, OnError: func(w http.ResponseWriter, r *http.Request, err error) {
 		seen = err
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}})
 	require.NoError(t, err)
 	w = httptest.NewRecorder()
-	nethttp.Middleware(m)(next).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	nethttp.Wrap(m)(next).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
 	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
 	assert.ErrorIs(t, seen, ratelimit.ErrPanic)
 	assert.False(t, ran)
@@ -353,10 +353,10 @@ func (failingSlots) Release(context.Context, string, string) error { return errD
 func TestSlotStoreFailure(t *testing.T) {
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(5)})
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Minute, SlotName: "api"})
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Minute, SlotName: "api"})
 	require.NoError(t, err)
 	calls := 0
-	s := &server{t: t, handler: nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls++ }))}
+	s := &server{t: t, handler: nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls++ }))}
 	for range 3 {
 		w := s.get("c")
 		assert.Equal(t, http.StatusServiceUnavailable, w.Code)
@@ -367,7 +367,7 @@ func TestSlotStoreFailure(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(5), res.Remaining, "the tokens taken before each failure were given back")
 
-	for _, opts := range []ratelimit.Options{
+	for _, opts := range []ratelimit.MiddlewareOptions{
 		{MaxInFlight: 1, Slots: failingSlots{}},                               // no lease
 		{Slots: failingSlots{}, SlotLease: time.Second},                       // no limit
 		{MaxInFlightTotal: 1, Slots: failingSlots{}, SlotLease: -time.Second}, // negative lease
@@ -384,17 +384,17 @@ func (o *recordingObserver) Observe(_ *http.Request, ev ratelimit.Event) {
 	o.events = append(o.events, ev)
 }
 
-// TestInFlightRefusalObserved: an in-flight refusal reaches Options.Observe as
+// TestInFlightRefusalObserved: an in-flight refusal reaches MiddlewareOptions.Observe as
 // a refusal by the "inflight" policy.
 func TestInFlightRefusalObserved(t *testing.T) {
 	obs := &recordingObserver{}
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(5)})
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{MaxInFlight: 1, Observe: obs.Observe})
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{MaxInFlight: 1, Observe: obs.Observe})
 	require.NoError(t, err)
 	var h http.Handler
 	inner := 0
-	h = nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h = nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/outer" {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest("GET", "/inner", nil).WithContext(r.Context()))
@@ -410,7 +410,7 @@ func TestInFlightRefusalObserved(t *testing.T) {
 	assert.ErrorIs(t, obs.events[1].Err, ratelimit.ErrMissingKey)
 
 	obs.events = nil
-	h = nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h = nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/outer" {
 			in := httptest.NewRequest("GET", "/inner", nil)
 			in.Header.Set("X-Client", "c")
@@ -435,7 +435,7 @@ func TestInFlightRefusalObserved(t *testing.T) {
 func TestAllDryRunWritesNoHeaders(t *testing.T) {
 	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true}
 	for _, format := range []ratelimit.HeaderFormat{ratelimit.HeadersIETF, ratelimit.HeadersLegacy, ratelimit.HeadersX} {
-		s := policyServer(t, []ratelimit.Policy{shadow}, &ratelimit.Options{Headers: format})
+		s := policyServer(t, []ratelimit.Policy{shadow}, &ratelimit.MiddlewareOptions{Headers: format})
 		for range 3 {
 			w := s.get("c")
 			assert.Equal(t, 200, w.Code)
@@ -452,10 +452,10 @@ func TestAllDryRunWritesNoHeaders(t *testing.T) {
 func TestInFlightTotal(t *testing.T) {
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1000)})
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{MaxInFlight: 5, MaxInFlightTotal: 2})
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{MaxInFlight: 5, MaxInFlightTotal: 2})
 	require.NoError(t, err)
 	entered, release := make(chan struct{}), make(chan struct{})
-	h := nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/wait" {
 			entered <- struct{}{}
 			<-release
@@ -489,11 +489,11 @@ func TestInFlightTotal(t *testing.T) {
 func TestInFlightQuotaIsAnSFInteger(t *testing.T) {
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(10)})
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{MaxInFlightTotal: math.MaxInt})
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{MaxInFlightTotal: math.MaxInt})
 	require.NoError(t, err)
 	w := httptest.NewRecorder()
 	r := httptest.NewRequest("GET", "/", nil)
 	r.Header.Set("X-Client", "a")
-	nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, r)
+	nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, r)
 	assert.Equal(t, `"default";q=10;w=1,"inflight";q=999999999999999;qu="concurrent-requests"`, field(w.Header(), "RateLimit-Policy"))
 }

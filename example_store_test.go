@@ -40,7 +40,7 @@ func newMapStore(now func() time.Time) *mapStore {
 // I/O passes ctx on to it.
 func (s *mapStore) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	var res [1]ratelimit.Result
-	err := s.TakeAll(ctx, []ratelimit.Request{{Policy: p, Key: key, Cost: cost}}, res[:])
+	err := s.TakeAll(ctx, []ratelimit.BatchItem{{Policy: p, Key: key, Cost: cost}}, res[:])
 	return res[0], err
 }
 
@@ -49,7 +49,7 @@ func (s *mapStore) Take(ctx context.Context, p *ratelimit.Policy, key string, co
 // others: the optional ratelimit.BatchStore. Under the lock it decides each
 // request on the state the requests before it left, and writes the states
 // only if all were allowed.
-func (s *mapStore) TakeAll(_ context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
+func (s *mapStore) TakeAll(_ context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now().UnixNano()
@@ -100,7 +100,7 @@ func (s *mapStore) Reset(_ context.Context, p *ratelimit.Policy, key string) err
 }
 
 // Refund gives back what a take still costs the bucket, so that requests
-// that do not count (Options.CountIf) cost nothing: the optional
+// that do not count (MiddlewareOptions.CountIf) cost nothing: the optional
 // ratelimit.RefundStore. Policy.Refund is the rule, and the credit keeps
 // what was given back since the take. (Counting all of it is safe, but
 // gives back less when give-backs of one bucket overlap; the memory and

@@ -107,7 +107,7 @@ func ExampleNewMiddleware() {
 	api.HandleFunc("GET /geocode", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	root := http.NewServeMux()
 	root.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {})
-	root.Handle("/", nethttp.Middleware(mw)(api))
+	root.Handle("/", nethttp.Wrap(mw)(api))
 
 	for i := 1; i <= 11; i++ {
 		r := httptest.NewRequest("GET", "/geocode", nil)

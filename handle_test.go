@@ -120,7 +120,7 @@ func TestOnDenySeesHeaderFields(t *testing.T) {
 		denied := 0
 		lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
 		require.NoError(t, err)
-		m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{
+		m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{
 			Headers: tc.format,
 			OnDeny: func(w http.ResponseWriter, r *http.Request, res ratelimit.Result) {
 				denied++
@@ -150,7 +150,7 @@ func TestOnDenySeesHeaderFields(t *testing.T) {
 	}
 }
 
-// TestSkipRunsBeforeKey: Options.Skip is asked before the key function, so
+// TestSkipRunsBeforeKey: MiddlewareOptions.Skip is asked before the key function, so
 // a skipped request without a key, or whose key function fails or panics,
 // is admitted and reaches its handler; the key function is not even called.
 // The same requests, not skipped, are answered as errors.
@@ -172,7 +172,7 @@ func TestSkipRunsBeforeKey(t *testing.T) {
 			keyCalls.Add(1)
 			return tc.key(r)
 		}
-		m, err := ratelimit.NewMiddleware(lim, key, &ratelimit.Options{
+		m, err := ratelimit.NewMiddleware(lim, key, &ratelimit.MiddlewareOptions{
 			Skip:   func(r *http.Request) bool { return r.URL.Path == "/healthz" },
 			Logger: discardLogger(),
 		})
@@ -202,11 +202,11 @@ func TestSkipRunsBeforeKey(t *testing.T) {
 func TestHeaderNamesOnTheWire(t *testing.T) {
 	for _, tc := range []struct {
 		format ratelimit.HeaderFormat
-		opts   ratelimit.Options
+		opts   ratelimit.MiddlewareOptions
 		want   []string // the rate-limit field lines of the first response, in order of name
 	}{
 		{format: ratelimit.HeadersIETF, want: []string{`RateLimit: "default";r=1;t=30`, `RateLimit-Policy: "default";q=2;w=60`}},
-		{format: ratelimit.HeadersIETF, opts: ratelimit.Options{MaxInFlight: 3}, want: []string{
+		{format: ratelimit.HeadersIETF, opts: ratelimit.MiddlewareOptions{MaxInFlight: 3}, want: []string{
 			`RateLimit: "default";r=1;t=30`,
 			`RateLimit-Policy: "default";q=2;w=60,"inflight";q=3;qu="concurrent-requests"`,
 		}},
@@ -224,7 +224,7 @@ func TestHeaderNamesOnTheWire(t *testing.T) {
 			opts.Headers = tc.format
 			m, err := ratelimit.NewMiddleware(lim, keyByHeader, &opts)
 			require.NoError(t, err)
-			srv := httptest.NewServer(nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			srv := httptest.NewServer(nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Write([]byte("ok"))
 			})))
 			defer srv.Close()
@@ -357,7 +357,7 @@ func TestStoreResultWithoutPolicy(t *testing.T) {
 	}
 }
 
-// A panic in Options.Skip is answered like one in the key function: 500,
+// A panic in MiddlewareOptions.Skip is answered like one in the key function: 500,
 // through the error handler with ErrPanic, and the handler never runs;
 // Observe is told, as of every request that fails before its decision.
 func TestSkipPanics(t *testing.T) {
@@ -365,7 +365,7 @@ func TestSkipPanics(t *testing.T) {
 	require.NoError(t, err)
 	var got error
 	var observed []ratelimit.Event
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{
 		Skip:    func(*http.Request) bool { panic("boom") },
 		OnError: func(w http.ResponseWriter, r *http.Request, err error) { got = err; w.WriteHeader(500) },
 		Observe: func(_ *http.Request, e ratelimit.Event) { observed = append(observed, e) },

@@ -12,9 +12,9 @@ import (
 // and Result.Policy; no other policy may take it.
 const inflightName = "inflight"
 
-// newInflight returns the in-flight limits of Options.MaxInFlight and
+// newInflight returns the in-flight limits of MiddlewareOptions.MaxInFlight and
 // MaxInFlightTotal, at least one of which is positive, named name
-// (Options.SlotName) in a SlotStore.
+// (MiddlewareOptions.SlotName) in a SlotStore.
 func newInflight(perKey, total int, name string) *inflight {
 	q := perKey
 	if q == 0 || total > 0 && total < q {
@@ -30,10 +30,10 @@ func newInflight(perKey, total int, name string) *inflight {
 }
 
 // SlotStore keeps in-flight slots that several instances share, so that
-// Options.MaxInFlight holds across them (redisstore has one). A slot is a
-// lease, which the Middleware renews every third of Options.SlotLease
+// MiddlewareOptions.MaxInFlight holds across them (redisstore has one). A slot is a
+// lease, which the Middleware renews every third of MiddlewareOptions.SlotLease
 // while its request runs: if the instance holding it dies, the slot frees
-// itself when the lease ends. A Middleware's keys are its Options.SlotName,
+// itself when the lease ends. A Middleware's keys are its MiddlewareOptions.SlotName,
 // for the slots of MaxInFlightTotal, and SlotName + ":" + the request's
 // key. Implementations must be safe for concurrent use.
 type SlotStore interface {
@@ -48,7 +48,7 @@ type SlotStore interface {
 // inflight counts the requests running, per key and in all.
 type inflight struct {
 	perKey, total int
-	name          string // Options.SlotName, with Slots
+	name          string // MiddlewareOptions.SlotName, with Slots
 	item          string // the RateLimit-Policy item
 	policy        Policy // what a refusal names: "inflight", q per second
 	refused       Result // what a refusal reports

@@ -27,7 +27,7 @@ func observedHash(t *testing.T, addr string) uint64 {
 	byIP, err := ratelimit.KeyByIP(nil)
 	require.NoError(t, err)
 	var got uint64
-	m, err := ratelimit.NewMiddleware(lim, byIP, &ratelimit.Options{Observe: func(_ *http.Request, e ratelimit.Event) { got = e.KeyHash }})
+	m, err := ratelimit.NewMiddleware(lim, byIP, &ratelimit.MiddlewareOptions{Observe: func(_ *http.Request, e ratelimit.Event) { got = e.KeyHash }})
 	require.NoError(t, err)
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = addr + ":4000"

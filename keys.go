@@ -29,7 +29,7 @@ type KeyFunc func(r *http.Request) (string, error)
 // request carries no X-API-Key header") and the challenge
 // WWW-Authenticate: ApiKey in="header", name="X-API-Key", the fields of an
 // OpenAPI apiKey security scheme; Bearer when header is Authorization (see
-// Options.Challenge).
+// MiddlewareOptions.Challenge).
 //
 // For header Authorization the key is that of the credentials, whatever the
 // spelling of their scheme, which is case-insensitive, and of the
@@ -188,7 +188,7 @@ func (c *apiKeyCache) key(secret string) string {
 // of one of them (type UserID string). No value or an empty ID gives an
 // error wrapping ErrMissingKey, which the default error handler answers
 // with 401, a problem detail ("the request carries no user ID in its
-// context") and WWW-Authenticate: Bearer (see Options.Challenge). A value
+// context") and WWW-Authenticate: Bearer (see MiddlewareOptions.Challenge). A value
 // of another type is the server's mistake, not the client's: an error
 // that wraps neither ErrMissingKey nor ErrBadRequest and names the type
 // ("the user ID in the request's context is a map[string]int, not a

@@ -28,7 +28,7 @@ type userKey struct{}
 func TestKeyByContextValueUnusableTypeIs500(t *testing.T) {
 	for _, custom := range []bool{false, true} {
 		var logs bytes.Buffer
-		opts := &ratelimit.Options{Logger: lineLogger(&logs, slog.LevelDebug)}
+		opts := &ratelimit.MiddlewareOptions{Logger: lineLogger(&logs, slog.LevelDebug)}
 		var errs []error
 		if custom {
 			opts.OnError = func(w http.ResponseWriter, r *http.Request, err error) {
@@ -47,7 +47,7 @@ func TestKeyByContextValueUnusableTypeIs500(t *testing.T) {
 		require.NoError(t, err)
 		m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByContextValue(userKey{}), opts)
 		require.NoError(t, err)
-		h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("the handler runs") }))
+		h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("the handler runs") }))
 		for range 3 {
 			r := httptest.NewRequest(http.MethodGet, "/v1/geocode", nil)
 			r = r.WithContext(context.WithValue(r.Context(), userKey{}, map[string]int{"alice": 1}))
@@ -86,7 +86,7 @@ func TestKeyByAPIKeyAuthorizationOneBucket(t *testing.T) {
 	require.NoError(t, err)
 	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("Authorization"), nil)
 	require.NoError(t, err)
-	h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	var codes []int
 	for _, v := range []string{"Bearer t0k3n", "bearer t0k3n", "BEARER t0k3n", "Bearer  t0k3n"} {
 		r := httptest.NewRequest(http.MethodGet, "/", nil)

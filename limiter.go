@@ -246,10 +246,10 @@ func (l *Limiter) takeAll(ctx context.Context, idx []int, key string, cost int64
 // results, reports whether they all allowed, and returns extra's results,
 // whose refusals are the caller's to read. It returns bs's error, such as
 // ErrNotAtomic, having decided nothing.
-func (l *Limiter) batch(ctx context.Context, bs BatchStore, idx []int, key string, cost int64, results []Result, extra []Request) (bool, []Result, error) {
-	reqs := make([]Request, len(idx), len(idx)+len(extra))
+func (l *Limiter) batch(ctx context.Context, bs BatchStore, idx []int, key string, cost int64, results []Result, extra []BatchItem) (bool, []Result, error) {
+	reqs := make([]BatchItem, len(idx), len(idx)+len(extra))
 	for k, i := range idx {
-		reqs[k] = Request{Policy: &l.policies[i], Key: l.key(i, key), Cost: cost}
+		reqs[k] = BatchItem{Policy: &l.policies[i], Key: l.key(i, key), Cost: cost}
 	}
 	reqs = append(reqs, extra...)
 	out := make([]Result, len(reqs))

@@ -1,6 +1,6 @@
 package ratelimit
 
-// The address lists of Options.Block and Options.Safe.
+// The address lists of MiddlewareOptions.Block and MiddlewareOptions.Safe.
 
 import (
 	"fmt"
@@ -19,25 +19,25 @@ const (
 	safe                    // neither limited nor counted
 )
 
-// addrLists is the validated form of Options.Block, Safe and ClientIP.
+// addrLists is the validated form of MiddlewareOptions.Block, Safe and ClientIP.
 type addrLists struct {
 	ip          *ipConfig
 	block, safe prefixSet
 }
 
 // newAddrLists checks the lists of o and returns nil when both are empty.
-func newAddrLists(o *Options) (*addrLists, error) {
+func newAddrLists(o *MiddlewareOptions) (*addrLists, error) {
 	l := new(addrLists)
 	var err error
-	if l.block, err = newPrefixSet("Options.Block", o.Block); err != nil {
+	if l.block, err = newPrefixSet("MiddlewareOptions.Block", o.Block); err != nil {
 		return nil, err
 	}
-	if l.safe, err = newPrefixSet("Options.Safe", o.Safe); err != nil {
+	if l.safe, err = newPrefixSet("MiddlewareOptions.Safe", o.Safe); err != nil {
 		return nil, err
 	}
 	// ClientIP is checked even without lists, so that a mistake in it is
 	// not found only on the day a list is added.
-	if l.ip, err = newIPConfig("Options.ClientIP", o.ClientIP); err != nil {
+	if l.ip, err = newIPConfig("MiddlewareOptions.ClientIP", o.ClientIP); err != nil {
 		return nil, err
 	}
 	if l.block.empty() && l.safe.empty() {

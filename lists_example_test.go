@@ -18,7 +18,7 @@ func ExampleOptions_blockAndSafe() {
 	store, _ := memorystore.New(nil)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
 	proxies := &ratelimit.IPOptions{TrustedProxies: []string{"192.0.2.0/24"}}
-	mw, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.Options{
+	mw, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{
 		Block:    []string{"203.0.113.0/24"},
 		Safe:     []string{"10.0.0.0/8"},
 		ClientIP: proxies,
@@ -26,7 +26,7 @@ func ExampleOptions_blockAndSafe() {
 	if err != nil {
 		panic(err)
 	}
-	handler := nethttp.Middleware(mw)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handler := nethttp.Wrap(mw)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "hello")
 	}))
 
@@ -49,7 +49,7 @@ func ExampleOptions_blockAndSafe() {
 	get("192.0.2.1:4000", "10.1.2.3, 203.0.113.7")
 	// Directly, not through the load balancer: the header is not believed.
 	get("203.0.113.7:5000", "10.1.2.3")
-	_, err = ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.Options{Block: []string{"203.0.113.0/33"}})
+	_, err = ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{Block: []string{"203.0.113.0/33"}})
 	fmt.Println(err)
 	// Output:
 	// "203.0.113.7"            403 []
@@ -59,5 +59,5 @@ func ExampleOptions_blockAndSafe() {
 	// "198.51.100.7"           429 ["\"default\";r=0;t=60"]
 	// "10.1.2.3, 203.0.113.7"  403 []
 	// "10.1.2.3"               403 []
-	// ratelimit: Options.Block entry "203.0.113.0/33": want a CIDR prefix or an IP address
+	// ratelimit: MiddlewareOptions.Block entry "203.0.113.0/33": want a CIDR prefix or an IP address
 }

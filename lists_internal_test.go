@@ -53,7 +53,7 @@ func TestPrefixSetNormalises(t *testing.T) {
 		{"fe80::1%eth0", "fe80::1/128"},
 	}
 	for _, tc := range tests {
-		s, err := newPrefixSet("Options.Block", []string{tc.in})
+		s, err := newPrefixSet("MiddlewareOptions.Block", []string{tc.in})
 		require.NoError(t, err, "entry %q", tc.in)
 		want := netip.MustParsePrefix(tc.want)
 		assert.Contains(t, s.set, want, "entry %q", tc.in)

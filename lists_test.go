@@ -34,7 +34,7 @@ type listsServer struct {
 	nexts   int
 }
 
-func newListsServer(t *testing.T, key ratelimit.KeyFunc, opts *ratelimit.Options) *listsServer {
+func newListsServer(t *testing.T, key ratelimit.KeyFunc, opts *ratelimit.MiddlewareOptions) *listsServer {
 	t.Helper()
 	s := &listsServer{store: &countingStore{Store: memoryStore(t)}}
 	lim, err := ratelimit.New(s.store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
@@ -44,7 +44,7 @@ func newListsServer(t *testing.T, key ratelimit.KeyFunc, opts *ratelimit.Options
 	}
 	m, err := ratelimit.NewMiddleware(lim, key, opts)
 	require.NoError(t, err)
-	s.handler = nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.handler = nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.nexts++
 		w.Write([]byte("ok"))
 	}))
@@ -72,41 +72,41 @@ func TestAddressLists(t *testing.T) {
 	proxies := &ratelimit.IPOptions{TrustedProxies: []string{"192.0.2.0/24"}}
 	tests := []struct {
 		name     string
-		opts     ratelimit.Options
+		opts     ratelimit.MiddlewareOptions
 		r        *http.Request
 		want     string // "blocked", "safe" or "limited"
 		scenario string
 	}{
-		{"blocked peer", ratelimit.Options{Block: block}, listsRequest("203.0.113.7:1234"), "blocked", ""},
-		{"blocked single address", ratelimit.Options{Block: block, Safe: safe}, listsRequest("198.51.100.66:1"), "blocked", "block wins over the safe 198.51.100.0/24"},
-		{"blocked IPv6", ratelimit.Options{Block: block}, listsRequest("[2001:db8:bad:1::9]:443"), "blocked", ""},
-		{"IPv4-mapped peer", ratelimit.Options{Block: block}, listsRequest("[::ffff:203.0.113.7]:1234"), "blocked", "::ffff:203.0.113.7 is 203.0.113.7"},
-		{"IPv4-mapped entry", ratelimit.Options{Block: []string{"::ffff:203.0.113.0/120"}}, listsRequest("203.0.113.7:1234"), "blocked", "::ffff:203.0.113.0/120 is 203.0.113.0/24"},
-		{"unmasked entry", ratelimit.Options{Block: []string{"203.0.113.99/24"}}, listsRequest("203.0.113.7:1234"), "blocked", ""},
-		{"IPv6 prefix and IPv4 client", ratelimit.Options{Block: []string{"::/0"}}, listsRequest("203.0.113.7:1234"), "limited", "an IPv6 prefix never matches an IPv4 address"},
-		{"both lists", ratelimit.Options{Block: []string{"10.1.0.0/16"}, Safe: []string{"10.0.0.0/8"}}, listsRequest("10.1.2.3:1234"), "blocked", "block wins"},
-		{"safe peer", ratelimit.Options{Block: block, Safe: safe}, listsRequest("10.1.2.3:1234"), "safe", ""},
-		{"safe IPv6", ratelimit.Options{Safe: safe}, listsRequest("[2001:db8:5afe::1]:443"), "safe", ""},
-		{"safe IPv4-mapped", ratelimit.Options{Safe: safe}, listsRequest("[::ffff:10.9.9.9]:443"), "safe", ""},
-		{"unlisted", ratelimit.Options{Block: block, Safe: safe}, listsRequest("192.0.2.200:1234"), "limited", ""},
-		{"blocked on a skipped path", ratelimit.Options{Block: block, Skip: func(*http.Request) bool { return true }}, listsRequest("203.0.113.7:1234"), "blocked", "Block comes before Skip"},
+		{"blocked peer", ratelimit.MiddlewareOptions{Block: block}, listsRequest("203.0.113.7:1234"), "blocked", ""},
+		{"blocked single address", ratelimit.MiddlewareOptions{Block: block, Safe: safe}, listsRequest("198.51.100.66:1"), "blocked", "block wins over the safe 198.51.100.0/24"},
+		{"blocked IPv6", ratelimit.MiddlewareOptions{Block: block}, listsRequest("[2001:db8:bad:1::9]:443"), "blocked", ""},
+		{"IPv4-mapped peer", ratelimit.MiddlewareOptions{Block: block}, listsRequest("[::ffff:203.0.113.7]:1234"), "blocked", "::ffff:203.0.113.7 is 203.0.113.7"},
+		{"IPv4-mapped entry", ratelimit.MiddlewareOptions{Block: []string{"::ffff:203.0.113.0/120"}}, listsRequest("203.0.113.7:1234"), "blocked", "::ffff:203.0.113.0/120 is 203.0.113.0/24"},
+		{"unmasked entry", ratelimit.MiddlewareOptions{Block: []string{"203.0.113.99/24"}}, listsRequest("203.0.113.7:1234"), "blocked", ""},
+		{"IPv6 prefix and IPv4 client", ratelimit.MiddlewareOptions{Block: []string{"::/0"}}, listsRequest("203.0.113.7:1234"), "limited", "an IPv6 prefix never matches an IPv4 address"},
+		{"both lists", ratelimit.MiddlewareOptions{Block: []string{"10.1.0.0/16"}, Safe: []string{"10.0.0.0/8"}}, listsRequest("10.1.2.3:1234"), "blocked", "block wins"},
+		{"safe peer", ratelimit.MiddlewareOptions{Block: block, Safe: safe}, listsRequest("10.1.2.3:1234"), "safe", ""},
+		{"safe IPv6", ratelimit.MiddlewareOptions{Safe: safe}, listsRequest("[2001:db8:5afe::1]:443"), "safe", ""},
+		{"safe IPv4-mapped", ratelimit.MiddlewareOptions{Safe: safe}, listsRequest("[::ffff:10.9.9.9]:443"), "safe", ""},
+		{"unlisted", ratelimit.MiddlewareOptions{Block: block, Safe: safe}, listsRequest("192.0.2.200:1234"), "limited", ""},
+		{"blocked on a skipped path", ratelimit.MiddlewareOptions{Block: block, Skip: func(*http.Request) bool { return true }}, listsRequest("203.0.113.7:1234"), "blocked", "Block comes before Skip"},
 
 		// Forwarding headers, believed only from a trusted proxy.
-		{"forged, no proxy trusted", ratelimit.Options{Safe: safe}, listsRequest("198.18.0.1:1234", "X-Forwarded-For: 10.0.0.1"), "limited", "the peer forges a safe address"},
-		{"forged, untrusted peer", ratelimit.Options{Safe: safe, ClientIP: proxies}, listsRequest("198.18.0.1:1234", "X-Forwarded-For: 10.0.0.1"), "limited", "the peer is not a trusted proxy"},
-		{"forged Forwarded, untrusted peer", ratelimit.Options{Safe: safe, ClientIP: &ratelimit.IPOptions{TrustedProxies: proxies.TrustedProxies, Header: "Forwarded"}},
+		{"forged, no proxy trusted", ratelimit.MiddlewareOptions{Safe: safe}, listsRequest("198.18.0.1:1234", "X-Forwarded-For: 10.0.0.1"), "limited", "the peer forges a safe address"},
+		{"forged, untrusted peer", ratelimit.MiddlewareOptions{Safe: safe, ClientIP: proxies}, listsRequest("198.18.0.1:1234", "X-Forwarded-For: 10.0.0.1"), "limited", "the peer is not a trusted proxy"},
+		{"forged Forwarded, untrusted peer", ratelimit.MiddlewareOptions{Safe: safe, ClientIP: &ratelimit.IPOptions{TrustedProxies: proxies.TrustedProxies, Header: "Forwarded"}},
 			listsRequest("198.18.0.1:1234", "Forwarded: for=10.0.0.1"), "limited", ""},
-		{"forged, behind a trusted proxy", ratelimit.Options{Safe: safe, ClientIP: proxies}, listsRequest("192.0.2.1:1234", "X-Forwarded-For: 10.0.0.1, 198.18.0.1"), "limited", "the client prepended a safe address"},
-		{"forged, blocked behind a trusted proxy", ratelimit.Options{Block: block, Safe: safe, ClientIP: proxies}, listsRequest("192.0.2.1:1234", "X-Forwarded-For: 10.0.0.1, 203.0.113.7"), "blocked", ""},
-		{"blocked behind a trusted proxy", ratelimit.Options{Block: block, ClientIP: proxies}, listsRequest("192.0.2.1:1234", "X-Forwarded-For: 203.0.113.7"), "blocked", ""},
-		{"blocked behind two trusted proxies", ratelimit.Options{Block: block, ClientIP: proxies}, listsRequest("192.0.2.1:1234", "X-Forwarded-For: 203.0.113.7, 192.0.2.9"), "blocked", ""},
-		{"safe behind a trusted proxy", ratelimit.Options{Safe: safe, ClientIP: proxies}, listsRequest("192.0.2.1:1234", "X-Forwarded-For: 10.0.0.1"), "safe", ""},
-		{"blocked Forwarded behind a trusted proxy", ratelimit.Options{Block: block, ClientIP: &ratelimit.IPOptions{TrustedProxies: proxies.TrustedProxies, Header: "Forwarded"}},
+		{"forged, behind a trusted proxy", ratelimit.MiddlewareOptions{Safe: safe, ClientIP: proxies}, listsRequest("192.0.2.1:1234", "X-Forwarded-For: 10.0.0.1, 198.18.0.1"), "limited", "the client prepended a safe address"},
+		{"forged, blocked behind a trusted proxy", ratelimit.MiddlewareOptions{Block: block, Safe: safe, ClientIP: proxies}, listsRequest("192.0.2.1:1234", "X-Forwarded-For: 10.0.0.1, 203.0.113.7"), "blocked", ""},
+		{"blocked behind a trusted proxy", ratelimit.MiddlewareOptions{Block: block, ClientIP: proxies}, listsRequest("192.0.2.1:1234", "X-Forwarded-For: 203.0.113.7"), "blocked", ""},
+		{"blocked behind two trusted proxies", ratelimit.MiddlewareOptions{Block: block, ClientIP: proxies}, listsRequest("192.0.2.1:1234", "X-Forwarded-For: 203.0.113.7, 192.0.2.9"), "blocked", ""},
+		{"safe behind a trusted proxy", ratelimit.MiddlewareOptions{Safe: safe, ClientIP: proxies}, listsRequest("192.0.2.1:1234", "X-Forwarded-For: 10.0.0.1"), "safe", ""},
+		{"blocked Forwarded behind a trusted proxy", ratelimit.MiddlewareOptions{Block: block, ClientIP: &ratelimit.IPOptions{TrustedProxies: proxies.TrustedProxies, Header: "Forwarded"}},
 			listsRequest("192.0.2.1:1234", `Forwarded: for="[2001:db8:bad::1]:443"`), "blocked", ""},
-		{"blocked X-Real-IP behind a trusted proxy", ratelimit.Options{Block: block, ClientIP: &ratelimit.IPOptions{TrustedProxies: proxies.TrustedProxies, Header: "X-Real-IP"}},
+		{"blocked X-Real-IP behind a trusted proxy", ratelimit.MiddlewareOptions{Block: block, ClientIP: &ratelimit.IPOptions{TrustedProxies: proxies.TrustedProxies, Header: "X-Real-IP"}},
 			listsRequest("192.0.2.1:1234", "X-Real-IP: ::ffff:203.0.113.7"), "blocked", ""},
-		{"safe proxy, unlisted client", ratelimit.Options{Safe: []string{"192.0.2.0/24"}, ClientIP: proxies}, listsRequest("192.0.2.1:1234", "X-Forwarded-For: 198.18.0.1"), "limited", "the proxy's own address is not the client's"},
-		{"proxy not configured", ratelimit.Options{Safe: []string{"192.0.2.0/24"}}, listsRequest("192.0.2.1:1234", "X-Forwarded-For: 198.18.0.1"), "safe", "without ClientIP the proxy is the client"},
+		{"safe proxy, unlisted client", ratelimit.MiddlewareOptions{Safe: []string{"192.0.2.0/24"}, ClientIP: proxies}, listsRequest("192.0.2.1:1234", "X-Forwarded-For: 198.18.0.1"), "limited", "the proxy's own address is not the client's"},
+		{"proxy not configured", ratelimit.MiddlewareOptions{Safe: []string{"192.0.2.0/24"}}, listsRequest("192.0.2.1:1234", "X-Forwarded-For: 198.18.0.1"), "safe", "without ClientIP the proxy is the client"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -179,7 +179,7 @@ func TestAddressListsWhateverTheKey(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var events []ratelimit.Event
-			s := newListsServer(t, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.Options{
+			s := newListsServer(t, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{
 				Block: []string{"203.0.113.0/24"}, Safe: []string{"10.0.0.0/8"}, ClientIP: proxies,
 				Observe: func(_ *http.Request, ev ratelimit.Event) { events = append(events, ev) },
 				Logger:  discardLogger(),
@@ -212,27 +212,27 @@ func TestAddressListsWhateverTheKey(t *testing.T) {
 func TestAddressListsErrors(t *testing.T) {
 	tests := []struct {
 		name string
-		opts ratelimit.Options
+		opts ratelimit.MiddlewareOptions
 		want string
 	}{
-		{"bad length", ratelimit.Options{Block: []string{"10.0.0.0/33"}},
-			`ratelimit: Options.Block entry "10.0.0.0/33": want a CIDR prefix or an IP address`},
-		{"bad address", ratelimit.Options{Safe: []string{"10.0.0.0/8", "10.0.0.256"}},
-			`ratelimit: Options.Safe entry "10.0.0.256": want a CIDR prefix or an IP address`},
-		{"host name", ratelimit.Options{Block: []string{"scraper.example"}},
-			`ratelimit: Options.Block entry "scraper.example": want a CIDR prefix or an IP address`},
-		{"IPv6 too long", ratelimit.Options{Safe: []string{"2001:db8::/129"}},
-			`ratelimit: Options.Safe entry "2001:db8::/129": want a CIDR prefix or an IP address`},
-		{"zone in a prefix", ratelimit.Options{Block: []string{"fe80::%eth0/64"}},
-			`ratelimit: Options.Block entry "fe80::%eth0/64": want a CIDR prefix or an IP address`},
-		{"spaces trimmed", ratelimit.Options{Block: []string{" 10.0.0.0/8", " nope "}},
-			`ratelimit: Options.Block entry "nope": want a CIDR prefix or an IP address`},
-		{"bad trusted proxy", ratelimit.Options{Block: []string{"10.0.0.0/8"}, ClientIP: &ratelimit.IPOptions{TrustedProxies: []string{"lb.internal"}}},
-			`ratelimit: Options.ClientIP: TrustedProxies entry "lb.internal": want a CIDR prefix or an IP address`},
-		{"bad trusted proxy without lists", ratelimit.Options{ClientIP: &ratelimit.IPOptions{TrustedProxies: []string{"lb.internal"}}},
-			`ratelimit: Options.ClientIP: TrustedProxies entry "lb.internal": want a CIDR prefix or an IP address`},
-		{"bad header", ratelimit.Options{Safe: []string{"10.0.0.0/8"}, ClientIP: &ratelimit.IPOptions{Header: "X-Client-IP"}},
-			`ratelimit: Options.ClientIP: Header "X-Client-IP": want X-Forwarded-For, Forwarded or X-Real-IP`},
+		{"bad length", ratelimit.MiddlewareOptions{Block: []string{"10.0.0.0/33"}},
+			`ratelimit: MiddlewareOptions.Block entry "10.0.0.0/33": want a CIDR prefix or an IP address`},
+		{"bad address", ratelimit.MiddlewareOptions{Safe: []string{"10.0.0.0/8", "10.0.0.256"}},
+			`ratelimit: MiddlewareOptions.Safe entry "10.0.0.256": want a CIDR prefix or an IP address`},
+		{"host name", ratelimit.MiddlewareOptions{Block: []string{"scraper.example"}},
+			`ratelimit: MiddlewareOptions.Block entry "scraper.example": want a CIDR prefix or an IP address`},
+		{"IPv6 too long", ratelimit.MiddlewareOptions{Safe: []string{"2001:db8::/129"}},
+			`ratelimit: MiddlewareOptions.Safe entry "2001:db8::/129": want a CIDR prefix or an IP address`},
+		{"zone in a prefix", ratelimit.MiddlewareOptions{Block: []string{"fe80::%eth0/64"}},
+			`ratelimit: MiddlewareOptions.Block entry "fe80::%eth0/64": want a CIDR prefix or an IP address`},
+		{"spaces trimmed", ratelimit.MiddlewareOptions{Block: []string{" 10.0.0.0/8", " nope "}},
+			`ratelimit: MiddlewareOptions.Block entry "nope": want a CIDR prefix or an IP address`},
+		{"bad trusted proxy", ratelimit.MiddlewareOptions{Block: []string{"10.0.0.0/8"}, ClientIP: &ratelimit.IPOptions{TrustedProxies: []string{"lb.internal"}}},
+			`ratelimit: MiddlewareOptions.ClientIP: TrustedProxies entry "lb.internal": want a CIDR prefix or an IP address`},
+		{"bad trusted proxy without lists", ratelimit.MiddlewareOptions{ClientIP: &ratelimit.IPOptions{TrustedProxies: []string{"lb.internal"}}},
+			`ratelimit: MiddlewareOptions.ClientIP: TrustedProxies entry "lb.internal": want a CIDR prefix or an IP address`},
+		{"bad header", ratelimit.MiddlewareOptions{Safe: []string{"10.0.0.0/8"}, ClientIP: &ratelimit.IPOptions{Header: "X-Client-IP"}},
+			`ratelimit: MiddlewareOptions.ClientIP: Header "X-Client-IP": want X-Forwarded-For, Forwarded or X-Real-IP`},
 	}
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	require.NoError(t, err)
@@ -242,7 +242,7 @@ func TestAddressListsErrors(t *testing.T) {
 		assert.Nil(t, m, tc.name)
 	}
 	// Empty entries, as strings.Split("", ",") gives, are no list.
-	for _, o := range []ratelimit.Options{
+	for _, o := range []ratelimit.MiddlewareOptions{
 		{Block: strings.Split("", ","), Safe: strings.Split("", ",")},
 		{Block: []string{" ", ""}, ClientIP: &ratelimit.IPOptions{TrustedProxies: []string{"10.0.0.0/8"}}},
 	} {

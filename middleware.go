@@ -26,14 +26,14 @@ type Middleware struct {
 	cfg     config
 	keys    *dominance   // nil when the one-key warning is off
 	limits  *limitsSeen  // nil when the shared-policy-name warning is off
-	queued  atomic.Int64 // requests waiting in shaping queues (Options.MaxQueued)
+	queued  atomic.Int64 // requests waiting in shaping queues (MiddlewareOptions.MaxQueued)
 }
 
 // NewMiddleware returns a Middleware that limits requests with l, keyed by
 // key and configured by opts (nil for the defaults). It returns an error,
 // naming the field and value at fault, for a nil limiter or key function
 // or invalid options.
-func NewMiddleware(l *Limiter, key KeyFunc, opts *Options) (*Middleware, error) {
+func NewMiddleware(l *Limiter, key KeyFunc, opts *MiddlewareOptions) (*Middleware, error) {
 	if l == nil {
 		return nil, errors.New("ratelimit: NewMiddleware: nil limiter")
 	}
@@ -69,22 +69,22 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *Options) (*Middleware, error) 
 // its Delay, and gives back what it took, when its wait would not end
 // before its response can no longer be written (its context's deadline,
 // or the WriteTimeout of the http.Server in its context, counted from
-// now), or when Options.MaxQueued requests wait already. If its context
+// now), or when MiddlewareOptions.MaxQueued requests wait already. If its context
 // ends while it waits (the client went away), Handle stops waiting, gives
 // back what it took and answers through the error handler with
 // ErrWaitAbandoned; next never runs. The requests behind it keep their
 // times.
 //
-// With Options.Block and Safe, a request from a blocked client is answered
+// With MiddlewareOptions.Block and Safe, a request from a blocked client is answered
 // 403 and a request from a safe client runs next without a decision,
 // before anything else.
 //
-// With Options.CountIf, the cost is taken before next runs, so a spent
+// With MiddlewareOptions.CountIf, the cost is taken before next runs, so a spent
 // budget refuses the request, and given back after it returns if its status
 // does not count. If next panics, the request counts only if the
 // response had begun: an adapter recovers such a panic, returns the status
 // and raises the panic again after Handle returns. With
-// Options.MaxInFlight, the request holds a slot while next runs, released
+// MiddlewareOptions.MaxInFlight, the request holds a slot while next runs, released
 // when next returns or panics.
 func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() (status int)) {
 	if m.cfg.lists != nil {
@@ -135,8 +135,8 @@ type decision struct {
 }
 
 // hold answers an allowed request that holds something while it waits or
-// runs: an in-flight slot (Options.MaxInFlight) until next returns or
-// panics, a place in the shaping queues (Options.MaxQueued) until its
+// runs: an in-flight slot (MiddlewareOptions.MaxInFlight) until next returns or
+// panics, a place in the shaping queues (MiddlewareOptions.MaxQueued) until its
 // wait ends. It takes them before the decision is observed and answered,
 // since a refusal for want of them is a refusal.
 func (m *Middleware) hold(w http.ResponseWriter, r *http.Request, next func() int, start time.Time, d *decision) {
@@ -203,7 +203,7 @@ func addSaturating(d, j time.Duration) time.Duration {
 }
 
 // count runs next and gives back what d spent when next's status does
-// not count (Options.CountIf) or next panics.
+// not count (MiddlewareOptions.CountIf) or next panics.
 func (m *Middleware) count(r *http.Request, next func() int, d *decision) {
 	counted := false
 	defer func() {
@@ -215,7 +215,7 @@ func (m *Middleware) count(r *http.Request, next func() int, d *decision) {
 }
 
 // undecided observes and answers a request that failed before its
-// decision (the client lists, Options.Skip) because of err.
+// decision (the client lists, MiddlewareOptions.Skip) because of err.
 func (m *Middleware) undecided(w http.ResponseWriter, r *http.Request, err error) {
 	if m.cfg.Observe != nil {
 		m.cfg.Observe(r, Event{Limiter: m.limiter, Err: err})
@@ -285,7 +285,7 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, res Result) 
 	m.cfg.OnDeny(w, r, res)
 }
 
-// skip reports whether Options.Skip exempts r; a panic in it becomes an
+// skip reports whether MiddlewareOptions.Skip exempts r; a panic in it becomes an
 // error wrapping ErrPanic.
 func (m *Middleware) skip(r *http.Request) (skip bool, err error) {
 	defer func() {
@@ -352,6 +352,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // CountsResponses reports whether the status that Handle's next returns
-// matters (Options.CountIf). Adapters that must wrap the response writer to
+// matters (MiddlewareOptions.CountIf). Adapters that must wrap the response writer to
 // learn the status can skip that work when it does not.
 func (m *Middleware) CountsResponses() bool { return m.cfg.CountIf != nil }

@@ -44,13 +44,13 @@ func TestStoreErrorsLoggedOncePerPeriod(t *testing.T) {
 	assert.Equal(t, 3, strings.Count(buf.String(), "boom"), "not a store failure: every one is logged")
 }
 
-// A Middleware's default error handler logs to its Options.Logger and
+// A Middleware's default error handler logs to its MiddlewareOptions.Logger and
 // spaces its own lines: another Middleware's outage does not silence it.
 func TestMiddlewareStoreErrorLinesAreItsOwn(t *testing.T) {
 	var a, b bytes.Buffer
-	ca, err := newConfig(&Options{Logger: slog.New(slog.NewTextHandler(&a, nil))})
+	ca, err := newConfig(&MiddlewareOptions{Logger: slog.New(slog.NewTextHandler(&a, nil))})
 	assert.NoError(t, err)
-	cb, err := newConfig(&Options{Logger: slog.New(slog.NewTextHandler(&b, nil))})
+	cb, err := newConfig(&MiddlewareOptions{Logger: slog.New(slog.NewTextHandler(&b, nil))})
 	assert.NoError(t, err)
 	down := fmt.Errorf("%w: connection refused", ErrStore)
 	for range 10 {

@@ -80,8 +80,8 @@ type server struct {
 
 // withCost returns opts, or the defaults, with costByHeader as the cost
 // function unless opts has one.
-func withCost(opts *ratelimit.Options) *ratelimit.Options {
-	o := ratelimit.Options{}
+func withCost(opts *ratelimit.MiddlewareOptions) *ratelimit.MiddlewareOptions {
+	o := ratelimit.MiddlewareOptions{}
 	if opts != nil {
 		o = *opts
 	}
@@ -94,7 +94,7 @@ func withCost(opts *ratelimit.Options) *ratelimit.Options {
 // newServer serves requests keyed by X-Client (cost from X-Cost) under one
 // policy of limit l named "default", on store or, if nil, a memory store
 // with a fake clock.
-func newServer(t *testing.T, l ratelimit.Limit, store ratelimit.Store, opts *ratelimit.Options) *server {
+func newServer(t *testing.T, l ratelimit.Limit, store ratelimit.Store, opts *ratelimit.MiddlewareOptions) *server {
 	t.Helper()
 	s := &server{t: t, clock: new(fakeClock)}
 	if store == nil {
@@ -104,7 +104,7 @@ func newServer(t *testing.T, l ratelimit.Limit, store ratelimit.Store, opts *rat
 	require.NoError(t, err)
 	m, err := ratelimit.NewMiddleware(lim, keyByHeader, withCost(opts))
 	require.NoError(t, err)
-	s.handler = nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.handler = nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.calls++
 		w.Write([]byte("ok"))
 	}))
@@ -219,7 +219,7 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 }
 
 func TestRetryJitter(t *testing.T) {
-	s := newServer(t, ratelimit.Per(1, time.Second), nil, &ratelimit.Options{RetryJitter: 10 * time.Second})
+	s := newServer(t, ratelimit.Per(1, time.Second), nil, &ratelimit.MiddlewareOptions{RetryJitter: 10 * time.Second})
 	require.Equal(t, 200, s.get("c").Code)
 	seen := map[string]bool{}
 	for range 200 {
@@ -244,7 +244,7 @@ func TestRetryJitterNeverShortens(t *testing.T) {
 		refuse := storeFunc(func(context.Context, *ratelimit.Policy, string, int64) (ratelimit.Result, error) {
 			return ratelimit.Result{RetryAfter: wait, ResetAfter: wait}, nil
 		})
-		s := newServer(t, ratelimit.PerSecond(1), refuse, &ratelimit.Options{RetryJitter: time.Hour})
+		s := newServer(t, ratelimit.PerSecond(1), refuse, &ratelimit.MiddlewareOptions{RetryJitter: time.Hour})
 		least := int64(wait / time.Second)
 		if wait%time.Second != 0 {
 			least++
@@ -265,11 +265,11 @@ func TestRetryJitterNeverShortens(t *testing.T) {
 func TestRetryJitterBound(t *testing.T) {
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	require.NoError(t, err)
-	_, err = ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{RetryJitter: time.Hour})
+	_, err = ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{RetryJitter: time.Hour})
 	assert.NoError(t, err, "an hour is allowed")
 	for _, j := range []time.Duration{time.Hour + time.Nanosecond, 50 * 365 * 24 * time.Hour, math.MaxInt64} {
-		_, err = ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{RetryJitter: j})
-		assert.EqualError(t, err, "ratelimit: Options.RetryJitter "+j.String()+": want a duration from 0 to 1h0m0s")
+		_, err = ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{RetryJitter: j})
+		assert.EqualError(t, err, "ratelimit: MiddlewareOptions.RetryJitter "+j.String()+": want a duration from 0 to 1h0m0s")
 	}
 }
 
@@ -277,7 +277,7 @@ func TestRetryJitterBound(t *testing.T) {
 // (h["RateLimit"][0] = …) changes that response only: a second client
 // making the same requests gets the same fields as the first one.
 func TestHeaderValuesOwnedByResponse(t *testing.T) {
-	for _, opts := range []ratelimit.Options{
+	for _, opts := range []ratelimit.MiddlewareOptions{
 		{Headers: ratelimit.HeadersIETF}, {Headers: ratelimit.HeadersLegacy}, {Headers: ratelimit.HeadersX},
 		{Headers: ratelimit.HeadersIETF, MaxInFlight: 5}, // RateLimit-Policy lists "inflight" too
 	} {
@@ -309,7 +309,7 @@ func TestHeaderFormats(t *testing.T) {
 	}
 	all := []string{"RateLimit-Policy", "RateLimit", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
 	for f, fields := range want {
-		s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), nil, &ratelimit.Options{Headers: f})
+		s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), nil, &ratelimit.MiddlewareOptions{Headers: f})
 		h := s.get("c").Header()
 		for _, name := range all {
 			assert.Equal(t, fields[name], field(h, name), "format %v, field %s", f, name)
@@ -367,7 +367,7 @@ func TestErrorAnswers(t *testing.T) {
 				require.NoError(t, err)
 				m, err := ratelimit.NewMiddleware(lim, tc.key, nil)
 				require.NoError(t, err)
-				s.handler = nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { s.calls++ }))
+				s.handler = nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { s.calls++ }))
 			}
 			w := s.get("c", tc.header...)
 			assert.Equal(t, tc.status, w.Code)
@@ -385,7 +385,7 @@ func TestErrorAnswers(t *testing.T) {
 
 func TestCustomHandlers(t *testing.T) {
 	var gotErr error
-	s := newServer(t, ratelimit.PerMinute(1), nil, &ratelimit.Options{
+	s := newServer(t, ratelimit.PerMinute(1), nil, &ratelimit.MiddlewareOptions{
 		OnDeny: func(w http.ResponseWriter, r *http.Request, res ratelimit.Result) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			w.Write([]byte("slow down, " + res.Policy.Name + " " + res.Policy.Limit.String()))
@@ -436,7 +436,7 @@ func TestConstructorErrors(t *testing.T) {
 func TestOptionsDefaults(t *testing.T) {
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
 	require.NoError(t, err)
-	for name, opts := range map[string]*ratelimit.Options{
+	for name, opts := range map[string]*ratelimit.MiddlewareOptions{
 		"nil":       nil,
 		"zero":      {},
 		"nil hooks": {Cost: nil, OnDeny: nil, OnError: nil, LimiterFor: nil, Skip: nil, CountIf: nil, Observe: nil, Logger: nil},
@@ -444,7 +444,7 @@ func TestOptionsDefaults(t *testing.T) {
 		m, err := ratelimit.NewMiddleware(lim, keyByHeader, opts)
 		require.NoError(t, err, name)
 		assert.False(t, m.CountsResponses(), name)
-		s := &server{t: t, handler: nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))}
+		s := &server{t: t, handler: nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))}
 		w := s.get(name)
 		assert.Equal(t, 200, w.Code, name)
 		assert.Equal(t, `"default";q=1;w=60`, field(w.Header(), "RateLimit-Policy"), "%s: IETF header fields", name)
@@ -460,26 +460,26 @@ func TestOptionsErrors(t *testing.T) {
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	require.NoError(t, err)
 	for _, tc := range []struct {
-		opts ratelimit.Options
+		opts ratelimit.MiddlewareOptions
 		want string
 	}{
-		{ratelimit.Options{Headers: 99}, "Options.Headers: unknown format 99"},
-		{ratelimit.Options{RetryJitter: -time.Second}, "Options.RetryJitter -1s"},
-		{ratelimit.Options{MaxInFlight: -1, MaxInFlightTotal: 2}, "Options.MaxInFlight -1"},
-		{ratelimit.Options{MaxInFlight: 1, MaxInFlightTotal: -3}, "MaxInFlightTotal -3"},
-		{ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}}, "Options.SlotLease 0s"},
-		{ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: -time.Second}, "Options.SlotLease -1s"},
-		{ratelimit.Options{Slots: failingSlots{}, SlotLease: time.Second}, "Options.Slots without MaxInFlight"},
-		{ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second}, `Options.SlotName "": want 1 to 64 characters`},
-		{ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second, SlotName: "up:load"}, `Options.SlotName "up:load"`},
-		{ratelimit.Options{MaxInFlight: 1, SlotName: "uploads"}, `Options.SlotName "uploads" without Slots`},
-		{ratelimit.Options{Quiet: []string{"bogus"}}, `Options.Quiet: unknown warning "bogus"`},
-		{ratelimit.Options{Quiet: []string{"one-key", "wide-trusted-range"}}, `Options.Quiet: unknown warning "wide-trusted-range"`},
+		{ratelimit.MiddlewareOptions{Headers: 99}, "MiddlewareOptions.Headers: unknown format 99"},
+		{ratelimit.MiddlewareOptions{RetryJitter: -time.Second}, "MiddlewareOptions.RetryJitter -1s"},
+		{ratelimit.MiddlewareOptions{MaxInFlight: -1, MaxInFlightTotal: 2}, "MiddlewareOptions.MaxInFlight -1"},
+		{ratelimit.MiddlewareOptions{MaxInFlight: 1, MaxInFlightTotal: -3}, "MaxInFlightTotal -3"},
+		{ratelimit.MiddlewareOptions{MaxInFlight: 1, Slots: failingSlots{}}, "MiddlewareOptions.SlotLease 0s"},
+		{ratelimit.MiddlewareOptions{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: -time.Second}, "MiddlewareOptions.SlotLease -1s"},
+		{ratelimit.MiddlewareOptions{Slots: failingSlots{}, SlotLease: time.Second}, "MiddlewareOptions.Slots without MaxInFlight"},
+		{ratelimit.MiddlewareOptions{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second}, `MiddlewareOptions.SlotName "": want 1 to 64 characters`},
+		{ratelimit.MiddlewareOptions{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second, SlotName: "up:load"}, `MiddlewareOptions.SlotName "up:load"`},
+		{ratelimit.MiddlewareOptions{MaxInFlight: 1, SlotName: "uploads"}, `MiddlewareOptions.SlotName "uploads" without Slots`},
+		{ratelimit.MiddlewareOptions{Quiet: []string{"bogus"}}, `MiddlewareOptions.Quiet: unknown warning "bogus"`},
+		{ratelimit.MiddlewareOptions{Quiet: []string{"one-key", "wide-trusted-range"}}, `MiddlewareOptions.Quiet: unknown warning "wide-trusted-range"`},
 	} {
 		_, err := ratelimit.NewMiddleware(lim, keyByHeader, &tc.opts)
 		assert.ErrorContains(t, err, tc.want, "NewMiddleware(%+v)", tc.opts)
 	}
-	_, err = ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{Quiet: []string{"one-key", "shared-policy-name"}})
+	_, err = ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{Quiet: []string{"one-key", "shared-policy-name"}})
 	assert.NoError(t, err, "the Middleware's own warning kinds")
 }
 
@@ -521,7 +521,7 @@ func (s *notAtomicStore) Refund(ctx context.Context, p *ratelimit.Policy, key st
 	return s.Store.(ratelimit.RefundStore).Refund(ctx, p, key, cost, took)
 }
 
-func (s *notAtomicStore) TakeAll(context.Context, []ratelimit.Request, []ratelimit.Result) error {
+func (s *notAtomicStore) TakeAll(context.Context, []ratelimit.BatchItem, []ratelimit.Result) error {
 	s.batches.Add(1)
 	return ratelimit.ErrNotAtomic
 }
@@ -546,7 +546,7 @@ func TestSentinelErrors(t *testing.T) {
 		store  ratelimit.Store
 		algo   ratelimit.Algorithm
 		key    ratelimit.KeyFunc
-		opts   ratelimit.Options
+		opts   ratelimit.MiddlewareOptions
 		cancel bool // the request's context has ended
 		want   string
 		status int
@@ -554,15 +554,15 @@ func TestSentinelErrors(t *testing.T) {
 		{name: "no identity", key: func(*http.Request) (string, error) { return "", ratelimit.ErrMissingKey }, want: "ErrMissingKey", status: 401},
 		{name: "empty key", key: func(*http.Request) (string, error) { return "", nil }, want: "ErrMissingKey", status: 401},
 		{name: "no client IP", key: func(*http.Request) (string, error) { return "", fmt.Errorf("%w: no address", ratelimit.ErrBadRequest) }, want: "ErrBadRequest", status: 400},
-		{name: "negative cost", opts: ratelimit.Options{Cost: func(*http.Request) (int64, error) { return -1, nil }}, want: "ErrBadRequest", status: 400},
-		{name: "cost above burst", opts: ratelimit.Options{Cost: func(*http.Request) (int64, error) { return 6, nil }}, want: "ErrBadRequest", status: 400},
-		{name: "cost function fails", opts: ratelimit.Options{Cost: func(*http.Request) (int64, error) { return 0, errors.New("bad batch") }}, want: "ErrBadRequest", status: 400},
+		{name: "negative cost", opts: ratelimit.MiddlewareOptions{Cost: func(*http.Request) (int64, error) { return -1, nil }}, want: "ErrBadRequest", status: 400},
+		{name: "cost above burst", opts: ratelimit.MiddlewareOptions{Cost: func(*http.Request) (int64, error) { return 6, nil }}, want: "ErrBadRequest", status: 400},
+		{name: "cost function fails", opts: ratelimit.MiddlewareOptions{Cost: func(*http.Request) (int64, error) { return 0, errors.New("bad batch") }}, want: "ErrBadRequest", status: 400},
 		{name: "store fails", store: failingStore{errDown}, want: "ErrStore", status: 503},
 		{name: "a key's state is unusable", store: failingStore{fmt.Errorf("%w: WRONGTYPE", ratelimit.ErrKeyState)}, want: "ErrKeyState", status: 503},
-		{name: "slot store fails", opts: ratelimit.Options{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second, SlotName: "api"}, want: "ErrStore", status: 503},
+		{name: "slot store fails", opts: ratelimit.MiddlewareOptions{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second, SlotName: "api"}, want: "ErrStore", status: 503},
 		{name: "client left the queue", algo: ratelimit.LeakyShape, cancel: true, want: "ErrWaitAbandoned", status: 503},
 		{name: "key function panics", key: func(*http.Request) (string, error) { panic("boom") }, want: "ErrPanic", status: 500},
-		{name: "cost function panics", opts: ratelimit.Options{Cost: func(*http.Request) (int64, error) { panic("boom") }}, want: "ErrPanic", status: 500},
+		{name: "cost function panics", opts: ratelimit.MiddlewareOptions{Cost: func(*http.Request) (int64, error) { panic("boom") }}, want: "ErrPanic", status: 500},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store, key := tc.store, tc.key
@@ -582,7 +582,7 @@ func TestSentinelErrors(t *testing.T) {
 			}
 			m, err := ratelimit.NewMiddleware(lim, key, &opts)
 			require.NoError(t, err)
-			h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			if tc.cancel { // one request empties the queue; the next must wait
 				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
 			}
@@ -692,9 +692,9 @@ func TestProblemDetails(t *testing.T) {
 			lim, err := ratelimit.New(tc.store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(10)})
 			require.NoError(t, err)
 			var logs bytes.Buffer
-			m, err := ratelimit.NewMiddleware(lim, tc.key, &ratelimit.Options{Cost: costByHeader, Logger: lineLogger(&logs, slog.LevelDebug)})
+			m, err := ratelimit.NewMiddleware(lim, tc.key, &ratelimit.MiddlewareOptions{Cost: costByHeader, Logger: lineLogger(&logs, slog.LevelDebug)})
 			require.NoError(t, err)
-			h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("the handler runs") }))
+			h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("the handler runs") }))
 			for i := range 2 {
 				r := httptest.NewRequest(http.MethodGet, "/geocode?q=paris", nil)
 				r.RemoteAddr = "192.0.2.1:1234"
@@ -748,9 +748,9 @@ func userValue(v any) func(*http.Request) *http.Request {
 func TestProblemBodyBytes(t *testing.T) {
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(10)})
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByContextValue(ctxUser{}), &ratelimit.Options{Cost: costByHeader, Logger: discardLogger()})
+	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByContextValue(ctxUser{}), &ratelimit.MiddlewareOptions{Cost: costByHeader, Logger: discardLogger()})
 	require.NoError(t, err)
-	h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 
 	r := userValue("alice")(httptest.NewRequest(http.MethodGet, "/", nil))
 	r.Header.Set("X-Cost", "12")
@@ -760,9 +760,9 @@ func TestProblemBodyBytes(t *testing.T) {
 	assert.Equal(t, strconv.Itoa(w.Body.Len()), w.Header().Get("Content-Length"))
 
 	// A header name may hold '&', which encoding/json escapes.
-	m, err = ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-Key-&-Secret"), &ratelimit.Options{Logger: discardLogger()})
+	m, err = ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-Key-&-Secret"), &ratelimit.MiddlewareOptions{Logger: discardLogger()})
 	require.NoError(t, err)
-	h = nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h = nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	w = httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
 	detail := "the request carries no X-Key-&-Secret header"
@@ -773,15 +773,15 @@ func TestProblemBodyBytes(t *testing.T) {
 }
 
 // A 401 carries the WWW-Authenticate challenge that RFC 9110 requires:
-// the key function's by default, Options.Challenge when set; other
+// the key function's by default, MiddlewareOptions.Challenge when set; other
 // answers carry none.
 func TestWWWAuthenticate(t *testing.T) {
-	get := func(key ratelimit.KeyFunc, opts *ratelimit.Options, prepare ...func(*http.Request) *http.Request) *httptest.ResponseRecorder {
+	get := func(key ratelimit.KeyFunc, opts *ratelimit.MiddlewareOptions, prepare ...func(*http.Request) *http.Request) *httptest.ResponseRecorder {
 		t.Helper()
 		lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
 		require.NoError(t, err)
 		if opts == nil {
-			opts = new(ratelimit.Options)
+			opts = new(ratelimit.MiddlewareOptions)
 		}
 		opts.Logger = discardLogger()
 		m, err := ratelimit.NewMiddleware(lim, key, opts)
@@ -791,7 +791,7 @@ func TestWWWAuthenticate(t *testing.T) {
 			r = p(r)
 		}
 		w := httptest.NewRecorder()
-		nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, r)
+		nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, r)
 		return w
 	}
 	w := get(ratelimit.KeyByAPIKey("X-API-Key"), nil)
@@ -800,20 +800,20 @@ func TestWWWAuthenticate(t *testing.T) {
 	assert.Equal(t, "Bearer", get(ratelimit.KeyByAPIKey("Authorization"), nil).Header().Get("WWW-Authenticate"))
 	assert.Equal(t, "Bearer", get(ratelimit.KeyByContextValue(ctxUser{}), nil).Header().Get("WWW-Authenticate"))
 
-	configured := &ratelimit.Options{Challenge: `Bearer realm="geocoding"`}
+	configured := &ratelimit.MiddlewareOptions{Challenge: `Bearer realm="geocoding"`}
 	w = get(ratelimit.KeyByAPIKey("X-API-Key"), configured)
 	assert.Equal(t, 401, w.Code)
 	assert.Equal(t, `Bearer realm="geocoding"`, w.Header().Get("WWW-Authenticate"))
 
-	w = get(ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.Options{Challenge: "Bearer", Cost: costByHeader}, header("X-API-Key", "k"), header("X-Cost", "-1"))
+	w = get(ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{Challenge: "Bearer", Cost: costByHeader}, header("X-API-Key", "k"), header("X-Cost", "-1"))
 	assert.Equal(t, 400, w.Code)
 	assert.Empty(t, w.Header().Values("WWW-Authenticate"), "only a 401 challenges")
 
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
 	require.NoError(t, err)
 	for _, bad := range []string{"Bearer\r\nSet-Cookie: a=b", " Bearer", "Bearer\x00"} {
-		_, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{Challenge: bad})
-		assert.ErrorContains(t, err, "Options.Challenge", "%q", bad)
+		_, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{Challenge: bad})
+		assert.ErrorContains(t, err, "MiddlewareOptions.Challenge", "%q", bad)
 	}
 }
 
@@ -822,7 +822,7 @@ func TestWWWAuthenticate(t *testing.T) {
 func TestFirstRefusalLoggedOnce(t *testing.T) {
 	for _, custom := range []bool{false, true} {
 		var logs bytes.Buffer
-		opts := &ratelimit.Options{Cost: costByHeader, Logger: lineLogger(&logs, slog.LevelInfo)}
+		opts := &ratelimit.MiddlewareOptions{Cost: costByHeader, Logger: lineLogger(&logs, slog.LevelInfo)}
 		if custom {
 			opts.OnError = func(w http.ResponseWriter, _ *http.Request, _ error) { w.WriteHeader(http.StatusTeapot) }
 		}
@@ -830,7 +830,7 @@ func TestFirstRefusalLoggedOnce(t *testing.T) {
 		require.NoError(t, err)
 		m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), opts)
 		require.NoError(t, err)
-		h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 		serve := func(n int, prepare ...func(*http.Request) *http.Request) {
 			for range n {
 				r := httptest.NewRequest(http.MethodPost, "/v1/geocode", nil)
@@ -858,9 +858,9 @@ func TestFirstRefusalLoggedOnce(t *testing.T) {
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
 	require.NoError(t, err)
 	for range 2 {
-		m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.Options{Logger: lineLogger(&logs, slog.LevelDebug)})
+		m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{Logger: lineLogger(&logs, slog.LevelDebug)})
 		require.NoError(t, err)
-		h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 		for range 100 {
 			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
 		}

@@ -6,9 +6,9 @@ import (
 	"github.com/tokenfair/ratelimit/internal/keyhash"
 )
 
-// Event describes one decision of a [Middleware], for Options.Observe.
+// Event describes one decision of a [Middleware], for MiddlewareOptions.Observe.
 type Event struct {
-	// Limiter is the limiter that decided (Options.LimiterFor may pick
+	// Limiter is the limiter that decided (MiddlewareOptions.LimiterFor may pick
 	// another than the Middleware's). Its Policies are the policies of the
 	// decision, except for a request that MaxInFlight refused, whose
 	// Result.Policy is the in-flight limit's, named "inflight".

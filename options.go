@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// Options configures a [Middleware]. Every field is optional: the zero
-// value, or a nil *Options, is the documented default of each.
-type Options struct {
+// MiddlewareOptions configures a [Middleware]. Every field is optional: the zero
+// value, or a nil *MiddlewareOptions, is the documented default of each.
+type MiddlewareOptions struct {
 	// Cost tells how many tokens a request costs, for example the number
 	// of addresses in a batch request; an error, or a cost below 1, is
 	// answered with 400 Bad Request (exempt free requests with Skip).
@@ -138,26 +138,26 @@ type Options struct {
 	Quiet []string
 }
 
-// config is the validated form of Options.
+// config is the validated form of MiddlewareOptions.
 type config struct {
-	Options
+	MiddlewareOptions
 	inflight   *inflight
-	maxQueued  int64      // Options.MaxQueued with its default; < 0: no bound
+	maxQueued  int64      // MiddlewareOptions.MaxQueued with its default; < 0: no bound
 	lists      *addrLists // nil without Block and Safe
 	quiet      quiet
 	errors     errorAnswers // the default error handler, and the first refusals
 	ownOnError bool         // OnError is the caller's
 }
 
-// maxRetryJitter bounds Options.RetryJitter. An hour spreads the return of
+// maxRetryJitter bounds MiddlewareOptions.RetryJitter. An hour spreads the return of
 // any crowd of refused clients; a longer jitter would tell them to stay
 // away longer than any limit asks, which is a misconfiguration.
 const maxRetryJitter = time.Hour
 
-func newConfig(o *Options) (config, error) {
+func newConfig(o *MiddlewareOptions) (config, error) {
 	var c config
 	if o != nil {
-		c.Options = *o
+		c.MiddlewareOptions = *o
 	}
 	if c.OnDeny == nil {
 		c.OnDeny = denyProblem
@@ -170,27 +170,27 @@ func newConfig(o *Options) (config, error) {
 	}
 	switch {
 	case c.Headers > HeadersNone:
-		return c, fmt.Errorf("ratelimit: Options.Headers: unknown format %d", c.Headers)
+		return c, fmt.Errorf("ratelimit: MiddlewareOptions.Headers: unknown format %d", c.Headers)
 	case c.RetryJitter < 0 || c.RetryJitter > maxRetryJitter:
-		return c, fmt.Errorf("ratelimit: Options.RetryJitter %v: want a duration from 0 to %v", c.RetryJitter, maxRetryJitter)
+		return c, fmt.Errorf("ratelimit: MiddlewareOptions.RetryJitter %v: want a duration from 0 to %v", c.RetryJitter, maxRetryJitter)
 	case c.MaxInFlight < 0 || c.MaxInFlightTotal < 0:
-		return c, fmt.Errorf("ratelimit: Options.MaxInFlight %d, MaxInFlightTotal %d: want limits ≥ 0", c.MaxInFlight, c.MaxInFlightTotal)
+		return c, fmt.Errorf("ratelimit: MiddlewareOptions.MaxInFlight %d, MaxInFlightTotal %d: want limits ≥ 0", c.MaxInFlight, c.MaxInFlightTotal)
 	case c.Slots != nil && c.SlotLease < time.Millisecond:
-		return c, fmt.Errorf("ratelimit: Options.SlotLease %v: want a lease of at least 1ms with Slots", c.SlotLease)
+		return c, fmt.Errorf("ratelimit: MiddlewareOptions.SlotLease %v: want a lease of at least 1ms with Slots", c.SlotLease)
 	case !validFieldValue(c.Challenge):
-		return c, fmt.Errorf("ratelimit: Options.Challenge %q: want a header field value, without control characters", c.Challenge)
+		return c, fmt.Errorf("ratelimit: MiddlewareOptions.Challenge %q: want a header field value, without control characters", c.Challenge)
 	case c.Slots != nil && c.MaxInFlight == 0 && c.MaxInFlightTotal == 0:
-		return c, fmt.Errorf("ratelimit: Options.Slots without MaxInFlight or MaxInFlightTotal")
+		return c, fmt.Errorf("ratelimit: MiddlewareOptions.Slots without MaxInFlight or MaxInFlightTotal")
 	case c.Slots != nil && !validName(c.SlotName):
-		return c, fmt.Errorf("ratelimit: Options.SlotName %q: want 1 to 64 characters from [A-Za-z0-9._-] with Slots, the same on every instance", c.SlotName)
+		return c, fmt.Errorf("ratelimit: MiddlewareOptions.SlotName %q: want 1 to 64 characters from [A-Za-z0-9._-] with Slots, the same on every instance", c.SlotName)
 	case c.Slots == nil && c.SlotName != "":
-		return c, fmt.Errorf("ratelimit: Options.SlotName %q without Slots", c.SlotName)
+		return c, fmt.Errorf("ratelimit: MiddlewareOptions.SlotName %q without Slots", c.SlotName)
 	}
 	var err error
-	if c.quiet, err = newQuiet("Options.Quiet", slices.Clone(c.Quiet), []string{warnOneKey, warnSharedPolicyName}); err != nil {
+	if c.quiet, err = newQuiet("MiddlewareOptions.Quiet", slices.Clone(c.Quiet), []string{warnOneKey, warnSharedPolicyName}); err != nil {
 		return c, err
 	}
-	if c.lists, err = newAddrLists(&c.Options); err != nil {
+	if c.lists, err = newAddrLists(&c.MiddlewareOptions); err != nil {
 		return c, err
 	}
 	switch c.maxQueued = int64(c.MaxQueued); {

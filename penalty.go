@@ -205,9 +205,9 @@ func (l *Limiter) takeBoxedBatch(ctx context.Context, key string, cost int64, re
 	if !ok {
 		return false, Result{}, false, ErrNotAtomic
 	}
-	checks := make([]Request, len(l.boxes))
+	checks := make([]BatchItem, len(l.boxes))
 	for k, b := range l.boxes {
-		checks[k] = Request{Policy: &b.ban, Key: key}
+		checks[k] = BatchItem{Policy: &b.ban, Key: key}
 	}
 	allowed, bans, err := l.batch(ctx, bs, l.enforce, key, cost, results, checks)
 	if err != nil {

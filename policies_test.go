@@ -17,14 +17,14 @@ import (
 
 // policyServer serves requests keyed by X-Client (cost from X-Cost) under
 // policies, on a memory store with a fake clock.
-func policyServer(t *testing.T, policies []ratelimit.Policy, opts *ratelimit.Options) *server {
+func policyServer(t *testing.T, policies []ratelimit.Policy, opts *ratelimit.MiddlewareOptions) *server {
 	t.Helper()
 	s := &server{t: t, clock: new(fakeClock)}
 	lim, err := ratelimit.New(clockStore(t, s.clock), policies...)
 	require.NoError(t, err)
 	m, err := ratelimit.NewMiddleware(lim, keyByHeader, withCost(opts))
 	require.NoError(t, err)
-	s.handler = nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.calls++ }))
+	s.handler = nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.calls++ }))
 	return s
 }
 
@@ -98,14 +98,14 @@ func TestTiers(t *testing.T) {
 	require.NoError(t, err)
 	pro, err := ratelimit.New(store, ratelimit.Policy{Name: "pro", Limit: ratelimit.PerMinute(5)})
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(free, keyByHeader, &ratelimit.Options{LimiterFor: func(r *http.Request) *ratelimit.Limiter {
+	m, err := ratelimit.NewMiddleware(free, keyByHeader, &ratelimit.MiddlewareOptions{LimiterFor: func(r *http.Request) *ratelimit.Limiter {
 		if r.Header.Get("X-Plan") == "pro" {
 			return pro
 		}
 		return nil
 	}})
 	require.NoError(t, err)
-	h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	s := &server{t: t, clock: clock, handler: h}
 	var freeCodes, proCodes []int
 	for range 6 {
@@ -126,7 +126,7 @@ func TestDryRunOverHTTP(t *testing.T) {
 		assert.Equal(t, `"per-key";q=10;w=2`, field(w.Header(), "RateLimit-Policy"), "and is invisible by default")
 	}
 
-	s = policyServer(t, []ratelimit.Policy{perKey, shadow}, &ratelimit.Options{DryRunHeaders: true})
+	s = policyServer(t, []ratelimit.Policy{perKey, shadow}, &ratelimit.MiddlewareOptions{DryRunHeaders: true})
 	w := s.get("a")
 	assert.Equal(t, `"per-key";q=10;w=2,"shadow";q=1;w=60`, field(w.Header(), "RateLimit-Policy"))
 	assert.Equal(t, `"shadow";r=0;t=60`, field(w.Header(), "RateLimit"), "shown when asked")
@@ -238,7 +238,7 @@ func TestDryRunHeadersOnRefusals(t *testing.T) {
 	perKey := ratelimit.Policy{Name: "per-key", Limit: ratelimit.PerSecond(2).WithBurst(4)}
 	dry := ratelimit.Policy{Name: "dry", Limit: ratelimit.PerMinute(3), DryRun: true}
 	for _, jitter := range []time.Duration{0, 3 * time.Second} {
-		s := policyServer(t, []ratelimit.Policy{perKey, dry}, &ratelimit.Options{DryRunHeaders: true, RetryJitter: jitter})
+		s := policyServer(t, []ratelimit.Policy{perKey, dry}, &ratelimit.MiddlewareOptions{DryRunHeaders: true, RetryJitter: jitter})
 		for range 4 {
 			require.Equal(t, 200, s.get("a").Code)
 		}
@@ -250,7 +250,7 @@ func TestDryRunHeadersOnRefusals(t *testing.T) {
 
 	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), dry)
 	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{DryRunHeaders: true, MaxInFlight: 1})
+	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{DryRunHeaders: true, MaxInFlight: 1})
 	require.NoError(t, err)
 	request := func() *http.Request {
 		r := httptest.NewRequest("GET", "/", nil)

@@ -118,7 +118,7 @@ func (p Policy) validate() (Policy, error) {
 		return p, fmt.Errorf("ratelimit: policy name %q: want 1 to 64 characters from [A-Za-z0-9._-]", p.Name)
 	}
 	if p.Name == inflightName {
-		return p, fmt.Errorf("ratelimit: policy name %q is reserved for Options.MaxInFlight", p.Name)
+		return p, fmt.Errorf("ratelimit: policy name %q is reserved for MiddlewareOptions.MaxInFlight", p.Name)
 	}
 	if int(p.Algorithm) >= len(algorithmNames) {
 		return p, fmt.Errorf("ratelimit: policy %q: unknown algorithm %d", p.Name, p.Algorithm)

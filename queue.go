@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// defaultMaxQueued is Options.MaxQueued's default: the requests that may
+// defaultMaxQueued is MiddlewareOptions.MaxQueued's default: the requests that may
 // wait in shaping queues at once, across all keys of a Middleware. Each
 // holds a goroutine and a connection (a file descriptor) while it waits;
 // 256 is a quarter of the usual limit of 1024 open files and a few
@@ -17,7 +17,7 @@ const defaultMaxQueued = 256
 // (LeakyShape), a place in the shaping queues, or refuses it at once and
 // gives back what it took: when its wait would not end before its
 // response can no longer be written (waitDeadline), or when
-// Options.MaxQueued requests wait already.
+// MiddlewareOptions.MaxQueued requests wait already.
 func (m *Middleware) enqueue(r *http.Request, d *decision) {
 	now := time.Now()
 	if end, ok := waitDeadline(r, now); ok && !now.Add(d.res.Delay).Before(end) {

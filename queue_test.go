@@ -38,7 +38,7 @@ func TestShapingQueuesBoundedAcrossKeys(t *testing.T) {
 		m, err := ratelimit.NewMiddleware(lim, func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil }, nil)
 		require.NoError(t, err)
 		var handled atomic.Int64
-		h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { handled.Add(1) }))
+		h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { handled.Add(1) }))
 
 		const keys, each = 1000, 3
 		before := runtime.NumGoroutine()
@@ -89,9 +89,9 @@ func TestShapingQueueFull(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1).WithBurst(10), Algorithm: ratelimit.LeakyShape})
 		require.NoError(t, err)
-		m, err := ratelimit.NewMiddleware(lim, func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil }, &ratelimit.Options{MaxQueued: 1})
+		m, err := ratelimit.NewMiddleware(lim, func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil }, &ratelimit.MiddlewareOptions{MaxQueued: 1})
 		require.NoError(t, err)
-		h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 		req := func(key string) *http.Request {
 			r := httptest.NewRequest("GET", "/", nil)
 			r.Header.Set("X-Key", key)
@@ -125,9 +125,9 @@ func TestShapingUnbounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1).WithBurst(10), Algorithm: ratelimit.LeakyShape})
 		require.NoError(t, err)
-		m, err := ratelimit.NewMiddleware(lim, func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil }, &ratelimit.Options{MaxQueued: -1})
+		m, err := ratelimit.NewMiddleware(lim, func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil }, &ratelimit.MiddlewareOptions{MaxQueued: -1})
 		require.NoError(t, err)
-		h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 		var ok atomic.Int64
 		var wg sync.WaitGroup
 		for k := range 300 {
@@ -241,7 +241,7 @@ func TestShapingQueuePlaceFreedAfterPanic(t *testing.T) {
 		require.NoError(t, err)
 		var panics atomic.Bool
 		panics.Store(true)
-		m, err := ratelimit.NewMiddleware(lim, func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil }, &ratelimit.Options{
+		m, err := ratelimit.NewMiddleware(lim, func(r *http.Request) (string, error) { return r.Header.Get("X-Key"), nil }, &ratelimit.MiddlewareOptions{
 			MaxQueued: 1,
 			Observe: func(_ *http.Request, ev ratelimit.Event) {
 				if ev.Result.Delay > 0 && panics.Swap(false) {
@@ -250,7 +250,7 @@ func TestShapingQueuePlaceFreedAfterPanic(t *testing.T) {
 			},
 		})
 		require.NoError(t, err)
-		h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 		req := func(key string) *http.Request {
 			r := httptest.NewRequest("GET", "/", nil)
 			r.Header.Set("X-Key", key)

@@ -24,7 +24,7 @@ type ResetStore interface {
 // that its next request finds every bucket full, as a new client's; dry-run
 // policies included. It leaves alone the buckets of Global policies, which
 // every client shares: resetting one client must not hand the others a
-// full shared bucket. In-flight slots (Options.MaxInFlight) are not rate
+// full shared bucket. In-flight slots (MiddlewareOptions.MaxInFlight) are not rate
 // state either, and stay taken until their requests end.
 //
 // The key is the one the limiter decides on, as the KeyFunc returns it (an

@@ -21,13 +21,13 @@ import (
 // shapingHandler limits handler by a LeakyShape policy of limit l, on a
 // memory store with the default clock (inside a synctest bubble, the
 // bubble's fake clock). Every request has the key "c".
-func shapingHandler(t *testing.T, l ratelimit.Limit, handler http.HandlerFunc, opts *ratelimit.Options) http.Handler {
+func shapingHandler(t *testing.T, l ratelimit.Limit, handler http.HandlerFunc, opts *ratelimit.MiddlewareOptions) http.Handler {
 	t.Helper()
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: l, Algorithm: ratelimit.LeakyShape})
 	require.NoError(t, err)
 	m, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { return "c", nil }, opts)
 	require.NoError(t, err)
-	return nethttp.Middleware(m)(handler)
+	return nethttp.Wrap(m)(handler)
 }
 
 // TestShapingEndToEnd: 5 per second, burst 10, twelve concurrent requests:
@@ -74,7 +74,7 @@ func TestShapingImmediate(t *testing.T) {
 		require.NoError(t, err)
 		m, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { return "c", nil }, nil)
 		require.NoError(t, err)
-		h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 		start := time.Now()
 		var mu sync.Mutex
 		var done []time.Duration
@@ -106,7 +106,7 @@ func TestShapingClientGoesAway(t *testing.T) {
 		var abandoned error
 		h := shapingHandler(t, ratelimit.PerSecond(1).WithBurst(10),
 			func(w http.ResponseWriter, r *http.Request) { handled.Add(1) },
-			&ratelimit.Options{OnError: func(w http.ResponseWriter, r *http.Request, err error) { abandoned = err }})
+			&ratelimit.MiddlewareOptions{OnError: func(w http.ResponseWriter, r *http.Request, err error) { abandoned = err }})
 
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil)) // runs at once
 		require.Equal(t, int64(1), handled.Load())
@@ -173,7 +173,7 @@ func TestShapingOverRealServer(t *testing.T) {
 	abandoned := make(chan error, 1)
 	srv := httptest.NewServer(shapingHandler(t, ratelimit.PerMinute(1).WithBurst(10),
 		func(w http.ResponseWriter, r *http.Request) { handled.Add(1) },
-		&ratelimit.Options{OnError: func(w http.ResponseWriter, r *http.Request, err error) { abandoned <- err }}))
+		&ratelimit.MiddlewareOptions{OnError: func(w http.ResponseWriter, r *http.Request, err error) { abandoned <- err }}))
 	defer srv.Close()
 	client := srv.Client()
 	defer client.CloseIdleConnections()

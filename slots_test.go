@@ -73,14 +73,14 @@ func (s *memSlots) held(key string) int {
 // slotsServer returns a handler limited by a Middleware over slots with
 // opts, keyed by X-Client, whose requests to /wait run until gate closes
 // and to /slow for a second, whatever their context.
-func slotsServer(t *testing.T, slots ratelimit.SlotStore, gate chan struct{}, opts ratelimit.Options) http.Handler {
+func slotsServer(t *testing.T, slots ratelimit.SlotStore, gate chan struct{}, opts ratelimit.MiddlewareOptions) http.Handler {
 	t.Helper()
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1000)})
 	require.NoError(t, err)
 	opts.Slots = slots
 	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &opts)
 	require.NoError(t, err)
-	return nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/wait":
 			<-gate
@@ -110,9 +110,9 @@ func TestSlotsPerMiddleware(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		slots, gate := new(memSlots), make(chan struct{})
 		lease := time.Minute
-		api := slotsServer(t, slots, gate, ratelimit.Options{MaxInFlight: 5, MaxInFlightTotal: 2, SlotLease: lease, SlotName: "api"})
-		download := slotsServer(t, slots, gate, ratelimit.Options{MaxInFlight: 1, MaxInFlightTotal: 10, SlotLease: lease, SlotName: "download"})
-		replica := slotsServer(t, slots, gate, ratelimit.Options{MaxInFlight: 1, MaxInFlightTotal: 10, SlotLease: lease, SlotName: "download"})
+		api := slotsServer(t, slots, gate, ratelimit.MiddlewareOptions{MaxInFlight: 5, MaxInFlightTotal: 2, SlotLease: lease, SlotName: "api"})
+		download := slotsServer(t, slots, gate, ratelimit.MiddlewareOptions{MaxInFlight: 1, MaxInFlightTotal: 10, SlotLease: lease, SlotName: "download"})
+		replica := slotsServer(t, slots, gate, ratelimit.MiddlewareOptions{MaxInFlight: 1, MaxInFlightTotal: 10, SlotLease: lease, SlotName: "download"})
 		var wg sync.WaitGroup
 		codes := make(chan int, 10)
 		serveAs(&wg, api, "c", "/wait", codes)
@@ -153,7 +153,7 @@ func TestSlotsRenewed(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				slots := new(memSlots)
 				const lease = 300 * time.Millisecond
-				h := slotsServer(t, slots, nil, ratelimit.Options{MaxInFlight: 1, MaxInFlightTotal: 1, SlotLease: lease, SlotName: "upload"})
+				h := slotsServer(t, slots, nil, ratelimit.MiddlewareOptions{MaxInFlight: 1, MaxInFlightTotal: 1, SlotLease: lease, SlotName: "upload"})
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				if clientLeaves {

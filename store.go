@@ -28,8 +28,8 @@ type Store interface {
 	Take(ctx context.Context, p *Policy, key string, cost int64) (Result, error)
 }
 
-// Request is one of the decisions a [BatchStore] takes together.
-type Request struct {
+// BatchItem is one of the decisions a [BatchStore] takes together.
+type BatchItem struct {
 	Policy *Policy // the policy to decide under; shared, not to be modified
 	Key    string  // the bucket's key under Policy (never empty)
 	Cost   int64   // the tokens to spend; 0 only looks, and never negative
@@ -48,13 +48,13 @@ type BatchStore interface {
 	// atomic step (keys on different Redis Cluster slots, for instance); the
 	// Limiter then takes them one at a time and gives back what a refusal
 	// left spent.
-	TakeAll(ctx context.Context, reqs []Request, results []Result) error
+	TakeAll(ctx context.Context, reqs []BatchItem, results []Result) error
 }
 
 // RefundStore is a Store that can give back tokens that a request spent
 // but turned out not to use: a [Limiter] gives back through it what a
 // request refused by another policy spent (without a [BatchStore]) and
-// what a request that does not count spent (Options.CountIf). With a store
+// what a request that does not count spent (MiddlewareOptions.CountIf). With a store
 // that lacks it nothing is given back, which never admits more than the
 // limit.
 //

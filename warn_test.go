@@ -81,13 +81,13 @@ func countingLogger() (*slog.Logger, *warningCounter) {
 
 // serveKeys serves n requests keyed by key: RemoteAddr from 200 addresses,
 // X-Client from 500 clients, and an X-Forwarded-For on each.
-func serveKeys(t *testing.T, key ratelimit.KeyFunc, n int, opts *ratelimit.Options) {
+func serveKeys(t *testing.T, key ratelimit.KeyFunc, n int, opts *ratelimit.MiddlewareOptions) {
 	t.Helper()
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1_000_000)})
 	require.NoError(t, err)
 	m, err := ratelimit.NewMiddleware(lim, key, opts)
 	require.NoError(t, err)
-	h := nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	for i := range n {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = fmt.Sprintf("192.0.2.%d:1234", i%200)
@@ -165,13 +165,13 @@ func TestWarnWideTrustedRange(t *testing.T) {
 	assert.Empty(t, logs.String())
 }
 
-// The one-key warning goes to Options.Logger once, however long the one
+// The one-key warning goes to MiddlewareOptions.Logger once, however long the one
 // key lasts; a Logger that counts warnings (what metrics do) sees it.
 func TestWarnOneKey(t *testing.T) {
 	logs := captureLogs(t)
 	logger, counter := countingLogger()
 	one := func(*http.Request) (string, error) { return "everyone", nil }
-	serveKeys(t, one, 3*64*256, &ratelimit.Options{Logger: logger})
+	serveKeys(t, one, 3*64*256, &ratelimit.MiddlewareOptions{Logger: logger})
 	assert.Equal(t, map[string]int{"one-key": 1}, counter.counts(), "once, however long it lasts")
 	assert.Zero(t, counter.other)
 	assert.Empty(t, logs.String(), "the Logger of Options, not slog.Default")
@@ -181,22 +181,22 @@ func TestWarnOneKey(t *testing.T) {
 
 	logs.Reset()
 	serveKeys(t, keyByHeader, 2*64*256, nil)
-	serveKeys(t, one, 2*64*256, &ratelimit.Options{Quiet: []string{"one-key"}})
+	serveKeys(t, one, 2*64*256, &ratelimit.MiddlewareOptions{Quiet: []string{"one-key"}})
 	assert.Empty(t, logs.String(), "500 clients, or the warning off")
 }
 
 // sharedNameMiddleware returns a Middleware of limiter main whose
 // LimiterFor picks the limiter named by the request's X-Plan.
-func sharedNameMiddleware(t *testing.T, main *ratelimit.Limiter, plans map[string]*ratelimit.Limiter, opts *ratelimit.Options) http.Handler {
+func sharedNameMiddleware(t *testing.T, main *ratelimit.Limiter, plans map[string]*ratelimit.Limiter, opts *ratelimit.MiddlewareOptions) http.Handler {
 	t.Helper()
-	o := ratelimit.Options{}
+	o := ratelimit.MiddlewareOptions{}
 	if opts != nil {
 		o = *opts
 	}
 	o.LimiterFor = func(r *http.Request) *ratelimit.Limiter { return plans[r.Header.Get("X-Plan")] }
 	m, err := ratelimit.NewMiddleware(main, keyByHeader, &o)
 	require.NoError(t, err)
-	return nethttp.Middleware(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	return nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 }
 
 func servePlan(h http.Handler, plan string) {
@@ -224,7 +224,7 @@ func TestWarnSharedPolicyName(t *testing.T) {
 
 	// Two limiters reached through LimiterFor, one name, two limits.
 	logger, counter := countingLogger()
-	h := sharedNameMiddleware(t, main, map[string]*ratelimit.Limiter{"free": free, "paid": paid}, &ratelimit.Options{Logger: logger})
+	h := sharedNameMiddleware(t, main, map[string]*ratelimit.Limiter{"free": free, "paid": paid}, &ratelimit.MiddlewareOptions{Logger: logger})
 	for range 3 {
 		servePlan(h, "free")
 		servePlan(h, "")
@@ -238,7 +238,7 @@ func TestWarnSharedPolicyName(t *testing.T) {
 
 	// The same limit under one name is fine.
 	logger, counter = countingLogger()
-	h = sharedNameMiddleware(t, main, map[string]*ratelimit.Limiter{"free": free, "also": alsoFree}, &ratelimit.Options{Logger: logger})
+	h = sharedNameMiddleware(t, main, map[string]*ratelimit.Limiter{"free": free, "also": alsoFree}, &ratelimit.MiddlewareOptions{Logger: logger})
 	servePlan(h, "free")
 	servePlan(h, "also")
 	assert.Empty(t, counter.counts())
@@ -246,7 +246,7 @@ func TestWarnSharedPolicyName(t *testing.T) {
 	// The Middleware's own limiter is checked when it is built, against
 	// the limiters picked later.
 	logger, counter = countingLogger()
-	h = sharedNameMiddleware(t, free, map[string]*ratelimit.Limiter{"paid": paid}, &ratelimit.Options{Logger: logger})
+	h = sharedNameMiddleware(t, free, map[string]*ratelimit.Limiter{"paid": paid}, &ratelimit.MiddlewareOptions{Logger: logger})
 	assert.Empty(t, counter.counts())
 	for range 3 {
 		servePlan(h, "paid")
@@ -255,7 +255,7 @@ func TestWarnSharedPolicyName(t *testing.T) {
 
 	// Turned off.
 	logger, counter = countingLogger()
-	h = sharedNameMiddleware(t, free, map[string]*ratelimit.Limiter{"paid": paid}, &ratelimit.Options{Logger: logger, Quiet: []string{"shared-policy-name"}})
+	h = sharedNameMiddleware(t, free, map[string]*ratelimit.Limiter{"paid": paid}, &ratelimit.MiddlewareOptions{Logger: logger, Quiet: []string{"shared-policy-name"}})
 	servePlan(h, "paid")
 	assert.Empty(t, counter.counts())
 }
@@ -332,16 +332,16 @@ func TestWarningsOneByOne(t *testing.T) {
 
 	logs.Reset()
 	one := func(*http.Request) (string, error) { return "everyone", nil }
-	serveKeys(t, one, 2*64*256, &ratelimit.Options{Quiet: []string{"shared-policy-name"}})
+	serveKeys(t, one, 2*64*256, &ratelimit.MiddlewareOptions{Quiet: []string{"shared-policy-name"}})
 	assert.Equal(t, 1, warnings(logs, "one-key"), "only the shared-name warning is off")
 	logs.Reset()
-	serveKeys(t, one, 2*64*256, &ratelimit.Options{Quiet: []string{"one-key"}})
+	serveKeys(t, one, 2*64*256, &ratelimit.MiddlewareOptions{Quiet: []string{"one-key"}})
 	assert.Empty(t, logs.String())
 
 	_, err = ratelimit.KeyByIP(&ratelimit.IPOptions{Quiet: []string{"one-key"}})
 	assert.ErrorContains(t, err, `unknown warning "one-key"`)
 	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	require.NoError(t, err)
-	_, err = ratelimit.NewMiddleware(lim, one, &ratelimit.Options{Quiet: []string{"bogus"}})
-	assert.ErrorContains(t, err, `Options.Quiet: unknown warning "bogus"`)
+	_, err = ratelimit.NewMiddleware(lim, one, &ratelimit.MiddlewareOptions{Quiet: []string{"bogus"}})
+	assert.ErrorContains(t, err, `MiddlewareOptions.Quiet: unknown warning "bogus"`)
 }

@@ -4,7 +4,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		adaptertest.Run(t, func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc,
-//			opts *ratelimit.Options, next http.Handler) http.Handler {
+//			opts *ratelimit.MiddlewareOptions, next http.Handler) http.Handler {
 //			m, err := ratelimit.NewMiddleware(l, key, opts)
 //			require.NoError(t, err)
 //			engine := myframework.New()
@@ -64,7 +64,7 @@ import (
 // adapter under test limits requests with l, keyed by key, configured by
 // opts, in front of next. next must be reachable for every method and path.
 // It may register cleanups with t.
-type NewHandler func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.Options, next http.Handler) http.Handler
+type NewHandler func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.MiddlewareOptions, next http.Handler) http.Handler
 
 // Run runs the conformance suite against the handlers made by newHandler.
 func Run(t *testing.T, newHandler NewHandler) {
@@ -109,7 +109,7 @@ func key(r *http.Request) (string, error) {
 // setup describes the limiter of a test, one for each side.
 type setup struct {
 	limit ratelimit.Limit
-	opts  *ratelimit.Options
+	opts  *ratelimit.MiddlewareOptions
 	store ratelimit.Store // nil: a memorystore for each side
 }
 
@@ -349,7 +349,7 @@ func testErrors(t *testing.T, nh NewHandler) {
 // testCustomHandlers: answers that the adapter cannot take for JSON (a
 // plain-text refusal) as well as ones it can (an application/json error).
 func testCustomHandlers(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.Options{
+	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.MiddlewareOptions{
 		OnDeny: func(w http.ResponseWriter, _ *http.Request, res ratelimit.Result) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(http.StatusTooManyRequests)
@@ -380,7 +380,7 @@ func testCountIf(t *testing.T, nh NewHandler) {
 	// adapter must hand the core the status of the response, before the
 	// client has it.
 	seen := make(chan int, 20)
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(2), opts: &ratelimit.Options{
+	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(2), opts: &ratelimit.MiddlewareOptions{
 		CountIf: func(status int) bool {
 			seen <- status
 			return status >= 400
@@ -405,7 +405,7 @@ func testCountIf(t *testing.T, nh NewHandler) {
 // after it began (a download whose client hung up: httputil.ReverseProxy
 // panics with http.ErrAbortHandler), and let the panic go on.
 func testAborted(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.Options{
+	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.MiddlewareOptions{
 		CountIf: func(status int) bool { return status < 400 }, // downloads count, failures do not
 	}})
 	for _, sd := range []*side{f.ref, f.adapter} {
@@ -426,7 +426,7 @@ func testAborted(t *testing.T, nh NewHandler) {
 // next runs and released when it returns, or panics. The adapter must run
 // the rest of the chain inside the core's Handle.
 func testInFlight(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(100), opts: &ratelimit.Options{MaxInFlight: 1}})
+	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(100), opts: &ratelimit.MiddlewareOptions{MaxInFlight: 1}})
 	var answers [2][5]response // reference, adapter
 	for i, sd := range []*side{f.ref, f.adapter} {
 		errs := make(chan error, 1)
@@ -457,7 +457,7 @@ func testInFlight(t *testing.T, nh NewHandler) {
 }
 
 func testSkip(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.Options{
+	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.MiddlewareOptions{
 		Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" },
 	}})
 	f.send(request{client: "alice"})
@@ -477,14 +477,14 @@ func testSkip(t *testing.T, nh NewHandler) {
 // without a key).
 func testAddressLists(t *testing.T, nh NewHandler) {
 	loopback := []string{"127.0.0.0/8", "::1"}
-	blocked := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.Options{Block: loopback}})
+	blocked := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.MiddlewareOptions{Block: loopback}})
 	for _, req := range []request{{client: "alice"}, {method: http.MethodHead, client: "alice"}, {}} {
 		r := blocked.send(req)
 		assertStopped(t, r, http.StatusForbidden)
 		assert.Equal(t, "application/problem+json", r.Header.Get("Content-Type"))
 		assert.Empty(t, r.Header.Get("RateLimit"), "a blocked request is not decided")
 	}
-	safe := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.Options{Safe: loopback}})
+	safe := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.MiddlewareOptions{Safe: loopback}})
 	for _, client := range []string{"alice", "alice", "", keyError} {
 		req := request{client: client}
 		r := safe.send(req)

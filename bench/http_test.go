@@ -38,7 +38,7 @@ type httpPeer struct {
 var httpPeers = []httpPeer{
 	{"none", func(_ testing.TB, _ limit, next http.Handler) http.Handler { return next }},
 	{"tokenfair", func(tb testing.TB, l limit, next http.Handler) http.Handler {
-		return nethttp.Middleware(tokenfairMiddleware(tb, l))(next)
+		return nethttp.Wrap(tokenfairMiddleware(tb, l))(next)
 	}},
 	{"tokenfair-apikey", func(tb testing.TB, l limit, next http.Handler) http.Handler {
 		return tokenfairHTTP(tb, l, ratelimit.KeyByAPIKey("X-API-Key"), next)
@@ -96,13 +96,13 @@ var httpPeers = []httpPeer{
 		}))
 	}},
 	{"tokenfair-echo", func(tb testing.TB, l limit, next http.Handler) http.Handler {
-		return echoServer(next, echolimit.Middleware(tokenfairMiddleware(tb, l), nil))
+		return echoServer(next, echolimit.Wrap(tokenfairMiddleware(tb, l), nil))
 	}},
 	{"gin-none", func(_ testing.TB, _ limit, next http.Handler) http.Handler {
 		return ginServer(next)
 	}},
 	{"tokenfair-gin", func(tb testing.TB, l limit, next http.Handler) http.Handler {
-		return ginServer(next, ginlimit.Middleware(tokenfairMiddleware(tb, l)))
+		return ginServer(next, ginlimit.Wrap(tokenfairMiddleware(tb, l)))
 	}},
 	{"tollbooth", func(_ testing.TB, l limit, next http.Handler) http.Handler {
 		lmt := tollbooth.NewLimiter(float64(l.n)/l.per.Seconds(), nil)
@@ -118,7 +118,7 @@ func tokenfairHTTP(tb testing.TB, l limit, key ratelimit.KeyFunc, next http.Hand
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return nethttp.Middleware(mw)(next)
+	return nethttp.Wrap(mw)(next)
 }
 
 // tokenfairMiddleware returns our core middleware keyed by client IP, for

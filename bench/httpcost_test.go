@@ -39,11 +39,11 @@ func BenchmarkHTTPCost(b *testing.B) {
 	middleware := func(key ratelimit.KeyFunc, f ratelimit.HeaderFormat) http.Handler {
 		lim, _ := tokenfairLimiter(b, allowAll)
 		// The one-key warning is off: one-key means it.
-		mw, err := ratelimit.NewMiddleware(lim, key, &ratelimit.Options{Headers: f, Quiet: []string{"one-key"}})
+		mw, err := ratelimit.NewMiddleware(lim, key, &ratelimit.MiddlewareOptions{Headers: f, Quiet: []string{"one-key"}})
 		if err != nil {
 			b.Fatal(err)
 		}
-		return nethttp.Middleware(mw)(okHandler)
+		return nethttp.Wrap(mw)(okHandler)
 	}
 	policy, quota := []string{`"bench";q=1000000000;w=3600`}, []string{`"bench";r=999999999;t=1`}
 	steps := []struct {

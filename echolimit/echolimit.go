@@ -8,10 +8,10 @@
 // returns an *echo.HTTPError, so the application's HTTPErrorHandler and its
 // logging middleware see every refusal. With Echo's DefaultHTTPErrorHandler
 // the bytes on the wire are those that the core writes on net/http (see
-// [Middleware] for the details). [Options.WriteResponse] writes the answer
+// [Wrap] for the details). [Options.WriteResponse] writes the answer
 // directly instead.
 //
-// [Limit] is the common case in one line. [Middleware] takes a core
+// [LimitBy] is the common case in one line. [Wrap] takes a core
 // middleware built with any [ratelimit.KeyFunc]; [New] takes a [KeyFunc]
 // that reads the echo.Context, such as [KeyByRealIP], which follows the
 // Echo instance's IPExtractor, or [KeyByValue], which reads a value that an
@@ -34,7 +34,7 @@ import (
 	"github.com/tokenfair/ratelimit/internal/quick"
 )
 
-// Options configures the Echo side of [Middleware] and [New]. A nil
+// Options configures the Echo side of [Wrap] and [New]. A nil
 // *Options is the zero value: every field's default.
 type Options struct {
 	// WriteResponse makes the middleware write the answer to a request
@@ -45,23 +45,23 @@ type Options struct {
 	WriteResponse bool
 }
 
-// Limit returns Echo middleware that limits requests to limit per key, on
-// an in-process store with its defaults, the default [ratelimit.Options]
+// LimitBy returns Echo middleware that limits requests to limit per key, on
+// an in-process store with its defaults, the default [ratelimit.MiddlewareOptions]
 // and the default [Options]:
 //
-//	e.Use(echolimit.Limit(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
+//	e.Use(echolimit.LimitBy(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
 //
 // Like regexp.MustCompile, it is meant for values fixed in the source: it
 // panics, with an error that says what is wrong, when limit is invalid or
 // key is nil. For anything else (a shared store, several policies,
 // options, or an error instead of a panic) build the middleware
 // explicitly: a store such as memorystore.New, then [ratelimit.New],
-// [ratelimit.NewMiddleware], and [Middleware].
-func Limit(limit ratelimit.Limit, key ratelimit.KeyFunc) echo.MiddlewareFunc {
-	return Middleware(quick.Middleware("echolimit.Limit", limit, key), nil)
+// [ratelimit.NewMiddleware], and [Wrap].
+func LimitBy(limit ratelimit.Limit, key ratelimit.KeyFunc) echo.MiddlewareFunc {
+	return Wrap(quick.Middleware("echolimit.LimitBy", limit, key), nil)
 }
 
-// Middleware returns Echo middleware, configured by opts (nil for the
+// Wrap returns Echo middleware, configured by opts (nil for the
 // defaults), that calls the next handler only when m admits the request,
 // and returns its error. The status that m needs for Options.CountIf is
 // c.Response().Status after the next handler (200 if that is an interim
@@ -94,8 +94,8 @@ func Limit(limit ratelimit.Limit, key ratelimit.KeyFunc) echo.MiddlewareFunc {
 // which indent the JSON. Use [Options.WriteResponse] when that matters.
 //
 // It panics, with an error that says so, when m is nil.
-func Middleware(m *ratelimit.Middleware, opts *Options) echo.MiddlewareFunc {
-	return middleware(quick.Given("echolimit.Middleware", m), false, opts)
+func Wrap(m *ratelimit.Middleware, opts *Options) echo.MiddlewareFunc {
+	return middleware(quick.Given("echolimit.Wrap", m), false, opts)
 }
 
 // KeyFunc returns the key that identifies the client of an Echo request,
@@ -105,15 +105,15 @@ type KeyFunc func(c echo.Context) (string, error)
 
 // New returns Echo middleware that limits requests with l, keyed by key,
 // configured by the core's opts and by eopts (either nil for the
-// defaults), and otherwise behaves as [Middleware]. It returns the errors
+// defaults), and otherwise behaves as [Wrap]. It returns the errors
 // of [ratelimit.NewMiddleware].
 //
 // So that key can reach the echo.Context, the middleware hands the core a
 // shallow copy of the request whose context carries it; that costs two
-// small allocations per request, which [Middleware] with a
+// small allocations per request, which [Wrap] with a
 // [ratelimit.KeyFunc] does not. The handlers after it see the original
 // request.
-func New(l *ratelimit.Limiter, key KeyFunc, opts *ratelimit.Options, eopts *Options) (echo.MiddlewareFunc, error) {
+func New(l *ratelimit.Limiter, key KeyFunc, opts *ratelimit.MiddlewareOptions, eopts *Options) (echo.MiddlewareFunc, error) {
 	if key == nil {
 		return nil, errors.New("echolimit: New: nil key function")
 	}

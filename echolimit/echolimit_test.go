@@ -40,14 +40,14 @@ func newEcho(next http.Handler, mw ...echo.MiddlewareFunc) *echo.Echo {
 
 func TestConformance(t *testing.T) {
 	middleware := func(eopts *echolimit.Options) adaptertest.NewHandler {
-		return func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.Options, next http.Handler) http.Handler {
+		return func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.MiddlewareOptions, next http.Handler) http.Handler {
 			m, err := ratelimit.NewMiddleware(l, key, opts)
 			require.NoError(t, err)
-			return newEcho(next, echolimit.Middleware(m, eopts))
+			return newEcho(next, echolimit.Wrap(m, eopts))
 		}
 	}
 	withEchoKey := func(eopts *echolimit.Options) adaptertest.NewHandler {
-		return func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.Options, next http.Handler) http.Handler {
+		return func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.MiddlewareOptions, next http.Handler) http.Handler {
 			mw, err := echolimit.New(l, func(c echo.Context) (string, error) { return key(c.Request()) }, opts, eopts)
 			require.NoError(t, err)
 			return newEcho(next, mw)
@@ -61,10 +61,10 @@ func TestConformance(t *testing.T) {
 	// The application's own HTTPErrorHandler, delegating to the default one
 	// after it has looked at the error, changes nothing on the wire.
 	t.Run("Middleware/HTTPErrorHandler", func(t *testing.T) {
-		adaptertest.Run(t, func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.Options, next http.Handler) http.Handler {
+		adaptertest.Run(t, func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.MiddlewareOptions, next http.Handler) http.Handler {
 			m, err := ratelimit.NewMiddleware(l, key, opts)
 			require.NoError(t, err)
-			e := newEcho(next, echolimit.Middleware(m, nil))
+			e := newEcho(next, echolimit.Wrap(m, nil))
 			e.HTTPErrorHandler = func(err error, c echo.Context) {
 				var he *echo.HTTPError
 				if !errors.As(err, &he) {
@@ -92,7 +92,7 @@ func TestNewErrors(t *testing.T) {
 	assert.Error(t, err)
 	_, err = echolimit.New(nil, echolimit.KeyByValue("user"), nil, nil)
 	assert.Error(t, err)
-	_, err = echolimit.New(lim, echolimit.KeyByValue("user"), &ratelimit.Options{Headers: 99}, nil)
+	_, err = echolimit.New(lim, echolimit.KeyByValue("user"), &ratelimit.MiddlewareOptions{Headers: 99}, nil)
 	assert.Error(t, err)
 	_, err = echolimit.KeyByRealIP(&ratelimit.IPOptions{IPv6Prefix: 200})
 	assert.EqualError(t, err, "echolimit: KeyByRealIP: IPv6Prefix 200: want 1 to 128, or 0 for the default, 64")
@@ -114,7 +114,7 @@ func TestHTTPError(t *testing.T) {
 		got = append(got, he)
 		c.String(he.Code, fmt.Sprintf("custom %d: %v", he.Code, he.Message))
 	}
-	e.Use(echolimit.Middleware(m, nil))
+	e.Use(echolimit.Wrap(m, nil))
 	e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
 
 	serve := func(apiKey string) *httptest.ResponseRecorder {
@@ -165,7 +165,7 @@ func TestDebugIndents(t *testing.T) {
 	} {
 		e := echo.New()
 		e.Debug = true
-		e.GET(tc.path, ok, echolimit.Middleware(m, tc.opts))
+		e.GET(tc.path, ok, echolimit.Wrap(m, tc.opts))
 		var w *httptest.ResponseRecorder
 		for range 2 {
 			w = httptest.NewRecorder()
@@ -334,7 +334,7 @@ func BenchmarkAllowed(b *testing.B) {
 	// allowed.
 	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Per(1, time.Nanosecond).WithBurst(1e15)})
 	require.NoError(b, err)
-	quiet := &ratelimit.Options{Quiet: []string{"one-key"}}
+	quiet := &ratelimit.MiddlewareOptions{Quiet: []string{"one-key"}}
 	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), quiet)
 	require.NoError(b, err)
 	withEchoKey, err := echolimit.New(lim, echolimit.KeyByValue("user"), quiet, nil)
@@ -352,8 +352,8 @@ func BenchmarkAllowed(b *testing.B) {
 		mw   []echo.MiddlewareFunc
 	}{
 		{"bare", nil},
-		{"Middleware", []echo.MiddlewareFunc{echolimit.Middleware(m, nil)}},
-		{"Middleware+WriteResponse", []echo.MiddlewareFunc{echolimit.Middleware(m, &echolimit.Options{WriteResponse: true})}},
+		{"Middleware", []echo.MiddlewareFunc{echolimit.Wrap(m, nil)}},
+		{"Middleware+WriteResponse", []echo.MiddlewareFunc{echolimit.Wrap(m, &echolimit.Options{WriteResponse: true})}},
 		{"bare+c.Set", []echo.MiddlewareFunc{setUser}},
 		{"New+KeyByValue", []echo.MiddlewareFunc{setUser, withEchoKey}},
 	} {
@@ -391,7 +391,7 @@ func (w *discard) Write(b []byte) (int, error) { return len(b), nil }
 // so WithCountIf counts it; the answer is written once.
 func TestCountIfWithHandlerErrors(t *testing.T) {
 	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.PerMinute(2)),
-		func(*http.Request) (string, error) { return "k", nil }, &ratelimit.Options{CountIf: func(s int) bool { return s >= 400 }})
+		func(*http.Request) (string, error) { return "k", nil }, &ratelimit.MiddlewareOptions{CountIf: func(s int) bool { return s >= 400 }})
 	require.NoError(t, err)
 	handled := 0
 	e := echo.New()
@@ -399,7 +399,7 @@ func TestCountIfWithHandlerErrors(t *testing.T) {
 		handled++
 		e.DefaultHTTPErrorHandler(err, c)
 	}
-	e.Use(echolimit.Middleware(m, nil))
+	e.Use(echolimit.Wrap(m, nil))
 	e.GET("/ok", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
 	e.GET("/fail", func(c echo.Context) error { return echo.NewHTTPError(http.StatusUnauthorized, "who are you?") })
 	get := func(path string) *httptest.ResponseRecorder {
@@ -423,7 +423,7 @@ func TestCountIfWithHandlerErrors(t *testing.T) {
 
 func TestLimit(t *testing.T) {
 	e := echo.New()
-	e.Use(echolimit.Limit(ratelimit.PerMinute(1).WithBurst(3), ratelimit.KeyByAPIKey("X-API-Key")))
+	e.Use(echolimit.LimitBy(ratelimit.PerMinute(1).WithBurst(3), ratelimit.KeyByAPIKey("X-API-Key")))
 	e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
 	var codes []int
 	for range 4 {
@@ -435,13 +435,13 @@ func TestLimit(t *testing.T) {
 	}
 	assert.Equal(t, []int{204, 204, 204, 429}, codes)
 
-	err := panicError(func() { echolimit.Limit(ratelimit.PerSecond(-5), ratelimit.KeyByAPIKey("X-API-Key")) })
+	err := panicError(func() { echolimit.LimitBy(ratelimit.PerSecond(-5), ratelimit.KeyByAPIKey("X-API-Key")) })
 	require.Error(t, err, "an invalid limit panics with an error")
-	assert.True(t, strings.HasPrefix(err.Error(), "echolimit.Limit: "), err)
+	assert.True(t, strings.HasPrefix(err.Error(), "echolimit.LimitBy: "), err)
 	assert.Contains(t, err.Error(), "PerSecond(-5): the number of tokens must be positive")
-	assert.EqualError(t, panicError(func() { echolimit.Limit(ratelimit.PerSecond(5), nil) }), "echolimit.Limit: nil key function")
-	assert.EqualError(t, panicError(func() { echolimit.Middleware(nil, nil) }),
-		"echolimit.Middleware: nil *ratelimit.Middleware (check the error of ratelimit.NewMiddleware)")
+	assert.EqualError(t, panicError(func() { echolimit.LimitBy(ratelimit.PerSecond(5), nil) }), "echolimit.LimitBy: nil key function")
+	assert.EqualError(t, panicError(func() { echolimit.Wrap(nil, nil) }),
+		"echolimit.Wrap: nil *ratelimit.Middleware (check the error of ratelimit.NewMiddleware)")
 }
 
 // panicError returns the error that f panics with, nil if none.
@@ -459,10 +459,10 @@ func TestCountIfSeesTheFinalStatus(t *testing.T) {
 	var seen []int
 	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.PerMinute(2)),
 		func(*http.Request) (string, error) { return "k", nil },
-		&ratelimit.Options{CountIf: func(s int) bool { seen = append(seen, s); return s >= 400 }})
+		&ratelimit.MiddlewareOptions{CountIf: func(s int) bool { seen = append(seen, s); return s >= 400 }})
 	require.NoError(t, err)
 	e := echo.New()
-	e.Use(echolimit.Middleware(m, nil))
+	e.Use(echolimit.Wrap(m, nil))
 	e.GET("/hints", echo.WrapHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusEarlyHints)
 		w.WriteHeader(http.StatusUnauthorized)

@@ -14,9 +14,9 @@ import (
 
 // The common case in one line: 5 requests a minute per API key, in bursts
 // of up to 10, on an in-process store.
-func ExampleLimit() {
+func ExampleLimitBy() {
 	e := echo.New()
-	e.Use(echolimit.Limit(ratelimit.PerMinute(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
+	e.Use(echolimit.LimitBy(ratelimit.PerMinute(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
 	e.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hello\n") })
 
 	codes := map[int]int{}
@@ -36,7 +36,7 @@ func ExampleLimit() {
 // the explicit form: a store, a limiter, a core middleware. Refusals go
 // through Echo's error path, and the default error handler writes the
 // core's answer.
-func ExampleMiddleware() {
+func ExampleWrap() {
 	store, _ := memorystore.New(nil)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
 	m, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), nil)
@@ -45,7 +45,7 @@ func ExampleMiddleware() {
 	}
 
 	e := echo.New()
-	e.Use(echolimit.Middleware(m, nil))
+	e.Use(echolimit.Wrap(m, nil))
 	e.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hello\n") })
 
 	for range 2 {
@@ -67,7 +67,7 @@ func ExampleMiddleware() {
 func ExampleNew() {
 	store, _ := memorystore.New(nil)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "per-user", Limit: ratelimit.PerMinute(1)})
-	perUser, err := echolimit.New(limiter, echolimit.KeyByValue("user"), &ratelimit.Options{Headers: ratelimit.HeadersLegacy}, nil)
+	perUser, err := echolimit.New(limiter, echolimit.KeyByValue("user"), &ratelimit.MiddlewareOptions{Headers: ratelimit.HeadersLegacy}, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -125,7 +125,7 @@ func ExampleOptions_writeResponse() {
 
 	e := echo.New()
 	e.HTTPErrorHandler = func(err error, c echo.Context) { fmt.Println("never called for refusals") }
-	e.Use(echolimit.Middleware(m, &echolimit.Options{WriteResponse: true}))
+	e.Use(echolimit.Wrap(m, &echolimit.Options{WriteResponse: true}))
 	e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
 
 	for range 2 {

@@ -183,7 +183,7 @@ func (f *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 // primary: a request that one policy refuses then spends nothing from the
 // others. (The Limiter gives nothing back to a degraded store, so
 // decisions taken one at a time in Local mode keep what a refusal spent.)
-func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
+func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
 	var cause error
 	if ask, probe := f.askPrimary(); ask {
 		err := ratelimit.ErrNotAtomic

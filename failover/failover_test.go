@@ -112,7 +112,7 @@ func newServer(t *testing.T, l ratelimit.Limit, store ratelimit.Store) *server {
 	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: l})
 	require.NoError(t, err)
 	byClient := func(r *http.Request) (string, error) { return r.Header.Get("X-Client"), nil }
-	mw, err := ratelimit.NewMiddleware(lim, byClient, &ratelimit.Options{Logger: discard})
+	mw, err := ratelimit.NewMiddleware(lim, byClient, &ratelimit.MiddlewareOptions{Logger: discard})
 	require.NoError(t, err)
 	return &server{t: t, mw: mw}
 }
@@ -303,7 +303,7 @@ var (
 // like a Redis Cluster whose keys live in different slots.
 type notAtomic struct{ *flakyStore }
 
-func (notAtomic) TakeAll(context.Context, []ratelimit.Request, []ratelimit.Result) error {
+func (notAtomic) TakeAll(context.Context, []ratelimit.BatchItem, []ratelimit.Result) error {
 	return ratelimit.ErrNotAtomic
 }
 

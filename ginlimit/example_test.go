@@ -14,10 +14,10 @@ import (
 
 // The common case in one line: 5 requests a minute per API key, in bursts
 // of up to 10, on an in-process store.
-func ExampleLimit() {
+func ExampleLimitBy() {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.Use(ginlimit.Limit(ratelimit.PerMinute(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
+	r.Use(ginlimit.LimitBy(ratelimit.PerMinute(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
 	r.GET("/hello", func(c *gin.Context) { c.String(http.StatusOK, "hello\n") })
 
 	codes := map[int]int{}
@@ -35,7 +35,7 @@ func ExampleLimit() {
 
 // A Gin service limited per API key, with a key function of the core, in
 // the explicit form: a store, a limiter, a core middleware.
-func ExampleMiddleware() {
+func ExampleWrap() {
 	store, _ := memorystore.New(nil)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
 	m, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), nil)
@@ -45,7 +45,7 @@ func ExampleMiddleware() {
 
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.Use(ginlimit.Middleware(m))
+	r.Use(ginlimit.Wrap(m))
 	r.GET("/hello", func(c *gin.Context) { c.String(http.StatusOK, "hello\n") })
 
 	for range 2 {
@@ -67,7 +67,7 @@ func ExampleMiddleware() {
 func ExampleNew() {
 	store, _ := memorystore.New(nil)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "per-user", Limit: ratelimit.PerMinute(1)})
-	perUser, err := ginlimit.New(limiter, ginlimit.KeyByValue("user"), &ratelimit.Options{Headers: ratelimit.HeadersLegacy})
+	perUser, err := ginlimit.New(limiter, ginlimit.KeyByValue("user"), &ratelimit.MiddlewareOptions{Headers: ratelimit.HeadersLegacy})
 	if err != nil {
 		panic(err)
 	}

@@ -5,7 +5,7 @@
 // net/http one does. On a refusal or an error the handler aborts the chain,
 // and the handlers after it never run.
 //
-// [Limit] is the common case in one line. [Middleware] takes a core
+// [LimitBy] is the common case in one line. [Wrap] takes a core
 // middleware built with any [ratelimit.KeyFunc]; [New] takes a [KeyFunc]
 // that reads the *gin.Context, such as [KeyByClientIP], which follows Gin's
 // trusted-proxy settings, or [KeyByValue], which reads a value that an
@@ -23,31 +23,31 @@ import (
 	"github.com/tokenfair/ratelimit/internal/quick"
 )
 
-// Limit returns a Gin handler that limits requests to limit per key, on
+// LimitBy returns a Gin handler that limits requests to limit per key, on
 // an in-process store with its defaults and the default
-// [ratelimit.Options]:
+// [ratelimit.MiddlewareOptions]:
 //
-//	r.Use(ginlimit.Limit(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
+//	r.Use(ginlimit.LimitBy(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
 //
 // Like regexp.MustCompile, it is meant for values fixed in the source: it
 // panics, with an error that says what is wrong, when limit is invalid or
 // key is nil. For anything else (a shared store, several policies,
 // options, or an error instead of a panic) build the middleware
 // explicitly: a store such as memorystore.New, then [ratelimit.New],
-// [ratelimit.NewMiddleware], and [Middleware].
-func Limit(limit ratelimit.Limit, key ratelimit.KeyFunc) gin.HandlerFunc {
-	return Middleware(quick.Middleware("ginlimit.Limit", limit, key))
+// [ratelimit.NewMiddleware], and [Wrap].
+func LimitBy(limit ratelimit.Limit, key ratelimit.KeyFunc) gin.HandlerFunc {
+	return Wrap(quick.Middleware("ginlimit.LimitBy", limit, key))
 }
 
-// Middleware returns a Gin handler that runs the rest of the chain (c.Next)
+// Wrap returns a Gin handler that runs the rest of the chain (c.Next)
 // only when m admits the request; otherwise m has already answered it (429,
 // or its error handler's answer) and the handler calls c.Abort. The status
 // that m needs for Options.CountIf is c.Writer.Status() after the chain,
 // and an in-flight slot of Options.MaxInFlight is held while it runs. It
 // costs no allocation of its own. It panics, with an error that says so,
 // when m is nil.
-func Middleware(m *ratelimit.Middleware) gin.HandlerFunc {
-	m = quick.Given("ginlimit.Middleware", m)
+func Wrap(m *ratelimit.Middleware) gin.HandlerFunc {
+	m = quick.Given("ginlimit.Wrap", m)
 	return func(c *gin.Context) { handle(m, c, c.Request) }
 }
 
@@ -76,14 +76,14 @@ type KeyFunc func(c *gin.Context) (string, error)
 
 // New returns a Gin handler that limits requests with l, keyed by key and
 // configured by opts (nil for the defaults), and otherwise behaves as
-// [Middleware]. It returns the errors of [ratelimit.NewMiddleware].
+// [Wrap]. It returns the errors of [ratelimit.NewMiddleware].
 //
 // So that key can reach the *gin.Context, the handler hands the core a
 // shallow copy of the request whose context carries it; that costs two
-// small allocations per request, which [Middleware] with a
+// small allocations per request, which [Wrap] with a
 // [ratelimit.KeyFunc] does not. The handlers after it see the original
 // request.
-func New(l *ratelimit.Limiter, key KeyFunc, opts *ratelimit.Options) (gin.HandlerFunc, error) {
+func New(l *ratelimit.Limiter, key KeyFunc, opts *ratelimit.MiddlewareOptions) (gin.HandlerFunc, error) {
 	if key == nil {
 		return nil, errors.New("ginlimit: New: nil key function")
 	}

@@ -37,14 +37,14 @@ func engine(next http.Handler, handlers ...gin.HandlerFunc) *gin.Engine {
 
 func TestConformance(t *testing.T) {
 	t.Run("Middleware", func(t *testing.T) {
-		adaptertest.Run(t, func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.Options, next http.Handler) http.Handler {
+		adaptertest.Run(t, func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.MiddlewareOptions, next http.Handler) http.Handler {
 			m, err := ratelimit.NewMiddleware(l, key, opts)
 			require.NoError(t, err)
-			return engine(next, ginlimit.Middleware(m))
+			return engine(next, ginlimit.Wrap(m))
 		})
 	})
 	t.Run("New", func(t *testing.T) {
-		adaptertest.Run(t, func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.Options, next http.Handler) http.Handler {
+		adaptertest.Run(t, func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.MiddlewareOptions, next http.Handler) http.Handler {
 			h, err := ginlimit.New(l, func(c *gin.Context) (string, error) { return key(c.Request) }, opts)
 			require.NoError(t, err)
 			return engine(next, h)
@@ -67,7 +67,7 @@ func TestNewErrors(t *testing.T) {
 	assert.Error(t, err)
 	_, err = ginlimit.New(nil, ginlimit.KeyByValue("user"), nil)
 	assert.Error(t, err)
-	_, err = ginlimit.New(lim, ginlimit.KeyByValue("user"), &ratelimit.Options{Headers: 99})
+	_, err = ginlimit.New(lim, ginlimit.KeyByValue("user"), &ratelimit.MiddlewareOptions{Headers: 99})
 	assert.Error(t, err)
 	_, err = ginlimit.KeyByClientIP(&ratelimit.IPOptions{IPv6Prefix: 129})
 	assert.EqualError(t, err, "ginlimit: KeyByClientIP: IPv6Prefix 129: want 1 to 128, or 0 for the default, 64")
@@ -244,7 +244,7 @@ func TestAbort(t *testing.T) {
 	e.Use(func(c *gin.Context) {
 		c.Next()
 		aborted = append(aborted, c.IsAborted())
-	}, ginlimit.Middleware(m), func(c *gin.Context) { after = append(after, true) })
+	}, ginlimit.Wrap(m), func(c *gin.Context) { after = append(after, true) })
 	e.GET("/", func(c *gin.Context) { c.Status(http.StatusNoContent) })
 	for range 2 {
 		e.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
@@ -255,7 +255,7 @@ func TestAbort(t *testing.T) {
 
 func TestLimit(t *testing.T) {
 	e := gin.New()
-	e.Use(ginlimit.Limit(ratelimit.PerMinute(1).WithBurst(3), ratelimit.KeyByAPIKey("X-API-Key")))
+	e.Use(ginlimit.LimitBy(ratelimit.PerMinute(1).WithBurst(3), ratelimit.KeyByAPIKey("X-API-Key")))
 	e.GET("/", func(c *gin.Context) { c.Status(http.StatusNoContent) })
 	var codes []int
 	for range 4 {
@@ -267,13 +267,13 @@ func TestLimit(t *testing.T) {
 	}
 	assert.Equal(t, []int{204, 204, 204, 429}, codes)
 
-	err := panicError(func() { ginlimit.Limit(ratelimit.PerSecond(-5), ratelimit.KeyByAPIKey("X-API-Key")) })
+	err := panicError(func() { ginlimit.LimitBy(ratelimit.PerSecond(-5), ratelimit.KeyByAPIKey("X-API-Key")) })
 	require.Error(t, err, "an invalid limit panics with an error")
-	assert.True(t, strings.HasPrefix(err.Error(), "ginlimit.Limit: "), err)
+	assert.True(t, strings.HasPrefix(err.Error(), "ginlimit.LimitBy: "), err)
 	assert.Contains(t, err.Error(), "PerSecond(-5): the number of tokens must be positive")
-	assert.EqualError(t, panicError(func() { ginlimit.Limit(ratelimit.PerSecond(5), nil) }), "ginlimit.Limit: nil key function")
-	assert.EqualError(t, panicError(func() { ginlimit.Middleware(nil) }),
-		"ginlimit.Middleware: nil *ratelimit.Middleware (check the error of ratelimit.NewMiddleware)")
+	assert.EqualError(t, panicError(func() { ginlimit.LimitBy(ratelimit.PerSecond(5), nil) }), "ginlimit.LimitBy: nil key function")
+	assert.EqualError(t, panicError(func() { ginlimit.Wrap(nil) }),
+		"ginlimit.Wrap: nil *ratelimit.Middleware (check the error of ratelimit.NewMiddleware)")
 }
 
 // panicError returns the error that f panics with, nil if none.
@@ -293,7 +293,7 @@ func BenchmarkAllowed(b *testing.B) {
 	// allowed.
 	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Per(1, time.Nanosecond).WithBurst(1e15)})
 	require.NoError(b, err)
-	quiet := &ratelimit.Options{Quiet: []string{"one-key"}}
+	quiet := &ratelimit.MiddlewareOptions{Quiet: []string{"one-key"}}
 	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), quiet)
 	require.NoError(b, err)
 	withGinKey, err := ginlimit.New(lim, ginlimit.KeyByValue("user"), quiet)
@@ -306,7 +306,7 @@ func BenchmarkAllowed(b *testing.B) {
 		handlers []gin.HandlerFunc
 	}{
 		{"bare", []gin.HandlerFunc{ok}},
-		{"Middleware", []gin.HandlerFunc{ginlimit.Middleware(m), ok}},
+		{"Middleware", []gin.HandlerFunc{ginlimit.Wrap(m), ok}},
 		{"bare+c.Set", []gin.HandlerFunc{setUser, ok}},
 		{"New+KeyByValue", []gin.HandlerFunc{setUser, withGinKey, ok}},
 	} {

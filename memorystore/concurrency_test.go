@@ -166,7 +166,7 @@ func testConcurrentDecisions(t *testing.T) {
 						continue
 					}
 					b := hot[o.b]
-					err := s.TakeAll(ctx, []ratelimit.Request{{Policy: a.p, Key: a.key, Cost: o.cost}, {Policy: b.p, Key: b.key, Cost: o.cost}}, results)
+					err := s.TakeAll(ctx, []ratelimit.BatchItem{{Policy: a.p, Key: a.key, Cost: o.cost}, {Policy: b.p, Key: b.key, Cost: o.cost}}, results)
 					if err != nil {
 						t.Error(err)
 						return

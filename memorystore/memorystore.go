@@ -271,7 +271,7 @@ func noRoom(res ratelimit.Result, p *ratelimit.Policy, cost int64) ratelimit.Res
 // slot of each key held so that no decision changes it meanwhile, decides
 // each request at one instant, and writes the new states only if all were
 // allowed. Requests on the same bucket are decided one after the other.
-func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
+func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
 	var fpBuf [8]uint64
 	fps := fpBuf[:0]
 	for _, r := range reqs {

@@ -227,7 +227,7 @@ func TestTakeDoesNotAllocate(t *testing.T) {
 	allocs = testing.AllocsPerRun(500, func() { _, _ = s.Take(ctx, &slow, "present", 1) })
 	assert.Zero(t, allocs)
 
-	reqs := []ratelimit.Request{{Policy: &slow, Key: "present", Cost: 1}, {Policy: &ratelimit.Policy{Name: "global", Limit: slow.Limit}, Key: "*", Cost: 1}}
+	reqs := []ratelimit.BatchItem{{Policy: &slow, Key: "present", Cost: 1}, {Policy: &ratelimit.Policy{Name: "global", Limit: slow.Limit}, Key: "*", Cost: 1}}
 	results := make([]ratelimit.Result, len(reqs))
 	require.NoError(t, s.TakeAll(ctx, reqs, results))
 	allocs = testing.AllocsPerRun(300, func() { _ = s.TakeAll(ctx, reqs, results) })
@@ -245,11 +245,11 @@ func TestTakeAllSameBucketTwice(t *testing.T) {
 	s := newStore(t, &Options{Clock: new(storetest.Clock).Now})
 	ctx := context.Background()
 	results := make([]ratelimit.Result, 2)
-	twice := []ratelimit.Request{{Policy: &p, Key: "k", Cost: 4}, {Policy: &p, Key: "k", Cost: 4}}
+	twice := []ratelimit.BatchItem{{Policy: &p, Key: "k", Cost: 4}, {Policy: &p, Key: "k", Cost: 4}}
 	require.NoError(t, s.TakeAll(ctx, twice, results))
 	assert.True(t, results[0].Allowed && results[1].Allowed)
 	assert.Equal(t, int64(2), results[1].Remaining, "the second saw the first's spending")
-	then := []ratelimit.Request{{Policy: &p, Key: "k", Cost: 2}, {Policy: &p, Key: "k", Cost: 1}}
+	then := []ratelimit.BatchItem{{Policy: &p, Key: "k", Cost: 2}, {Policy: &p, Key: "k", Cost: 1}}
 	require.NoError(t, s.TakeAll(ctx, then, results))
 	assert.True(t, results[0].Allowed, "the 2 tokens left")
 	assert.False(t, results[1].Allowed, "none after the first")

@@ -26,11 +26,11 @@ func BenchmarkObserver(b *testing.B) {
 	}
 	for _, tc := range []struct {
 		name string
-		opts *ratelimit.Options
+		opts *ratelimit.MiddlewareOptions
 	}{
-		{"none", &ratelimit.Options{Quiet: []string{"one-key"}}}, // one key, on purpose
-		{"nop", &ratelimit.Options{Observe: nopObserver{}.Observe, Quiet: []string{"one-key"}}},
-		{"prometheus", &ratelimit.Options{Observe: m.Observe, Quiet: []string{"one-key"}}},
+		{"none", &ratelimit.MiddlewareOptions{Quiet: []string{"one-key"}}}, // one key, on purpose
+		{"nop", &ratelimit.MiddlewareOptions{Observe: nopObserver{}.Observe, Quiet: []string{"one-key"}}},
+		{"prometheus", &ratelimit.MiddlewareOptions{Observe: m.Observe, Quiet: []string{"one-key"}}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			store, err := memorystore.New(nil)
@@ -45,7 +45,7 @@ func BenchmarkObserver(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			h := nethttp.Middleware(mw)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			h := nethttp.Wrap(mw)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			r := httptest.NewRequest("GET", "/", nil)
 			w := httptest.NewRecorder()
 			b.ReportAllocs()

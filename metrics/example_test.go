@@ -26,14 +26,14 @@ func Example() {
 	store, _ := memorystore.New(nil)
 	_ = m.TrackKeys("memory", store.Len)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(2)})
-	mw, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.Options{
+	mw, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{
 		Observe: m.Observe,
 		Logger:  m.Logger(nil), // count the misconfiguration warnings; log them as slog.Default does
 	})
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/", nethttp.Middleware(mw)(http.NotFoundHandler()))
+	mux.Handle("/", nethttp.Wrap(mw)(http.NotFoundHandler()))
 
 	for range 3 {
 		r := httptest.NewRequest("GET", "/geocode", nil)
@@ -66,8 +66,8 @@ func ExampleMetrics_SetNearLimit() {
 	}
 	store, _ := memorystore.New(nil)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(4)})
-	mw, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.Options{Observe: m.Observe})
-	h := nethttp.Middleware(mw)(http.NotFoundHandler())
+	mw, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{Observe: m.Observe})
+	h := nethttp.Wrap(mw)(http.NotFoundHandler())
 
 	for range 5 { // 3, 2, 1 and 0 tokens left, then a refusal
 		r := httptest.NewRequest("GET", "/geocode", nil)

@@ -16,7 +16,7 @@
 // would have), "fallback" (the store failed and a failover.Store decided
 // instead), "store_error" (no decision: the store failed), and "invalid"
 // (no decision: no key, a bad cost). A request that
-// ratelimit.Options.MaxInFlight refused is counted once, as "limited" by
+// ratelimit.MiddlewareOptions.MaxInFlight refused is counted once, as "limited" by
 // the policy "inflight", and one that a penalty box's ban refused once, as
 // "banned" by the punished policy (the other policies were not asked).
 // Labels never carry a client's key, so the number of series stays small.
@@ -27,7 +27,7 @@
 // Refusals, dry-run refusals, fallback decisions, decisions of a request
 // that another policy refused, and the "inflight" policy are never counted.
 //
-// Wire it up with the fields of ratelimit.Options (Observe: m.Observe, and Logger:
+// Wire it up with the fields of ratelimit.MiddlewareOptions (Observe: m.Observe, and Logger:
 // m.Logger(h) to count the warnings), of ratelimit.IPOptions (Logger), and
 // of failover.Options (OnError: m.OnError, OnHealthChange:
 // m.OnHealthChange).
@@ -127,10 +127,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 // inFlightPolicy is the name of the policy that a refusal by
-// ratelimit.Options.MaxInFlight reports.
+// ratelimit.MiddlewareOptions.MaxInFlight reports.
 const inFlightPolicy = "inflight"
 
-// Observe is a ratelimit.Options.Observe function: it counts the decision once for
+// Observe is a ratelimit.MiddlewareOptions.Observe function: it counts the decision once for
 // each of the policies of ev.Limiter, or, for a request refused for want
 // of an in-flight slot, once for the policy "inflight", and for a request
 // refused by a ban, once for the punished policy; and, for an allowed
@@ -211,7 +211,7 @@ func outcome(policy string, res ratelimit.Result, degraded bool) string {
 // Logger returns a logger that counts the misconfiguration warnings logged
 // through it in ratelimit_warnings_total{kind}, and passes every record on
 // to h (nil for slog.Default's handler). Give it to the middleware and to
-// KeyByIP as ratelimit.Options.Logger and ratelimit.IPOptions.Logger. A
+// KeyByIP as ratelimit.MiddlewareOptions.Logger and ratelimit.IPOptions.Logger. A
 // warning is a record with an attribute "warning" whose string value is the
 // kind, such as "one-key"; it is counted even when h's level drops it.
 // Kinds silenced with Quiet are never logged, so never counted.

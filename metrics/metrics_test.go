@@ -49,7 +49,7 @@ func newRig(t *testing.T, store ratelimit.Store, policies ...ratelimit.Policy) *
 
 // newRigWith is newRig with a next handler and middleware options (nil
 // for none), to which it adds the metrics as the Observe function.
-func newRigWith(t *testing.T, store ratelimit.Store, next http.Handler, policies []ratelimit.Policy, opts *ratelimit.Options) *rig {
+func newRigWith(t *testing.T, store ratelimit.Store, next http.Handler, policies []ratelimit.Policy, opts *ratelimit.MiddlewareOptions) *rig {
 	t.Helper()
 	r := &rig{reg: prometheus.NewRegistry()}
 	var err error
@@ -63,7 +63,7 @@ func newRigWith(t *testing.T, store ratelimit.Store, next http.Handler, policies
 	}
 	lim, err := ratelimit.New(store, policies...)
 	require.NoError(t, err)
-	var o ratelimit.Options
+	var o ratelimit.MiddlewareOptions
 	if opts != nil {
 		o = *opts
 	}
@@ -73,7 +73,7 @@ func newRigWith(t *testing.T, store ratelimit.Store, next http.Handler, policies
 	if next == nil {
 		next = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 	}
-	r.handler = nethttp.Middleware(mw)(next)
+	r.handler = nethttp.Wrap(mw)(next)
 	return r
 }
 
@@ -178,7 +178,7 @@ func TestInFlightRefusalsCounted(t *testing.T) {
 		entered <- struct{}{}
 		<-release
 	})
-	r := newRigWith(t, nil, slow, []ratelimit.Policy{{Name: "per-key", Limit: ratelimit.PerMinute(10)}}, &ratelimit.Options{MaxInFlight: 1})
+	r := newRigWith(t, nil, slow, []ratelimit.Policy{{Name: "per-key", Limit: ratelimit.PerMinute(10)}}, &ratelimit.MiddlewareOptions{MaxInFlight: 1})
 	done := make(chan int)
 	go func() { done <- r.get("a") }()
 	<-entered
@@ -218,9 +218,9 @@ func TestStoreErrorsAndDegraded(t *testing.T) {
 	require.NoError(t, err)
 	lim, err := ratelimit.New(fo, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	require.NoError(t, err)
-	mw, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.Options{Observe: m.Observe})
+	mw, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{Observe: m.Observe})
 	require.NoError(t, err)
-	h := nethttp.Middleware(mw)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := nethttp.Wrap(mw)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	for range 3 {
 		req := httptest.NewRequest("GET", "/", nil)
 		req.Header.Set("X-Client", "a")
@@ -233,11 +233,11 @@ func TestStoreErrorsAndDegraded(t *testing.T) {
 
 	bare, err := ratelimit.New(downStore{}, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	require.NoError(t, err)
-	mw, err = ratelimit.NewMiddleware(bare, keyByHeader, &ratelimit.Options{Observe: m.Observe, Logger: slog.New(slog.DiscardHandler)})
+	mw, err = ratelimit.NewMiddleware(bare, keyByHeader, &ratelimit.MiddlewareOptions{Observe: m.Observe, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	req := httptest.NewRequest("GET", "/", nil)
 	req.Header.Set("X-Client", "a")
-	nethttp.Middleware(mw)(http.NotFoundHandler()).ServeHTTP(httptest.NewRecorder(), req)
+	nethttp.Wrap(mw)(http.NotFoundHandler()).ServeHTTP(httptest.NewRecorder(), req)
 	assert.Equal(t, 1, r.count("default", metrics.StoreError))
 }
 
@@ -335,13 +335,13 @@ func TestMiddlewareWarningsCounted(t *testing.T) {
 	require.NoError(t, err)
 	b, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(20)})
 	require.NoError(t, err)
-	mw, err := ratelimit.NewMiddleware(a, keyByHeader, &ratelimit.Options{
+	mw, err := ratelimit.NewMiddleware(a, keyByHeader, &ratelimit.MiddlewareOptions{
 		Observe:    m.Observe,
 		Logger:     m.Logger(slog.DiscardHandler),
 		LimiterFor: func(*http.Request) *ratelimit.Limiter { return b },
 	})
 	require.NoError(t, err)
-	h := nethttp.Middleware(mw)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := nethttp.Wrap(mw)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	for range 3 {
 		req := httptest.NewRequest("GET", "/", nil)
 		req.Header.Set("X-Client", "a")

@@ -136,7 +136,7 @@ func TestNearLimitNotWhenDegraded(t *testing.T) {
 		require.NoError(t, err)
 		fo, err := failover.New(downStore{}, &failover.Options{Mode: mode, Local: local, Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
-		r := newRigWith(t, fo, nil, []ratelimit.Policy{{Limit: ratelimit.PerMinute(2)}}, &ratelimit.Options{Logger: slog.New(slog.DiscardHandler)})
+		r := newRigWith(t, fo, nil, []ratelimit.Policy{{Limit: ratelimit.PerMinute(2)}}, &ratelimit.MiddlewareOptions{Logger: slog.New(slog.DiscardHandler)})
 		for range 3 {
 			r.get("a")
 		}

@@ -12,11 +12,11 @@ import (
 
 // The common case in one line: 5 requests a minute per API key, in bursts
 // of up to 10, on an in-process store.
-func ExampleLimit() {
+func ExampleLimitBy() {
 	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "hello")
 	})
-	handler = nethttp.Limit(ratelimit.PerMinute(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key"))(handler)
+	handler = nethttp.LimitBy(ratelimit.PerMinute(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key"))(handler)
 
 	codes := map[int]int{}
 	for range 11 {
@@ -33,7 +33,7 @@ func ExampleLimit() {
 
 // The explicit form: a store, a limiter, a middleware, and errors instead
 // of panics.
-func ExampleMiddleware() {
+func ExampleWrap() {
 	store, _ := memorystore.New(nil)
 	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
 	byIP, _ := ratelimit.KeyByIP(nil) // RemoteAddr only: no proxy is trusted
@@ -42,7 +42,7 @@ func ExampleMiddleware() {
 		panic(err)
 	}
 
-	handler := nethttp.Middleware(mw)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	handler := nethttp.Wrap(mw)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "hello")
 	}))
 	for range 2 {

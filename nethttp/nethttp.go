@@ -13,31 +13,31 @@ import (
 	"github.com/tokenfair/ratelimit/internal/quick"
 )
 
-// Limit returns middleware that limits requests to limit per key, on an
+// LimitBy returns middleware that limits requests to limit per key, on an
 // in-process store with its defaults and the default
-// [ratelimit.Options]:
+// [ratelimit.MiddlewareOptions]:
 //
-//	handler = nethttp.Limit(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key"))(handler)
+//	handler = nethttp.LimitBy(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key"))(handler)
 //
 // Like regexp.MustCompile, it is meant for values fixed in the source: it
 // panics, with an error that says what is wrong, when limit is invalid or
 // key is nil. For anything else (a shared store, several policies,
 // options, or an error instead of a panic) build the middleware
 // explicitly: a store such as memorystore.New, then [ratelimit.New],
-// [ratelimit.NewMiddleware], and [Middleware].
-func Limit(limit ratelimit.Limit, key ratelimit.KeyFunc) func(next http.Handler) http.Handler {
-	return Middleware(quick.Middleware("nethttp.Limit", limit, key))
+// [ratelimit.NewMiddleware], and [Wrap].
+func LimitBy(limit ratelimit.Limit, key ratelimit.KeyFunc) func(next http.Handler) http.Handler {
+	return Wrap(quick.Middleware("nethttp.LimitBy", limit, key))
 }
 
-// Middleware returns middleware that lets a request reach next only when m
+// Wrap returns middleware that lets a request reach next only when m
 // admits it; otherwise m has already answered it (429, or the error
 // handler's answer). It panics, with an error that says so, when m or
 // next is nil.
-func Middleware(m *ratelimit.Middleware) func(next http.Handler) http.Handler {
-	m = quick.Given("nethttp.Middleware", m)
+func Wrap(m *ratelimit.Middleware) func(next http.Handler) http.Handler {
+	m = quick.Given("nethttp.Wrap", m)
 	return func(next http.Handler) http.Handler {
 		if next == nil {
-			panic(errors.New("nethttp.Middleware: nil next handler"))
+			panic(errors.New("nethttp.Wrap: nil next handler"))
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var panicked any

@@ -38,7 +38,7 @@ func TestMiddlewareCallsNextOnlyWhenAdmitted(t *testing.T) {
 		func(r *http.Request) (string, error) { return r.URL.Query().Get("u"), nil }, nil)
 	require.NoError(t, err)
 	calls := 0
-	h := Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls++
 		w.WriteHeader(http.StatusAccepted)
 	}))
@@ -52,8 +52,8 @@ func TestMiddlewareCallsNextOnlyWhenAdmitted(t *testing.T) {
 	assert.Equal(t, 3, calls)
 }
 
-func TestLimit(t *testing.T) {
-	h := Limit(ratelimit.PerMinute(1).WithBurst(3), ratelimit.KeyByAPIKey("X-API-Key"))(
+func TestLimitBy(t *testing.T) {
+	h := LimitBy(ratelimit.PerMinute(1).WithBurst(3), ratelimit.KeyByAPIKey("X-API-Key"))(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	var codes []int
 	for range 4 {
@@ -65,15 +65,15 @@ func TestLimit(t *testing.T) {
 	}
 	assert.Equal(t, []int{204, 204, 204, 429}, codes)
 
-	err := panicError(func() { Limit(ratelimit.PerSecond(-5), ratelimit.KeyByAPIKey("X-API-Key")) })
+	err := panicError(func() { LimitBy(ratelimit.PerSecond(-5), ratelimit.KeyByAPIKey("X-API-Key")) })
 	require.Error(t, err, "an invalid limit panics with an error")
-	assert.True(t, strings.HasPrefix(err.Error(), "nethttp.Limit: "), err)
+	assert.True(t, strings.HasPrefix(err.Error(), "nethttp.LimitBy: "), err)
 	assert.Contains(t, err.Error(), "PerSecond(-5): the number of tokens must be positive")
-	assert.EqualError(t, panicError(func() { Limit(ratelimit.PerSecond(5), nil) }), "nethttp.Limit: nil key function")
-	assert.EqualError(t, panicError(func() { Middleware(nil) }),
-		"nethttp.Middleware: nil *ratelimit.Middleware (check the error of ratelimit.NewMiddleware)")
-	assert.EqualError(t, panicError(func() { Limit(ratelimit.PerSecond(5), ratelimit.KeyByAPIKey("X-API-Key"))(nil) }),
-		"nethttp.Middleware: nil next handler")
+	assert.EqualError(t, panicError(func() { LimitBy(ratelimit.PerSecond(5), nil) }), "nethttp.LimitBy: nil key function")
+	assert.EqualError(t, panicError(func() { Wrap(nil) }),
+		"nethttp.Wrap: nil *ratelimit.Middleware (check the error of ratelimit.NewMiddleware)")
+	assert.EqualError(t, panicError(func() { LimitBy(ratelimit.PerSecond(5), ratelimit.KeyByAPIKey("X-API-Key"))(nil) }),
+		"nethttp.Wrap: nil next handler")
 }
 
 // panicError returns the error that f panics with, nil if none.
@@ -84,10 +84,10 @@ func panicError(f func()) (err error) {
 }
 
 func TestConformance(t *testing.T) {
-	adaptertest.Run(t, func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.Options, next http.Handler) http.Handler {
+	adaptertest.Run(t, func(t *testing.T, l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.MiddlewareOptions, next http.Handler) http.Handler {
 		m, err := ratelimit.NewMiddleware(l, key, opts)
 		require.NoError(t, err)
-		return Middleware(m)(next)
+		return Wrap(m)(next)
 	})
 }
 
@@ -101,7 +101,7 @@ func BenchmarkAllowed(b *testing.B) {
 	// allowed.
 	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Per(1, time.Nanosecond).WithBurst(1e15)})
 	require.NoError(b, err)
-	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.Options{Quiet: []string{"one-key"}})
+	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{Quiet: []string{"one-key"}})
 	require.NoError(b, err)
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	for _, bc := range []struct {
@@ -109,7 +109,7 @@ func BenchmarkAllowed(b *testing.B) {
 		h    http.Handler
 	}{
 		{"bare", ok},
-		{"Middleware", Middleware(m)(ok)},
+		{"Middleware", Wrap(m)(ok)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			r := httptest.NewRequest(http.MethodGet, "/geocode?q=paris", nil)
@@ -143,9 +143,9 @@ func (w *discard) Write(b []byte) (int, error) { return len(b), nil }
 func TestCountIfKeepsFlusher(t *testing.T) {
 	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.PerMinute(2)),
 		func(*http.Request) (string, error) { return "k", nil },
-		&ratelimit.Options{CountIf: func(s int) bool { return s >= 400 }})
+		&ratelimit.MiddlewareOptions{CountIf: func(s int) bool { return s >= 400 }})
 	require.NoError(t, err)
-	h := Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f, ok := w.(http.Flusher)
 		if !ok {
 			t.Error("the writer is not an http.Flusher")
@@ -168,10 +168,10 @@ func TestCountIfKeepsFlusher(t *testing.T) {
 func TestCountIfKeepsHijacker(t *testing.T) {
 	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.PerMinute(5)),
 		func(*http.Request) (string, error) { return "k", nil },
-		&ratelimit.Options{CountIf: func(s int) bool { return s >= 400 }})
+		&ratelimit.MiddlewareOptions{CountIf: func(s int) bool { return s >= 400 }})
 	require.NoError(t, err)
 	hijackErr := make(chan error, 1)
-	h := Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hj, ok := w.(http.Hijacker)
 		if !ok {
 			hijackErr <- errors.New("the writer is not an http.Hijacker")

@@ -126,7 +126,7 @@ func TestKeyStateStore(t *testing.T) {
 	}
 	s := newStore(t, srv.Client(), nil)
 	global := &ratelimit.Policy{Name: "global", Limit: ratelimit.PerMinute(100), Global: true}
-	reqs := []ratelimit.Request{{Policy: p, Key: "poisoned", Cost: 1}, {Policy: global, Key: "*", Cost: 1}}
+	reqs := []ratelimit.BatchItem{{Policy: p, Key: "poisoned", Cost: 1}, {Policy: global, Key: "*", Cost: 1}}
 	err := s.TakeAll(ctx, reqs, make([]ratelimit.Result, 2))
 	require.ErrorIs(t, err, ratelimit.ErrKeyState)
 	assert.ErrorContains(t, err, `one of policy "default" key hash `+keyHash("poisoned")+`, policy "global" key hash `+keyHash("*"))
@@ -148,7 +148,7 @@ func TestKeyStateStaysPerKey(t *testing.T) {
 			require.NoError(t, err)
 			var logs bytes.Buffer
 			byClient := func(r *http.Request) (string, error) { return r.Header.Get("X-Client"), nil }
-			mw, err := ratelimit.NewMiddleware(lim, byClient, &ratelimit.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			mw, err := ratelimit.NewMiddleware(lim, byClient, &ratelimit.MiddlewareOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			require.NoError(t, err)
 			get := func(client string) *httptest.ResponseRecorder {
 				r := httptest.NewRequest(http.MethodGet, "/geocode?q=paris", nil)

@@ -176,14 +176,14 @@ func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, 
 		e.mu.Unlock()
 		return s.takeOne(ctx, fp, p, key, cost)
 	}
-	rkey := s.key(ratelimit.Request{Policy: p, Key: key})
+	rkey := s.key(ratelimit.BatchItem{Policy: p, Key: key})
 	e.key = rkey // for the give-back of the lease it takes
 	e.pending = true
 	e.mu.Unlock()
 
 	res, granted, err := s.lease(ctx, back, fp, p, rkey, cost, want)
 	if errors.Is(err, ratelimit.ErrKeyState) {
-		err = keyError([]ratelimit.Request{{Policy: p, Key: key}}, err)
+		err = keyError([]ratelimit.BatchItem{{Policy: p, Key: key}}, err)
 	}
 
 	e.mu.Lock()
@@ -208,7 +208,7 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 	c := s.newCall(ctx, 1)
 	c.keys()[0] = rkey
 	kind := len(c.args)
-	c.args = appendKind(c.args, ratelimit.Request{Policy: p, Cost: cost})
+	c.args = appendKind(c.args, ratelimit.BatchItem{Policy: p, Cost: cost})
 	if want > cost { // a lease is gcra, and what to take if the bucket has it
 		w := want * int64(p.Limit.Interval())
 		c.args[kind] = "lease"
@@ -263,7 +263,7 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 		return ratelimit.Result{}, lease{}, fmt.Errorf("redisstore: the script decided %d for %d tokens of %d with the state %d ahead of now, the algorithm %v", allowed, want, cost, ahead, all.Allowed)
 	}
 	if s.refusals != nil {
-		s.refusals.record(fp, ratelimit.Request{Policy: p, Cost: cost}, sent, all)
+		s.refusals.record(fp, ratelimit.BatchItem{Policy: p, Cost: cost}, sent, all)
 	}
 	return res, granted, nil
 }

@@ -305,7 +305,7 @@ func leasable(p *ratelimit.Policy) bool {
 func (s *Store) takeOne(ctx context.Context, fp uint64, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	var res [1]ratelimit.Result
 	fps := [1]uint64{fp}
-	if err := s.take(ctx, []ratelimit.Request{{Policy: p, Key: key, Cost: cost}}, res[:], fps[:]); err != nil {
+	if err := s.take(ctx, []ratelimit.BatchItem{{Policy: p, Key: key, Cost: cost}}, res[:], fps[:]); err != nil {
 		return ratelimit.Result{}, err
 	}
 	return res[0], nil
@@ -323,8 +323,8 @@ func (s *Store) takeOne(ctx context.Context, fp uint64, p *ratelimit.Policy, key
 // returns ratelimit.ErrNotAtomic too when a request's policy may lease, so
 // that the Limiter takes each policy on its own, from its lease when it has
 // one.
-func (s *Store) TakeAll(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
-	if !s.oneNode(reqs) || s.leases != nil && slices.ContainsFunc(reqs, func(r ratelimit.Request) bool { return leasable(r.Policy) }) {
+func (s *Store) TakeAll(ctx context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
+	if !s.oneNode(reqs) || s.leases != nil && slices.ContainsFunc(reqs, func(r ratelimit.BatchItem) bool { return leasable(r.Policy) }) {
 		return ratelimit.ErrNotAtomic
 	}
 	if s.refusals == nil {
@@ -344,7 +344,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []ratelimit.Request, results [
 // take runs reqs in Redis and keeps what the answers say in the refusal
 // cache; fps are the fingerprints of reqs' buckets (unused without the
 // cache).
-func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result, fps []uint64) error {
+func (s *Store) take(ctx context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result, fps []uint64) error {
 	if s.refusals == nil {
 		return s.run(ctx, reqs, results)
 	}
@@ -369,7 +369,7 @@ func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, results []ra
 }
 
 // oneNode reports whether the keys of reqs are sure to live on one node.
-func (s *Store) oneNode(reqs []ratelimit.Request) bool {
+func (s *Store) oneNode(reqs []ratelimit.BatchItem) bool {
 	switch s.client.(type) {
 	case *redis.ClusterClient:
 		slot := -1
@@ -387,7 +387,7 @@ func (s *Store) oneNode(reqs []ratelimit.Request) bool {
 	return true
 }
 
-func (s *Store) key(r ratelimit.Request) string {
+func (s *Store) key(r ratelimit.BatchItem) string {
 	return s.prefix + r.Policy.Name + ":" + shortKey(r.Key)
 }
 
@@ -424,7 +424,7 @@ var (
 
 // run decides reqs, as one group of the script (see take.lua), and fills
 // results.
-func (s *Store) run(parent context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
+func (s *Store) run(parent context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
 	reply, now, err := s.group(parent, reqs, appendKind)
 	if err != nil {
 		return err
@@ -449,7 +449,7 @@ func (s *Store) run(parent context.Context, reqs []ratelimit.Request, results []
 // group sends reqs as one group of the script, within the store's
 // Timeout, with the kind and arguments of each that appendArgs appends,
 // and returns the group's reply and the time it was decided at.
-func (s *Store) group(parent context.Context, reqs []ratelimit.Request, appendArgs func([]any, ratelimit.Request) []any) ([]any, int64, error) {
+func (s *Store) group(parent context.Context, reqs []ratelimit.BatchItem, appendArgs func([]any, ratelimit.BatchItem) []any) ([]any, int64, error) {
 	ctx, cancel := context.WithTimeout(parent, s.timeout)
 	defer cancel()
 	c := s.newCall(ctx, len(reqs))
@@ -526,7 +526,7 @@ func (s *Store) newCall(ctx context.Context, n int) *call {
 // appendKind appends to args the kind of r's decision and its arguments
 // (see take.lua): the increment and the bound, pairs of seconds and
 // nanoseconds.
-func appendKind(args []any, r ratelimit.Request) []any {
+func appendKind(args []any, r ratelimit.BatchItem) []any {
 	iv := int64(r.Policy.Limit.Interval())
 	var kind any = "gcra"
 	inc, bound := r.Cost*iv, r.Policy.Limit.Burst()*iv
@@ -651,7 +651,7 @@ func keyState(g error) error {
 // keyError returns err, the keyState error of the group of reqs, naming
 // their policies and the keyed hashes of their keys (as
 // ratelimit.Event.KeyHash has them, in this process), never the keys.
-func keyError(reqs []ratelimit.Request, err error) error {
+func keyError(reqs []ratelimit.BatchItem, err error) error {
 	var b strings.Builder
 	if len(reqs) > 1 {
 		b.WriteString("one of ")

@@ -228,11 +228,11 @@ func TestClusterManyKeys(t *testing.T) {
 	daily := &ratelimit.Policy{Name: "daily", Limit: ratelimit.PerDay(3)}
 	results := make([]ratelimit.Result, 2)
 	for i := range 3 {
-		err := s.TakeAll(ctx, []ratelimit.Request{{Policy: slow, Key: "{tenant-1}", Cost: 1}, {Policy: daily, Key: "{tenant-1}", Cost: 1}}, results)
+		err := s.TakeAll(ctx, []ratelimit.BatchItem{{Policy: slow, Key: "{tenant-1}", Cost: 1}, {Policy: daily, Key: "{tenant-1}", Cost: 1}}, results)
 		require.NoError(t, err)
 		assert.True(t, results[0].Allowed && results[1].Allowed, "request %d", i+1)
 	}
-	err := s.TakeAll(ctx, []ratelimit.Request{{Policy: slow, Key: "{tenant-1}", Cost: 1}, {Policy: daily, Key: "{tenant-1}", Cost: 1}}, results)
+	err := s.TakeAll(ctx, []ratelimit.BatchItem{{Policy: slow, Key: "{tenant-1}", Cost: 1}, {Policy: daily, Key: "{tenant-1}", Cost: 1}}, results)
 	require.NoError(t, err)
 	assert.False(t, results[1].Allowed, "the daily quota is spent")
 	res, err := s.Take(ctx, slow, "{tenant-1}", 0)
@@ -240,7 +240,7 @@ func TestClusterManyKeys(t *testing.T) {
 	assert.Equal(t, int64(7), res.Remaining, "the refused batch spent nothing from the other policy")
 
 	global := &ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(100), Global: true}
-	err = s.TakeAll(ctx, []ratelimit.Request{{Policy: slow, Key: "user-1", Cost: 1}, {Policy: global, Key: "*", Cost: 1}}, results)
+	err = s.TakeAll(ctx, []ratelimit.BatchItem{{Policy: slow, Key: "user-1", Cost: 1}, {Policy: global, Key: "*", Cost: 1}}, results)
 	assert.ErrorIs(t, err, ratelimit.ErrNotAtomic)
 }
 

@@ -28,7 +28,7 @@ func (s *Store) Refund(parent context.Context, p *ratelimit.Policy, key string, 
 		defer s.refusals.forget(fp) // it may refuse what the bucket now has
 	}
 	inc := cost * int64(p.Limit.Interval())
-	_, _, err := s.group(parent, []ratelimit.Request{{Policy: p, Key: key, Cost: cost}}, func(args []any, _ ratelimit.Request) []any {
+	_, _, err := s.group(parent, []ratelimit.BatchItem{{Policy: p, Key: key, Cost: cost}}, func(args []any, _ ratelimit.BatchItem) []any {
 		return append(args, "refund", inc/1e9, inc%1e9, took.Until/1e9, took.Until%1e9)
 	})
 	return err

@@ -99,7 +99,7 @@ func (c *refusals) refuse(fp uint64, p *ratelimit.Policy, cost int64) (ratelimit
 // refuseAll reports whether the cache refuses one of reqs, a batch of
 // requests of no negative cost, deciding each at one instant on what it
 // knows; results then hold those decisions.
-func (c *refusals) refuseAll(fps []uint64, reqs []ratelimit.Request, results []ratelimit.Result) bool {
+func (c *refusals) refuseAll(fps []uint64, reqs []ratelimit.BatchItem, results []ratelimit.Result) bool {
 	for _, r := range reqs {
 		if r.Cost < 0 {
 			return false
@@ -118,7 +118,7 @@ func (c *refusals) refuseAll(fps []uint64, reqs []ratelimit.Request, results []r
 // the cache's clock), says of its bucket fp: if it leaves no token, the
 // bucket's state is at least sent + res.ResetAfter from then on; for a
 // ban's question answered "not banned", with leases, that it is not banned.
-func (c *refusals) record(fp uint64, r ratelimit.Request, sent int64, res ratelimit.Result) {
+func (c *refusals) record(fp uint64, r ratelimit.BatchItem, sent int64, res ratelimit.Result) {
 	ban := r.Policy.Algorithm == ratelimit.Ban
 	switch {
 	case ban && r.Cost == 0 && res.Allowed:

@@ -130,7 +130,7 @@ func TestRefusalCacheBatch(t *testing.T) {
 	_, err = s.Take(ctx, policy, "k", 1) // refused: cached
 	require.NoError(t, err)
 	before := commands(t, client)
-	reqs := []ratelimit.Request{{Policy: policy, Key: "k", Cost: 1}, {Policy: global, Key: "*", Cost: 1}}
+	reqs := []ratelimit.BatchItem{{Policy: policy, Key: "k", Cost: 1}, {Policy: global, Key: "*", Cost: 1}}
 	results := make([]ratelimit.Result, 2)
 	require.NoError(t, s.TakeAll(ctx, reqs, results))
 	assert.False(t, results[0].Allowed)

@@ -76,7 +76,7 @@ func (s *Store) Reset(ctx context.Context, p *ratelimit.Policy, key string) erro
 		ns := s.now().UnixNano()
 		args = []any{ns / 1e9, ns % 1e9, slackMs} // kept as long as take.lua keeps a key on the caller's clock
 	}
-	keys := []string{s.key(ratelimit.Request{Policy: p, Key: key})}
+	keys := []string{s.key(ratelimit.BatchItem{Policy: p, Key: key})}
 	err := s.within(ctx, func(ctx context.Context) (err error) {
 		reply, err = resetScript.Run(ctx, s.client, keys, args...).Result()
 		return err

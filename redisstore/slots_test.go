@@ -33,9 +33,9 @@ func TestSlotsShared(t *testing.T) {
 		lim, err := ratelimit.New(mem, ratelimit.Policy{Limit: ratelimit.PerSecond(1000).WithBurst(1000)})
 		require.NoError(t, err)
 		m, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { return "k", nil },
-			&ratelimit.Options{MaxInFlight: 2, Slots: slots, SlotLease: time.Minute, SlotName: "api"})
+			&ratelimit.MiddlewareOptions{MaxInFlight: 2, Slots: slots, SlotLease: time.Minute, SlotName: "api"})
 		require.NoError(t, err)
-		return nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		return nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := running.Add(1)
 			defer running.Add(-1)
 			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
@@ -73,7 +73,7 @@ func TestSlotsShared(t *testing.T) {
 // slotsHandler returns a handler limited by a Middleware whose in-flight
 // slots are in slots, with opts, keyed by X-Client; its requests to /wait
 // run until gate closes.
-func slotsHandler(t *testing.T, slots *redisstore.Store, gate chan struct{}, opts ratelimit.Options) http.Handler {
+func slotsHandler(t *testing.T, slots *redisstore.Store, gate chan struct{}, opts ratelimit.MiddlewareOptions) http.Handler {
 	t.Helper()
 	mem, err := memorystore.New(nil)
 	require.NoError(t, err)
@@ -82,7 +82,7 @@ func slotsHandler(t *testing.T, slots *redisstore.Store, gate chan struct{}, opt
 	opts.Slots = slots
 	m, err := ratelimit.NewMiddleware(lim, func(r *http.Request) (string, error) { return r.Header.Get("X-Client"), nil }, &opts)
 	require.NoError(t, err)
-	return nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/wait" {
 			<-gate
 		}
@@ -106,9 +106,9 @@ func TestSlotsPerMiddleware(t *testing.T) {
 	client := redistest.Start(t).Client()
 	store := newStore(t, client, nil)
 	gate := make(chan struct{})
-	api := slotsHandler(t, store, gate, ratelimit.Options{MaxInFlight: 5, SlotLease: time.Minute, SlotName: "api"})
-	download := slotsHandler(t, store, gate, ratelimit.Options{MaxInFlight: 1, SlotLease: time.Minute, SlotName: "download"})
-	replica := slotsHandler(t, newStore(t, client, nil), gate, ratelimit.Options{MaxInFlight: 1, SlotLease: time.Minute, SlotName: "download"})
+	api := slotsHandler(t, store, gate, ratelimit.MiddlewareOptions{MaxInFlight: 5, SlotLease: time.Minute, SlotName: "api"})
+	download := slotsHandler(t, store, gate, ratelimit.MiddlewareOptions{MaxInFlight: 1, SlotLease: time.Minute, SlotName: "download"})
+	replica := slotsHandler(t, newStore(t, client, nil), gate, ratelimit.MiddlewareOptions{MaxInFlight: 1, SlotLease: time.Minute, SlotName: "download"})
 	ctx := context.Background()
 	card := func(key string) int64 {
 		n, err := client.ZCard(ctx, key).Result()
@@ -149,9 +149,9 @@ func TestSlotsRenewedWhileRunning(t *testing.T) {
 		lim, err := ratelimit.New(mem, ratelimit.Policy{Limit: ratelimit.PerSecond(1000).WithBurst(1000)})
 		require.NoError(t, err)
 		m, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { return "k", nil },
-			&ratelimit.Options{MaxInFlight: 1, Slots: newStore(t, client, nil), SlotLease: 200 * time.Millisecond, SlotName: "upload"})
+			&ratelimit.MiddlewareOptions{MaxInFlight: 1, Slots: newStore(t, client, nil), SlotLease: 200 * time.Millisecond, SlotName: "upload"})
 		require.NoError(t, err)
-		return nethttp.Middleware(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		return nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			n := running.Add(1)
 			defer running.Add(-1)
 			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {

@@ -51,17 +51,17 @@ func (g *gate) pass() {
 	}
 }
 
-func asksBan(r ratelimit.Request) bool { return r.Policy.Algorithm == ratelimit.Ban && r.Cost == 0 }
+func asksBan(r ratelimit.BatchItem) bool { return r.Policy.Algorithm == ratelimit.Ban && r.Cost == 0 }
 
 func (g *gate) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	res, err := g.Store.Take(ctx, p, key, cost)
-	if asksBan(ratelimit.Request{Policy: p, Key: key, Cost: cost}) {
+	if asksBan(ratelimit.BatchItem{Policy: p, Key: key, Cost: cost}) {
 		g.pass()
 	}
 	return res, err
 }
 
-func (g *gate) TakeAll(ctx context.Context, reqs []ratelimit.Request, results []ratelimit.Result) error {
+func (g *gate) TakeAll(ctx context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
 	bs, ok := g.Store.(ratelimit.BatchStore)
 	if !ok {
 		return ratelimit.ErrNotAtomic

@@ -541,7 +541,7 @@ func testBatchNoMoment(t *testing.T, c *Clock, s ratelimit.Store) {
 	global, perClient := &l.Policies()[0], &l.Policies()[1]
 	ctx := context.Background()
 	require.True(t, take(t, s, perClient, "c", 1).Allowed)
-	batch := []ratelimit.Request{{Policy: global, Key: "*", Cost: 1}, {Policy: perClient, Key: "c", Cost: 1}}
+	batch := []ratelimit.BatchItem{{Policy: global, Key: "*", Cost: 1}, {Policy: perClient, Key: "c", Cost: 1}}
 	if err := bs.TakeAll(ctx, batch, make([]ratelimit.Result, 2)); errors.Is(err, ratelimit.ErrNotAtomic) {
 		t.Skip("TakeAll answers ErrNotAtomic")
 	}
@@ -892,7 +892,7 @@ func testBan(t *testing.T, c *Clock, s ratelimit.Store) {
 		return
 	}
 	p := policy("p", fivePerSecond)
-	reqs := []ratelimit.Request{{Policy: p, Key: "{other}", Cost: 1}, {Policy: ban, Key: "{other}"}}
+	reqs := []ratelimit.BatchItem{{Policy: p, Key: "{other}", Cost: 1}, {Policy: ban, Key: "{other}"}}
 	ban.Name, p.Name = "q/ban", "q" // keys of one slot on a Cluster: the tag is the key
 	take(t, s, ban, "{other}", int64(time.Second))
 	results := make([]ratelimit.Result, 2)

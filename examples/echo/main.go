@@ -6,7 +6,7 @@
 //
 // It shows the library's two forms:
 //
-//   - GET /hello, the common case in one line (echolimit.Limit): each API
+//   - GET /hello, the common case in one line (echolimit.LimitBy): each API
 //     key (header X-API-Key) may make 10 requests at once and earns 5 more
 //     per second; a request without a key gets 401.
 //   - GET /search, the explicit form (a store, a limiter, a middleware) for
@@ -33,7 +33,7 @@ func main() {
 	e.IPExtractor = echo.ExtractIPDirect() // no proxy in front: the client is the peer
 
 	// One line.
-	e.GET("/hello", hello, echolimit.Limit(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
+	e.GET("/hello", hello, echolimit.LimitBy(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
 
 	// The explicit form: a store, a limiter, a middleware.
 	byIP, err := echolimit.KeyByRealIP(nil) // c.RealIP(), through e.IPExtractor
@@ -48,7 +48,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	limit, err := echolimit.New(limiter, byIP, &ratelimit.Options{Headers: ratelimit.HeadersLegacy}, nil)
+	limit, err := echolimit.New(limiter, byIP, &ratelimit.MiddlewareOptions{Headers: ratelimit.HeadersLegacy}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

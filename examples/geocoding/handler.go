@@ -70,7 +70,7 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		cleanup()
 		return nil, nil, fmt.Errorf("%s: %w", limitFlags(cfg), err)
 	}
-	opts := &ratelimit.Options{Headers: cfg.headers, Observe: m.Observe, Logger: logger, MaxInFlight: cfg.maxInflight,
+	opts := &ratelimit.MiddlewareOptions{Headers: cfg.headers, Observe: m.Observe, Logger: logger, MaxInFlight: cfg.maxInflight,
 		MaxInFlightTotal: cfg.maxInflightAll, MaxQueued: cfg.maxQueued,
 		Block: strings.Split(cfg.block, ","), Safe: strings.Split(cfg.safe, ","), ClientIP: clientIP}
 	if prefix := cfg.skipPath; prefix != "" {

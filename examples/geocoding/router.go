@@ -40,7 +40,7 @@ func nethttpRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler 
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.HandleFunc("/healthz", methodNotAllowed)
 	mux.Handle("GET /metrics", metrics)
-	mux.Handle("/", nethttp.Middleware(mw)(api))
+	mux.Handle("/", nethttp.Wrap(mw)(api))
 	return mux
 }
 
@@ -76,7 +76,7 @@ func ginRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler {
 	e := gin.New()
 	e.RedirectTrailingSlash = false
 	e.RedirectFixedPath = false
-	limit := ginlimit.Middleware(mw)
+	limit := ginlimit.Wrap(mw)
 	e.Use(func(c *gin.Context) {
 		if !unlimited(c.Request) {
 			limit(c)
@@ -108,7 +108,7 @@ func ginRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler {
 func echoRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	limit := echolimit.Middleware(mw, &echolimit.Options{WriteResponse: true})
+	limit := echolimit.Wrap(mw, &echolimit.Options{WriteResponse: true})
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		limited := limit(next)
 		return func(c echo.Context) error {

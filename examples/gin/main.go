@@ -6,7 +6,7 @@
 //
 // It shows the library's two forms:
 //
-//   - GET /hello, the common case in one line (ginlimit.Limit): each API key
+//   - GET /hello, the common case in one line (ginlimit.LimitBy): each API key
 //     (header X-API-Key) may make 10 requests at once and earns 5 more per
 //     second; a request without a key gets 401.
 //   - GET /search, the explicit form (a store, a limiter, a handler) for
@@ -34,7 +34,7 @@ func main() {
 	}
 
 	// One line.
-	r.GET("/hello", ginlimit.Limit(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")), hello)
+	r.GET("/hello", ginlimit.LimitBy(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")), hello)
 
 	// The explicit form: a store, a limiter, a handler.
 	byIP, err := ginlimit.KeyByClientIP(nil) // c.ClientIP(), as Gin's trusted proxies allow
@@ -49,7 +49,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	limit, err := ginlimit.New(limiter, byIP, &ratelimit.Options{Headers: ratelimit.HeadersLegacy})
+	limit, err := ginlimit.New(limiter, byIP, &ratelimit.MiddlewareOptions{Headers: ratelimit.HeadersLegacy})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func main() {
 	mux := http.NewServeMux()
 
 	// One line.
-	limit := nethttp.Limit(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key"))
+	limit := nethttp.LimitBy(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key"))
 	mux.Handle("GET /hello", limit(http.HandlerFunc(hello)))
 
 	// The explicit form: a store, a limiter, a middleware.
@@ -44,11 +44,11 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	mw, err := ratelimit.NewMiddleware(limiter, byIP, &ratelimit.Options{Headers: ratelimit.HeadersLegacy})
+	mw, err := ratelimit.NewMiddleware(limiter, byIP, &ratelimit.MiddlewareOptions{Headers: ratelimit.HeadersLegacy})
 	if err != nil {
 		log.Fatal(err)
 	}
-	mux.Handle("GET /search", nethttp.Middleware(mw)(http.HandlerFunc(search)))
+	mux.Handle("GET /search", nethttp.Wrap(mw)(http.HandlerFunc(search)))
 
 	log.Fatal(http.ListenAndServe(":8080", mux))
 }

@@ -1,5 +1,5 @@
 // Package quick builds the middleware of the adapters' one-line forms
-// (nethttp.Limit, ginlimit.Limit, echolimit.Limit), and checks the one each
+// (nethttp.LimitBy, ginlimit.LimitBy, echolimit.LimitBy), and checks the one each
 // adapter is given, so that the three do both the same way.
 package quick
 
@@ -13,7 +13,7 @@ import (
 // Middleware returns a Middleware that limits requests to limit per key,
 // with one unnamed policy on an in-process memorystore with its defaults,
 // and the default Options. It panics when limit or key is invalid, with an
-// error that starts with caller (such as "nethttp.Limit") and says what is
+// error that starts with caller (such as "nethttp.LimitBy") and says what is
 // wrong.
 func Middleware(caller string, limit ratelimit.Limit, key ratelimit.KeyFunc) *ratelimit.Middleware {
 	if key == nil {
@@ -35,7 +35,7 @@ func Middleware(caller string, limit ratelimit.Limit, key ratelimit.KeyFunc) *ra
 }
 
 // Given returns m, the middleware given to caller (such as
-// "nethttp.Middleware"), and panics with an error that says so when it is
+// "nethttp.Wrap"), and panics with an error that says so when it is
 // nil: the usual cause is an error of ratelimit.NewMiddleware left
 // unchecked.
 func Given(caller string, m *ratelimit.Middleware) *ratelimit.Middleware {

@@ -47,18 +47,18 @@ func main() {
 		}
 	}
 
-	check("nethttp.Limit", nethttp.Limit(limit, key)(ok))
+	check("nethttp.LimitBy", nethttp.LimitBy(limit, key)(ok))
 
 	gin.SetMode(gin.ReleaseMode)
 	g := gin.New()
-	g.Use(ginlimit.Limit(limit, key))
+	g.Use(ginlimit.LimitBy(limit, key))
 	g.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
-	check("ginlimit.Limit", g)
+	check("ginlimit.LimitBy", g)
 
 	e := echo.New()
-	e.Use(echolimit.Limit(limit, key))
+	e.Use(echolimit.LimitBy(limit, key))
 	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
-	check("echolimit.Limit", e)
+	check("echolimit.LimitBy", e)
 
 	// The explicit form: a memory store, a limiter, Prometheus metrics.
 	store, err := memorystore.New(nil)
@@ -67,9 +67,9 @@ func main() {
 	must(err)
 	m, err := metrics.New(prometheus.NewRegistry())
 	must(err)
-	mw, err := ratelimit.NewMiddleware(limiter, key, &ratelimit.Options{Observe: m.Observe})
+	mw, err := ratelimit.NewMiddleware(limiter, key, &ratelimit.MiddlewareOptions{Observe: m.Observe})
 	must(err)
-	check("memorystore+metrics", nethttp.Middleware(mw)(ok))
+	check("memorystore+metrics", nethttp.Wrap(mw)(ok))
 
 	// The operator's controls: a penalty box, lifted by a reset.
 	guarded, err := ratelimit.New(store, ratelimit.Policy{Name: "login", Limit: limit,
@@ -77,7 +77,7 @@ func main() {
 	must(err)
 	gmw, err := ratelimit.NewMiddleware(guarded, key, nil)
 	must(err)
-	login := nethttp.Middleware(gmw)(ok)
+	login := nethttp.Wrap(gmw)(ok)
 	check("penalty box", login)
 	w := httptest.NewRecorder()
 	login.ServeHTTP(w, request())
