@@ -1,6 +1,10 @@
 package ratelimit
 
-import "time"
+import (
+	"time"
+
+	"github.com/tokenfair/ratelimit/internal/algo"
+)
 
 // Decide applies p's algorithm to one bucket: state is what a store keeps
 // for the bucket (0 for a bucket it has never seen), now is the time in Unix
@@ -141,9 +145,5 @@ func shape(state, now, interval, burst, cost, bound, immediate int64) (allowed b
 // shapeBound returns the longest wait a LeakyShape policy admits: the
 // queue's room, burst × interval, or less when MaxDelay is set.
 func (p *Policy) shapeBound() int64 {
-	bound := int64(p.Limit.span())
-	if p.MaxDelay > 0 {
-		bound = min(bound, int64(p.MaxDelay)+p.Immediate*int64(p.Limit.interval))
-	}
-	return bound
+	return algo.ShapeBound(int64(p.Limit.interval), p.Limit.burst, int64(p.MaxDelay), p.Immediate)
 }

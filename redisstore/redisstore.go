@@ -77,6 +77,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/algo"
 	"github.com/tokenfair/ratelimit/internal/keyhash"
 )
 
@@ -532,25 +533,13 @@ func appendKind(args []any, r ratelimit.BatchItem) []any {
 	inc, bound := r.Cost*iv, r.Policy.Limit.Burst()*iv
 	switch {
 	case r.Policy.Algorithm == ratelimit.LeakyShape:
-		kind, bound = "shape", shapeBound(r.Policy)
+		kind, bound = "shape", algo.ShapeBound(iv, r.Policy.Limit.Burst(), int64(r.Policy.MaxDelay), r.Policy.Immediate)
 	case r.Policy.Algorithm == ratelimit.Ban:
 		kind, inc = "ban", r.Cost // a ban's length, in nanoseconds
 	}
 	return append(args, kind, inc/1e9, inc%1e9, bound/1e9, bound%1e9)
 }
 
-// shapeBound returns the longest wait a LeakyShape policy admits, the
-// script's bound: the queue's room, burst × interval, or less when MaxDelay
-// is set. It mirrors the queue room that [ratelimit.Policy.Decide] applies,
-// so that the script and Decide agree on every decision.
-func shapeBound(p *ratelimit.Policy) int64 {
-	iv := int64(p.Limit.Interval())
-	bound := p.Limit.Burst() * iv
-	if p.MaxDelay > 0 {
-		bound = min(bound, int64(p.MaxDelay)+p.Immediate*iv)
-	}
-	return bound
-}
 
 // A call is one group of the script on its way to Redis: the requests of
 // one Take or TakeAll, decided all or nothing.
