@@ -14,6 +14,7 @@ require (
 	github.com/tokenfair/ratelimit/metrics v0.1.0
 	github.com/tokenfair/ratelimit/redisstore v0.1.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/time v0.14.0
 )
 
 require (
