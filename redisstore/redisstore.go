@@ -540,7 +540,6 @@ func appendKind(args []any, r ratelimit.BatchItem) []any {
 	return append(args, kind, inc/1e9, inc%1e9, bound/1e9, bound%1e9)
 }
 
-
 // A call is one group of the script on its way to Redis: the requests of
 // one Take or TakeAll, decided all or nothing.
 type call struct {
