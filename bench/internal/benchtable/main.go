@@ -1,7 +1,7 @@
-// Command benchtable turns the CSV output of benchstat into the Markdown
-// tables of BENCHMARKS.md: one table per scenario (a benchmark name less
-// its last element, such as Decision/one-key), one row per peer (the last
-// element), each with its ratio to ours, and a summary of the ratios.
+// Command benchtable turns the CSV output of benchstat into the headline
+// Markdown tables of BENCHMARKS.md: decisions in memory, HTTP and Redis. A
+// scenario is a benchmark name less its last element (Decision/one-key), a
+// peer the last element; each figure comes with its ratio to ours.
 //
 //	benchstat -format csv results.txt | go run ./internal/benchtable
 package main
@@ -49,10 +49,83 @@ func main() {
 	}
 	w := bufio.NewWriter(os.Stdout)
 	defer w.Flush()
-	summary(w, groups, order)
-	for _, g := range order {
-		detail(w, g, groups[g])
+	write(w, groups, order)
+}
+
+// write writes the three headline tables.
+func write(w io.Writer, groups map[string]*table, order []string) {
+	section(w, "Decisions in memory", groups, order, func(g string) bool {
+		return strings.HasPrefix(g, "Decision/") || g == "BytesPerKey"
+	}, true)
+	if t, ok := groups["HTTP"]; ok {
+		detail(w, "HTTP", t)
 	}
+	section(w, "Redis", groups, order, func(g string) bool { return strings.HasPrefix(g, "Redis") }, false)
+}
+
+// section writes one table of the groups that match: a row per peer, a
+// column per group with the primary metric and its ratio to ours (the
+// value alone where the group has no row of ours), and, with allocs, the
+// most allocations per operation of the peer's timed groups.
+func section(w io.Writer, title string, groups map[string]*table, order []string, match func(string) bool, allocs bool) {
+	var gs, peers []string
+	for _, g := range order {
+		if !match(g) {
+			continue
+		}
+		gs = append(gs, g)
+		for _, p := range groups[g].peers {
+			if !slices.Contains(peers, p) {
+				peers = append(peers, p)
+			}
+		}
+	}
+	if len(gs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "### %s\n\n", title)
+	fmt.Fprint(w, "| peer |")
+	for _, g := range gs {
+		fmt.Fprintf(w, " %s (%s) |", g, label(primary(groups[g])))
+	}
+	if allocs {
+		fmt.Fprint(w, " allocs/op |")
+	}
+	fmt.Fprint(w, "\n|---|")
+	for range gs {
+		fmt.Fprint(w, "---:|")
+	}
+	if allocs {
+		fmt.Fprint(w, "---:|")
+	}
+	fmt.Fprintln(w)
+	for _, p := range peers {
+		fmt.Fprintf(w, "| %s |", p)
+		most, any := 0.0, false
+		for _, g := range gs {
+			t := groups[g]
+			u := primary(t)
+			if s, ok := t.results[p][u]; !ok {
+				fmt.Fprint(w, " — |")
+			} else if r := ratio(t, ours, p, u); r == "—" {
+				fmt.Fprintf(w, " %s |", format(s.v, u))
+			} else {
+				fmt.Fprintf(w, " %s (%s) |", format(s.v, u), r)
+			}
+			if s, ok := t.results[p]["allocs/op"]; ok && u == "sec/op" {
+				most, any = max(most, s.v), true
+			}
+		}
+		if allocs {
+			if any {
+				fmt.Fprintf(w, " %s |", format(most, "allocs/op"))
+			} else {
+				fmt.Fprint(w, " — |")
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w)
 }
 
 var procs = regexp.MustCompile(`-\d+$`)
@@ -119,71 +192,6 @@ func primary(t *table) string {
 		}
 	}
 	return "sec/op"
-}
-
-// summary writes one row per peer and one column per group: the primary
-// metric and its ratio to ours.
-func summary(w io.Writer, groups map[string]*table, order []string) {
-	var peers []string
-	for _, g := range order {
-		for _, p := range groups[g].peers {
-			if !slices.Contains(peers, p) {
-				peers = append(peers, p)
-			}
-		}
-	}
-	fmt.Fprintln(w, "## Summary")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Medians of the runs; in brackets the ratio to ours (peer / tokenfair: above 1× the peer is slower or holds more).")
-	fmt.Fprintln(w)
-	grid(w, groups, order, peers, func(t *table, p string) string {
-		u := primary(t)
-		s, ok := t.results[p][u]
-		if !ok {
-			return "—"
-		}
-		return format(s.v, u) + " (" + ratio(t, ours, p, u) + ")"
-	}, func(t *table) string { return label(primary(t)) })
-	fmt.Fprintln(w, "Allocations per operation:")
-	fmt.Fprintln(w)
-	var timed []string
-	for _, g := range order {
-		if primary(groups[g]) == "sec/op" {
-			timed = append(timed, g)
-		}
-	}
-	grid(w, groups, timed, peers, func(t *table, p string) string {
-		s, ok := t.results[p]["allocs/op"]
-		if !ok {
-			return "—"
-		}
-		return format(s.v, "allocs/op")
-	}, func(*table) string { return "allocs/op" })
-}
-
-// grid writes a table with one row per peer and one column per group.
-func grid(w io.Writer, groups map[string]*table, order, peers []string, cell func(*table, string) string, unit func(*table) string) {
-	fmt.Fprint(w, "| peer |")
-	for _, g := range order {
-		fmt.Fprintf(w, " %s (%s) |", g, unit(groups[g]))
-	}
-	fmt.Fprint(w, "\n|---|")
-	for range order {
-		fmt.Fprint(w, "---:|")
-	}
-	fmt.Fprintln(w)
-	for _, p := range peers {
-		row, any := "", false
-		for _, g := range order {
-			c := cell(groups[g], p)
-			any = any || c != "—"
-			row += " " + c + " |"
-		}
-		if any {
-			fmt.Fprintf(w, "| %s |%s\n", p, row)
-		}
-	}
-	fmt.Fprintln(w)
 }
 
 // detail writes a group's table: every metric, the primary one with its
