@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tokenfair/ratelimit/internal/algo"
 	"github.com/tokenfair/ratelimit/internal/clientkey"
 	"github.com/tokenfair/ratelimit/internal/jsontext"
 )
@@ -19,10 +20,16 @@ import (
 // problem body.
 func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 	detail := "Too many requests; retry after " + strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10) + " s."
-	if res.lists != nil && res.lists.ban {
+	if banned(res) {
 		detail = "Banned after repeated refusals, for " + strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10) + " s more."
 	}
-	writeProblem(w, http.StatusTooManyRequests, problemQuotaExceeded, "Quota Exceeded", detail, res.Violated())
+	writeProblem(w, http.StatusTooManyRequests, problemQuotaExceeded, "Quota Exceeded", detail, res.Violated)
+}
+
+// banned reports whether res is the refusal of a penalty box's ban: its
+// only result is the ban's.
+func banned(res Result) bool {
+	return len(res.Results) == 1 && res.Results[0].Policy != nil && res.Results[0].Policy.Algorithm == algo.Ban
 }
 
 // DefaultErrorHandler answers a request that could not be decided with a

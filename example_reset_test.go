@@ -27,13 +27,13 @@ func ExampleLimiter_Reset() {
 		limiter.Take(ctx, "client-1", 1)
 	}
 	res, _ := limiter.Take(ctx, "client-1", 1)
-	fmt.Println("before: allowed", res.Allowed, "violated", res.Violated())
+	fmt.Println("before: allowed", res.Allowed, "violated", res.Violated)
 
 	if err := limiter.Reset(ctx, "client-1"); err != nil {
 		panic(err)
 	}
 	res, _ = limiter.Take(ctx, "client-1", 1)
-	for _, r := range res.Results() {
+	for _, r := range res.Results {
 		fmt.Printf("after: %s remaining %d\n", r.Policy.Name, r.Remaining)
 	}
 	// Output:

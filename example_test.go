@@ -82,7 +82,9 @@ func ExampleAlgorithm_flag() {
 	if err := fs.Parse([]string{"-algorithm=leaky-shape", "-headers", "legacy"}); err != nil {
 		panic(err)
 	}
-	fmt.Println(algo, headers)
+	a, _ := algo.MarshalText()
+	h, _ := headers.MarshalText()
+	fmt.Println(string(a), string(h))
 
 	err := algo.UnmarshalText([]byte("sliding-window"))
 	fmt.Println(err)

@@ -213,7 +213,8 @@ func TestHeaderNamesOnTheWire(t *testing.T) {
 		{format: ratelimit.HeadersLegacy, want: []string{"RateLimit-Limit: 2", "RateLimit-Remaining: 1", "RateLimit-Reset: 30"}},
 		{format: ratelimit.HeadersX, want: []string{"X-RateLimit-Limit: 2", "X-RateLimit-Remaining: 1", "X-RateLimit-Reset: 30"}},
 	} {
-		name := tc.format.String()
+		text, _ := tc.format.MarshalText()
+		name := string(text)
 		if tc.opts.MaxInFlight > 0 {
 			name += "+inflight"
 		}
@@ -352,7 +353,7 @@ func TestStoreResultWithoutPolicy(t *testing.T) {
 	require.NoError(t, err)
 	res, err = two.Take(context.Background(), "k", 1)
 	require.NoError(t, err)
-	for i, r := range res.Results() {
+	for i, r := range res.Results {
 		assert.Same(t, &two.Policies()[i], r.Policy, "the Result of policy %d", i)
 	}
 }

@@ -315,11 +315,12 @@ func TestHeaderNamesAsTheDraftsSpellThem(t *testing.T) {
 func TestQuotaFieldCache(t *testing.T) {
 	lim, err := New(nopStore{}, Policy{Name: "a", Limit: PerSecond(5).WithBurst(100)}, Policy{Name: "b", Limit: PerSecond(5).WithBurst(100)})
 	require.NoError(t, err)
-	assert.Nil(t, lim.quotasOf(&Policy{Name: "a"}), "not one of the limiter's policies")
+	caches := newLimitHeaders(lim)
+	assert.Nil(t, caches.quotasOf(&Policy{Name: "a"}), "not one of the limiter's policies")
 	for round := range 2 { // the second round reads what the first one stored
 		for i := range lim.Policies() {
 			p := &lim.Policies()[i]
-			c := lim.quotasOf(p)
+			c := caches.quotasOf(p)
 			require.NotNil(t, c, "the cache of %q", p.Name)
 			for r := int64(0); r <= 101; r++ {
 				for tt := int64(0); tt <= 7; tt++ {
@@ -334,7 +335,7 @@ func TestQuotaFieldCache(t *testing.T) {
 			}
 		}
 	}
-	c := lim.quotasOf(&lim.Policies()[0])
+	c := caches.quotasOf(&lim.Policies()[0])
 	for _, r := range []int64{0, 31, 69, 99, 100} {
 		assert.Zero(t, testing.AllocsPerRun(10, func() { quotaField(c, "a", r, 1, true) }), "quotaField(r=%d of a burst of 100) allocates", r)
 	}
@@ -449,9 +450,10 @@ func TestHeaderFormatString(t *testing.T) {
 		{HeadersLegacy, "legacy"},
 		{HeadersX, "x"},
 		{HeadersNone, "none"},
-		{HeadersNone + 1, "HeaderFormat(4)"},
 	} {
-		assert.Equal(t, tc.want, tc.f.String(), "HeaderFormat(%d).String()", uint8(tc.f))
+		text, err := tc.f.MarshalText()
+		require.NoError(t, err, "HeaderFormat(%d).MarshalText()", uint8(tc.f))
+		assert.Equal(t, tc.want, string(text), "HeaderFormat(%d).MarshalText()", uint8(tc.f))
 	}
 }
 
@@ -459,7 +461,6 @@ func TestHeaderFormatText(t *testing.T) {
 	for _, f := range []HeaderFormat{HeadersIETF, HeadersLegacy, HeadersX, HeadersNone} {
 		text, err := f.MarshalText()
 		require.NoError(t, err, "%v.MarshalText()", f)
-		assert.Equal(t, f.String(), string(text))
 		got := HeaderFormat(99)
 		require.NoError(t, got.UnmarshalText(text), "UnmarshalText(%q)", text)
 		assert.Equal(t, f, got, "UnmarshalText(%q)", text)
@@ -499,7 +500,8 @@ func BenchmarkWriteHeaders(b *testing.B) {
 		Remaining: 9, ResetAfter: 200 * time.Millisecond,
 	}
 	for _, f := range []HeaderFormat{HeadersIETF, HeadersLegacy, HeadersX, HeadersNone} {
-		b.Run(f.String(), func(b *testing.B) {
+		name, _ := f.MarshalText()
+		b.Run(string(name), func(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				h := make(http.Header, 8)

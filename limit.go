@@ -158,27 +158,3 @@ func (l Limit) roundingOff() bool {
 
 // span returns the time an empty bucket takes to fill: burst × interval.
 func (l Limit) span() time.Duration { return time.Duration(l.burst) * l.interval }
-
-// window returns the w parameter of RateLimit-Policy: the time in which the
-// burst is earned at the rate as written, burst × period / n, in whole
-// seconds rounded up and at least 1. It is the period itself when the burst
-// is n.
-func (l Limit) window() int64 {
-	if l.n <= 0 || l.period <= 0 || l.burst <= 0 {
-		return 1
-	}
-	// ⌈⌈burst × period / n⌉ / 1s⌉ = ⌈burst × period / (n × 1s)⌉, in 128 bits.
-	hi, lo := bits.Mul64(uint64(l.burst), uint64(l.period))
-	if hi >= uint64(l.n) {
-		return maxSFInteger
-	}
-	ns, r := bits.Div64(hi, lo, uint64(l.n))
-	if r != 0 {
-		ns++
-	}
-	q := ns / uint64(time.Second)
-	if ns%uint64(time.Second) != 0 {
-		q++
-	}
-	return int64(min(max(q, 1), maxSFInteger))
-}

@@ -151,7 +151,7 @@ func TestLimitWindow(t *testing.T) {
 
 func TestAlgorithmText(t *testing.T) {
 	for a, name := range map[Algorithm]string{TokenBucket: "token-bucket", LeakyPolice: "leaky-police", LeakyShape: "leaky-shape"} {
-		assert.Equal(t, name, a.String())
+		assert.Equal(t, name, a.name())
 		text, err := a.MarshalText()
 		require.NoError(t, err, "%v.MarshalText()", a)
 		assert.Equal(t, name, string(text))
@@ -159,7 +159,7 @@ func TestAlgorithmText(t *testing.T) {
 		require.NoError(t, got.UnmarshalText(text), "UnmarshalText(%q)", text)
 		assert.Equal(t, a, got, "UnmarshalText(%q)", text)
 	}
-	assert.Equal(t, "Algorithm(9)", Algorithm(9).String())
+	assert.Equal(t, "Algorithm(9)", Algorithm(9).name())
 	_, err := Algorithm(9).MarshalText()
 	assert.ErrorContains(t, err, "unknown algorithm 9")
 

@@ -27,6 +27,7 @@ type Middleware struct {
 	keys    *dominance   // nil when the one-key warning is off
 	limits  *limitsSeen  // nil when the shared-policy-name warning is off
 	queued  atomic.Int64 // requests waiting in shaping queues (MiddlewareOptions.MaxQueued)
+	headers headerCaches // the header values of each limiter
 }
 
 // NewMiddleware returns a Middleware that limits requests with l, keyed by
@@ -44,7 +45,13 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *MiddlewareOptions) (*Middlewar
 	if err != nil {
 		return nil, err
 	}
+	if cfg.inflight != nil {
+		if err := checkInflightName(l); err != nil {
+			return nil, err
+		}
+	}
 	m := &Middleware{limiter: l, key: key, cfg: cfg}
+	m.headers.own, m.headers.ownH = l, newLimitHeaders(l)
 	if !cfg.quiet.off(warnOneKey) {
 		m.keys = new(dominance)
 	}
@@ -134,6 +141,12 @@ type decision struct {
 	queued bool // it holds a place in the shaping queues (enqueue)
 }
 
+// refund gives back what d spent, after the request turned out not to
+// count or could not run, even if r's context has ended.
+func (d *decision) refund(r *http.Request) {
+	_ = d.lim.Refund(context.WithoutCancel(r.Context()), d.key, d.cost, d.res)
+}
+
 // hold answers an allowed request that holds something while it waits or
 // runs: an in-flight slot (MiddlewareOptions.MaxInFlight) until next returns or
 // panics, a place in the shaping queues (MiddlewareOptions.MaxQueued) until its
@@ -181,7 +194,7 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func() 
 		err := sleep(r.Context(), d.res.Delay)
 		m.dequeue(d)
 		if err != nil {
-			d.lim.giveBack(r.Context(), d.key, d.cost, d.res)
+			d.refund(r)
 			m.cfg.OnError(w, r, fmt.Errorf("%w: %w", ErrWaitAbandoned, err))
 			return
 		}
@@ -208,7 +221,7 @@ func (m *Middleware) count(r *http.Request, next func() int, d *decision) {
 	counted := false
 	defer func() {
 		if !counted { // next did not return normally, or its status does not count
-			d.lim.giveBack(r.Context(), d.key, d.cost, d.res)
+			d.refund(r)
 		}
 	}()
 	counted = m.cfg.CountIf(next())
@@ -244,14 +257,14 @@ func (m *Middleware) acquire(r *http.Request, d *decision) (func(), Result, erro
 	} else {
 		held, ok, err := f.acquireShared(r.Context(), m.cfg.Slots, m.cfg.SlotLease, key)
 		if err != nil {
-			d.lim.giveBack(r.Context(), d.key, d.cost, d.res)
+			d.refund(r)
 			return nil, Result{}, fmt.Errorf("%w: in-flight slots: %w", ErrStore, err)
 		}
 		if ok {
 			return held.release, d.res, nil
 		}
 	}
-	d.lim.giveBack(r.Context(), d.key, d.cost, d.res)
+	d.refund(r)
 	return nil, f.refused, nil
 }
 
@@ -261,18 +274,25 @@ func (m *Middleware) acquire(r *http.Request, d *decision) (func(), Result, erro
 // RateLimit is the binding one of every policy, dry-run ones included; a
 // refusal's is the refusing policy's, so that t is Retry-After.
 func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
-	switch {
-	case res.Degraded:
+	if res.Degraded {
 		return
-	case m.cfg.DryRunHeaders && res.Allowed && res.Results() != nil:
-		b := res.Results()[binding(res.Results(), lim.all)]
-		writeHeaders(h, m.cfg.Headers, b, lim.fields[1], lim.quotasOf(b.Policy))
+	}
+	c := m.headers.of(lim)
+	switch {
+	case m.cfg.DryRunHeaders && res.Allowed && res.Results != nil:
+		b := res.Results[0]
+		for _, r := range res.Results[1:] {
+			if r.bindsOver(b) {
+				b = r
+			}
+		}
+		writeHeaders(h, m.cfg.Headers, b, c.fields[1], c.quotasOf(b.Policy))
 	case m.cfg.DryRunHeaders:
-		writeHeaders(h, m.cfg.Headers, res, lim.fields[1], lim.quotasOf(res.Policy))
-	case len(lim.enforce) == 0:
+		writeHeaders(h, m.cfg.Headers, res, c.fields[1], c.quotasOf(res.Policy))
+	case c.hidden:
 		return
 	default:
-		writeHeaders(h, m.cfg.Headers, res, lim.fields[0], lim.quotasOf(res.Policy))
+		writeHeaders(h, m.cfg.Headers, res, c.fields[0], c.quotasOf(res.Policy))
 	}
 	if m.cfg.inflight != nil {
 		m.cfg.inflight.list(h, m.cfg.Headers)

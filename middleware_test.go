@@ -498,7 +498,11 @@ func TestLimiterTakeErrors(t *testing.T) {
 	assert.ErrorContains(t, err, `cost 6, policy "api" has burst 5`)
 	res, err := lim.Take(ctx, "k", 5)
 	require.NoError(t, err)
-	assert.Equal(t, ratelimit.Result{Allowed: true, Policy: &lim.Policies()[0], ResetAfter: time.Second, Until: res.Until}, res)
+	assert.True(t, res.Allowed)
+	assert.Equal(t, int64(0), res.Remaining)
+	assert.Equal(t, time.Second, res.ResetAfter)
+	assert.Zero(t, res.RetryAfter)
+	assert.Nil(t, res.Violated)
 	assert.NotZero(t, res.Until, "the store's time until which the take can be given back")
 	assert.Same(t, &lim.Policies()[0], res.Policy, "the deciding policy is the limiter's own")
 	assert.Equal(t, ratelimit.PerSecond(5), res.Policy.Limit)
@@ -623,7 +627,7 @@ func TestNotAtomicFallsBack(t *testing.T) {
 	assert.Equal(t, int64(4), store.batches.Load(), "each decision tried the batch first")
 	res, err := lim.Take(context.Background(), "k", 0)
 	require.NoError(t, err)
-	assert.Equal(t, int64(2), res.Results()[1].Remaining, "the refusal gave back what it took from the other policy")
+	assert.Equal(t, int64(2), res.Results[1].Remaining, "the refusal gave back what it took from the other policy")
 }
 
 // ctxUser is the context key of the user IDs in these tests.

@@ -22,7 +22,7 @@ func ExamplePenalty() {
 	ctx := context.Background()
 	for i := range 8 {
 		res, _ := limiter.Take(ctx, "account-42", 1)
-		fmt.Println(i+1, res.Allowed, res.Violated(), res.RetryAfter)
+		fmt.Println(i+1, res.Allowed, res.Violated, res.RetryAfter)
 	}
 	now = now.Add(10 * time.Minute) // the ban is over, and the bucket is full again
 	res, _ := limiter.Take(ctx, "account-42", 1)

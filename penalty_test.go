@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/tokenfair/ratelimit/internal/algo"
 	"math"
 	"net/http"
 	"testing"
@@ -68,7 +69,7 @@ func TestPenaltyValidation(t *testing.T) {
 		{ratelimit.Policy{Limit: limit, Penalty: ratelimit.Penalty{After: 1, For: time.Minute, Max: time.Second}}, "Penalty.Max 1s: want 0 or at least Penalty.For 1m0s"},
 		{ratelimit.Policy{Limit: limit, Global: true, Penalty: ratelimit.Penalty{After: 1, For: time.Minute}}, "Global"},
 		{ratelimit.Policy{Limit: limit, DryRun: true, Penalty: ratelimit.Penalty{After: 1, For: time.Minute}}, "DryRun"},
-		{ratelimit.Policy{Limit: limit, Algorithm: ratelimit.Ban}, "set Policy.Penalty"},
+		{ratelimit.Policy{Limit: limit, Algorithm: algo.Ban}, "set Policy.Penalty"},
 		{ratelimit.Policy{Limit: limit, Penalty: ratelimit.Penalty{After: 1, For: math.MaxInt64}},
 			"Penalty.For 2562047h47m16.854775807s: want at most 438000h0m0s (50 years)"},
 		{ratelimit.Policy{Limit: limit, Penalty: ratelimit.Penalty{After: 1, For: time.Hour, Max: 51 * year}},

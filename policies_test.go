@@ -163,31 +163,31 @@ func TestResultsPerPolicy(t *testing.T) {
 	assert.True(t, res.Allowed)
 	assert.Same(t, &ps[0], res.Policy, "per-key has the fewest tokens left")
 	assert.Equal(t, int64(9), res.Remaining)
-	require.Len(t, res.Results(), 3)
-	for i, r := range res.Results() {
+	require.Len(t, res.Results, 3)
+	for i, r := range res.Results {
 		assert.Same(t, &ps[i], r.Policy, "Results()[%d]", i)
 	}
-	assert.Equal(t, int64(9999), res.Results()[1].Remaining)
-	assert.Nil(t, res.Violated())
-	assert.Nil(t, res.DryRunViolated())
+	assert.Equal(t, int64(9999), res.Results[1].Remaining)
+	assert.Nil(t, res.Violated)
+	assert.Nil(t, res.DryRunViolated)
 
 	res, err = lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
 	assert.True(t, res.Allowed)
-	assert.Equal(t, []string{"shadow"}, res.DryRunViolated())
+	assert.Equal(t, []string{"shadow"}, res.DryRunViolated)
 
 	res, err = lim.Take(ctx, "k", 9)
 	require.NoError(t, err)
 	assert.False(t, res.Allowed)
 	assert.Same(t, &ps[0], res.Policy)
-	assert.Equal(t, []string{"per-key"}, res.Violated())
+	assert.Equal(t, []string{"per-key"}, res.Violated)
 	assert.Equal(t, ratelimit.PerSecond(5).WithBurst(10), res.Policy.Limit)
 	assert.Equal(t, "5/s burst 10", res.Policy.Limit.String())
-	assert.True(t, res.Results()[1].Allowed, "daily would have allowed it")
-	assert.Equal(t, int64(9998-9), res.Results()[1].Remaining, "what daily would have left had the request passed")
+	assert.True(t, res.Results[1].Allowed, "daily would have allowed it")
+	assert.Equal(t, int64(9998-9), res.Results[1].Remaining, "what daily would have left had the request passed")
 	look, err := lim.Take(ctx, "k", 0)
 	require.NoError(t, err)
-	assert.Equal(t, int64(9998), look.Results()[1].Remaining, "the refused request spent nothing from daily")
+	assert.Equal(t, int64(9998), look.Results[1].Remaining, "the refused request spent nothing from daily")
 }
 
 // TestDryRunLookDecidesByTheAlgorithm: when an enforcing policy refuses, a
@@ -208,9 +208,9 @@ func TestDryRunLookDecidesByTheAlgorithm(t *testing.T) {
 	require.NoError(t, err)
 	res, err := lim.Take(ctx, "k", 5)
 	require.NoError(t, err)
-	require.Equal(t, []string{"tb"}, res.Violated())
-	assert.Nil(t, res.DryRunViolated(), "a wait of 8 s fits the queue's 10 s")
-	assert.True(t, res.Results()[1].Allowed)
+	require.Equal(t, []string{"tb"}, res.Violated)
+	assert.Nil(t, res.DryRunViolated, "a wait of 8 s fits the queue's 10 s")
+	assert.True(t, res.Results[1].Allowed)
 
 	// A queue 3 s long, of 2 s room: a would-be refusal, by 1 s.
 	clock = new(fakeClock)
@@ -224,9 +224,9 @@ func TestDryRunLookDecidesByTheAlgorithm(t *testing.T) {
 	}
 	res, err = lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
-	require.Equal(t, []string{"tb"}, res.Violated())
-	assert.Equal(t, []string{"shape"}, res.DryRunViolated())
-	assert.Equal(t, time.Second, res.Results()[1].RetryAfter, "3 s of wait against 2 s of room")
+	require.Equal(t, []string{"tb"}, res.Violated)
+	assert.Equal(t, []string{"shape"}, res.DryRunViolated)
+	assert.Equal(t, time.Second, res.Results[1].RetryAfter, "3 s of wait against 2 s of room")
 }
 
 // TestDryRunHeadersOnRefusals: with DryRunHeaders, a refusal's RateLimit

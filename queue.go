@@ -47,20 +47,19 @@ func (m *Middleware) dequeue(d *decision) {
 // into a refusal by the shaping policies that would have queued it, with
 // Retry-After the wait it would have had: its turn.
 func (m *Middleware) refuseQueued(r *http.Request, d *decision) {
-	d.lim.giveBack(r.Context(), d.key, d.cost, d.res)
+	d.refund(r)
 	res := d.res
 	res.Allowed, res.Remaining, res.RetryAfter, res.Delay = false, 0, res.Delay, 0
 	res.ResetAfter = max(res.ResetAfter, res.RetryAfter)
-	if all := res.Results(); all == nil {
-		res.lists = d.lim.refused
+	if res.Results == nil {
+		res.Violated = []string{res.Policy.Name}
 	} else {
-		var violated []string
-		for _, i := range d.lim.enforce {
-			if all[i].Delay > 0 {
-				violated = append(violated, d.lim.names[i])
+		res.Violated = nil
+		for i, p := range d.lim.Policies() {
+			if !p.DryRun && res.Results[i].Delay > 0 {
+				res.Violated = append(res.Violated, p.Name)
 			}
 		}
-		res.lists = &lists{violated: violated, dryRunViolated: res.DryRunViolated(), results: all}
 	}
 	d.res = res
 }

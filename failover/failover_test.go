@@ -347,11 +347,11 @@ func TestFailoverLocalRefusalSpendsNothing(t *testing.T) {
 	for range 4 {
 		res, err = lim.Take(ctx, "k", 1)
 		require.NoError(t, err)
-		require.Equal(t, []string{"b"}, res.Violated())
+		require.Equal(t, []string{"b"}, res.Violated)
 	}
 	look, err := lim.Take(ctx, "k", 0)
 	require.NoError(t, err)
-	assert.Equal(t, int64(9), look.Results()[0].Remaining, "a lost nothing to the refusals")
+	assert.Equal(t, int64(9), look.Results[0].Remaining, "a lost nothing to the refusals")
 }
 
 // TestFailoverLocalCostAboveShare: a cost the shared limit allows is not
@@ -461,7 +461,7 @@ func TestDryRunStoreError(t *testing.T) {
 		res, err := lim.Take(context.Background(), "k", 1)
 		require.NoError(t, err)
 		assert.True(t, res.Allowed, "request %d", i+1)
-		assert.Empty(t, res.DryRunViolated())
+		assert.Empty(t, res.DryRunViolated)
 	}
 	res, err := lim.Take(context.Background(), "k", 1)
 	require.NoError(t, err)
@@ -642,14 +642,14 @@ func TestFailoverLocalPenaltyBox(t *testing.T) {
 			first = res
 		}
 		refused++
-		if slices.Equal([]string{"default/ban"}, res.Violated()) {
+		if slices.Equal([]string{"default/ban"}, res.Violated) {
 			bans++
 		}
 	}
 	assert.Equal(t, 5, admitted, "a share of burst 5, then banned")
 	assert.Equal(t, 995, refused)
 	assert.Equal(t, 995, bans, "refusals by the ban")
-	assert.Equal(t, []string{"default/ban"}, first.Violated(), "the refusal that bans is the ban's")
+	assert.Equal(t, []string{"default/ban"}, first.Violated, "the refusal that bans is the ban's")
 	assert.Equal(t, time.Hour, first.RetryAfter, "the ban's whole length, not a share of it")
 	assert.False(t, rig.store.Healthy())
 }
@@ -672,10 +672,10 @@ func TestFailoverLocalPenaltyUndivided(t *testing.T) {
 	for i := range 2 {
 		res, err = lim.Take(ctx, "k", 1)
 		require.NoError(t, err)
-		require.Equal(t, []string{"default"}, res.Violated(), "refusal %d: no ban yet", i+1)
+		require.Equal(t, []string{"default"}, res.Violated, "refusal %d: no ban yet", i+1)
 	}
 	res, err = lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"default/ban"}, res.Violated(), "the third refusal bans")
+	assert.Equal(t, []string{"default/ban"}, res.Violated, "the third refusal bans")
 	assert.Equal(t, time.Minute, res.RetryAfter, "a first ban lasts Penalty.For")
 }

@@ -33,7 +33,8 @@ func keys(n int) []string {
 
 func BenchmarkTakeOneKey(b *testing.B) {
 	for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.LeakyPolice, ratelimit.LeakyShape} {
-		b.Run(alg.String(), func(b *testing.B) {
+		name, _ := alg.MarshalText()
+		b.Run(string(name), func(b *testing.B) {
 			s := benchStore(b, nil)
 			p := benchPolicy
 			p.Algorithm = alg

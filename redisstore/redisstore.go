@@ -270,7 +270,7 @@ func (s *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 		return s.takeOne(ctx, 0, p, key, cost)
 	}
 	fp := fingerprint(s.seed, p.Name, key)
-	asks := cost > 0 || cost == 0 && p.Algorithm == ratelimit.Ban // what the refusal cache may refuse
+	asks := cost > 0 || cost == 0 && p.Algorithm == algo.Ban // what the refusal cache may refuse
 	if leased {
 		// The key's lease answers, without a round trip: a request it
 		// pays for, a look at the bucket (cost 0), tokens given back.
@@ -534,7 +534,7 @@ func appendKind(args []any, r ratelimit.BatchItem) []any {
 	switch {
 	case r.Policy.Algorithm == ratelimit.LeakyShape:
 		kind, bound = "shape", algo.ShapeBound(iv, r.Policy.Limit.Burst(), int64(r.Policy.MaxDelay), r.Policy.Immediate)
-	case r.Policy.Algorithm == ratelimit.Ban:
+	case r.Policy.Algorithm == algo.Ban:
 		kind, inc = "ban", r.Cost // a ban's length, in nanoseconds
 	}
 	return append(args, kind, inc/1e9, inc%1e9, bound/1e9, bound%1e9)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tokenfair/ratelimit/internal/algo"
 	"sync"
 	"testing"
 	"time"
@@ -51,7 +52,7 @@ func (g *gate) pass() {
 	}
 }
 
-func asksBan(r ratelimit.BatchItem) bool { return r.Policy.Algorithm == ratelimit.Ban && r.Cost == 0 }
+func asksBan(r ratelimit.BatchItem) bool { return r.Policy.Algorithm == algo.Ban && r.Cost == 0 }
 
 func (g *gate) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	res, err := g.Store.Take(ctx, p, key, cost)
@@ -112,7 +113,7 @@ func testPenaltyBurstBansFor(t *testing.T, c *Clock, s ratelimit.Store) {
 	require.True(t, limit(t, l, "k", 1).Allowed)
 	answers := map[string]int{} // the answers' policies and RetryAfters
 	for _, res := range burst(t, g, l, "k", 32) {
-		answers[fmt.Sprint(res.Violated(), " ", res.RetryAfter)]++
+		answers[fmt.Sprint(res.Violated, " ", res.RetryAfter)]++
 	}
 	assert.Equal(t, map[string]int{"[login/ban] 1m0s": 32}, answers, "the answers of a burst of 32")
 	assert.Equal(t, time.Minute, refusal(t, l, "k", "login/ban"), "the first ban lasts For")
@@ -134,7 +135,7 @@ func testPenaltyBurstBackOff(t *testing.T, c *Clock, s ratelimit.Store) {
 	for round := range 6 {
 		answers := map[string]int{} // the answers' policies, and the bans' RetryAfters
 		for _, res := range burst(t, g, l, "k", 16) {
-			if a := fmt.Sprint(res.Violated()); a == "[login/ban]" {
+			if a := fmt.Sprint(res.Violated); a == "[login/ban]" {
 				answers[fmt.Sprint(a, " ", res.RetryAfter)]++
 			} else {
 				answers[a]++

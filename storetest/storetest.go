@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tokenfair/ratelimit/internal/algo"
 	"strconv"
 	"strings"
 	"sync"
@@ -490,11 +491,11 @@ func testGlobalCapacity(t *testing.T, c *Clock, s ratelimit.Store) {
 				admitted++
 				continue
 			}
-			assert.Equal(t, []string{"global"}, res.Violated())
+			assert.Equal(t, []string{"global"}, res.Violated)
 			assert.Equal(t, "global", res.Policy.Name, "the refusing policy binds")
 			assert.Equal(t, time.Second, res.RetryAfter)
-			require.Len(t, res.Results(), 2)
-			assert.True(t, res.Results()[0].Allowed, "the per-client policy would have allowed it")
+			require.Len(t, res.Results, 2)
+			assert.True(t, res.Results[0].Allowed, "the per-client policy would have allowed it")
 		}
 	}
 	assert.Equal(t, 4, admitted)
@@ -510,19 +511,19 @@ func testRefusedByGlobal(t *testing.T, c *Clock, s ratelimit.Store) {
 	for range 3 {
 		res := limit(t, l, "b", 1)
 		require.False(t, res.Allowed)
-		assert.Equal(t, []string{"global"}, res.Violated())
+		assert.Equal(t, []string{"global"}, res.Violated)
 	}
 	c.Advance(time.Second)
 	res := limit(t, l, "b", 1)
 	require.True(t, res.Allowed)
-	assert.Equal(t, int64(1), res.Results()[0].Remaining, "b's own bucket lost nothing to the refusals")
+	assert.Equal(t, int64(1), res.Results[0].Remaining, "b's own bucket lost nothing to the refusals")
 	c.Advance(time.Second)
 	res = limit(t, l, "b", 1)
 	require.True(t, res.Allowed)
-	assert.Equal(t, int64(0), res.Results()[0].Remaining)
+	assert.Equal(t, int64(0), res.Results[0].Remaining)
 	c.Advance(time.Second)
 	res = limit(t, l, "b", 1)
-	assert.Equal(t, []string{"per-client"}, res.Violated(), "now b's own quota is spent")
+	assert.Equal(t, []string{"per-client"}, res.Violated, "now b's own quota is spent")
 }
 
 // testBatchNoMoment: a BatchStore's TakeAll that one request refuses
@@ -593,7 +594,7 @@ func testMultiWindow(t *testing.T, c *Clock, s ratelimit.Store) {
 	}
 	res = limit(t, l, "k", 1)
 	assert.False(t, res.Allowed)
-	assert.Equal(t, []string{"daily"}, res.Violated())
+	assert.Equal(t, []string{"daily"}, res.Violated)
 	assert.Equal(t, 24*time.Hour/15-2*time.Second, res.RetryAfter)
 }
 
@@ -605,17 +606,17 @@ func testDryRun(t *testing.T, c *Clock, s ratelimit.Store) {
 	for range 5 {
 		res := limit(t, l, "k", 1)
 		require.True(t, res.Allowed)
-		assert.Empty(t, res.Violated())
+		assert.Empty(t, res.Violated)
 		assert.Equal(t, "enforced", res.Policy.Name, "dry-run policies never bind")
-		dry = append(dry, res.DryRunViolated())
+		dry = append(dry, res.DryRunViolated)
 	}
 	assert.Equal(t, [][]string{nil, nil, {"shadow"}, {"shadow"}, {"shadow"}}, dry)
 	for range 5 {
 		limit(t, l, "k", 1)
 	}
 	res := limit(t, l, "k", 1)
-	assert.Equal(t, []string{"enforced"}, res.Violated())
-	assert.Equal(t, []string{"shadow"}, res.DryRunViolated())
+	assert.Equal(t, []string{"enforced"}, res.Violated)
+	assert.Equal(t, []string{"shadow"}, res.DryRunViolated)
 }
 
 // testPoliciesConcurrent: in each of several rounds, goroutines released
@@ -656,7 +657,7 @@ func policiesConcurrentRound(t *testing.T, c *Clock, l *ratelimit.Limiter, prefi
 	c.Advance(time.Second)
 	total = 0
 	for k := range counts {
-		left := limit(t, l, prefix+strconv.Itoa(k), 0).Results()[0].Remaining
+		left := limit(t, l, prefix+strconv.Itoa(k), 0).Results[0].Remaining
 		assert.Equal(t, 5-counts[k].Load(), left, "%s%d's tokens", prefix, k)
 		total += left
 	}
@@ -852,13 +853,13 @@ func testPoliciesReset(t *testing.T, c *Clock, s ratelimit.Store) {
 	}
 	res := limit(t, l, "a", 1)
 	require.False(t, res.Allowed)
-	assert.Equal(t, []string{"burst"}, res.Violated())
+	assert.Equal(t, []string{"burst"}, res.Violated)
 
 	require.NoError(t, l.Reset(context.Background(), "a"))
 	remaining := func(key string) []int64 {
 		t.Helper()
 		var left []int64
-		for _, r := range limit(t, l, key, 0).Results() {
+		for _, r := range limit(t, l, key, 0).Results {
 			left = append(left, r.Remaining)
 		}
 		return left
@@ -875,7 +876,7 @@ func testPoliciesReset(t *testing.T, c *Clock, s ratelimit.Store) {
 // refused, and changes nothing, while a ban is on; a batch with a banned
 // key's question spends nothing.
 func testBan(t *testing.T, c *Clock, s ratelimit.Store) {
-	ban := &ratelimit.Policy{Name: "p/ban", Limit: ratelimit.Per(1, time.Nanosecond), Algorithm: ratelimit.Ban}
+	ban := &ratelimit.Policy{Name: "p/ban", Limit: ratelimit.Per(1, time.Nanosecond), Algorithm: algo.Ban}
 	run(t, c, s, ban, []step{
 		{cost: 0, want: allowed(0, 0)},
 		{cost: int64(time.Minute), want: allowed(0, time.Minute)},
@@ -916,7 +917,7 @@ func refusal(t *testing.T, l *ratelimit.Limiter, key string, violated ...string)
 	t.Helper()
 	res := limit(t, l, key, 1)
 	require.False(t, res.Allowed, "Take(%q)", key)
-	require.Equal(t, violated, res.Violated(), "Take(%q)", key)
+	require.Equal(t, violated, res.Violated, "Take(%q)", key)
 	return res.RetryAfter
 }
 

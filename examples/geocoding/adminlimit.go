@@ -74,7 +74,7 @@ func (g *adminGuard) wait(ctx context.Context, client string) time.Duration {
 		return time.Second
 	}
 	var wait time.Duration
-	for _, p := range res.Results() {
+	for _, p := range res.Results {
 		if p.Remaining < 1 {
 			l := p.Policy.Limit
 			// The time until one token is back: the bucket's refill,
