@@ -16,8 +16,8 @@ func ExampleLimiter_Reset() {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // a fake clock; production stores read the real one
 	store, _ := memorystore.New(&memorystore.Options{Clock: func() time.Time { return now }})
 	limiter, err := ratelimit.New(store,
-		ratelimit.Policy{Name: "per-client", Limit: ratelimit.PerMinute(3)},
-		ratelimit.Policy{Name: "global", Limit: ratelimit.PerMinute(100), Global: true},
+		ratelimit.Policy{Name: "per-client", Limit: ratelimit.Per(3, time.Minute)},
+		ratelimit.Policy{Name: "global", Limit: ratelimit.Per(100, time.Minute), Global: true},
 	)
 	if err != nil {
 		panic(err)

@@ -43,7 +43,7 @@ func handle(m *ratelimit.Middleware, r *http.Request) (w *httptest.ResponseRecor
 // 30 are refused with 429.
 func TestHandleConcurrentExactCount(t *testing.T) {
 	const n, burst = 40, 10
-	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.PerMinute(burst)})
+	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.Per(burst, time.Minute)})
 	require.NoError(t, err)
 	m, err := ratelimit.NewMiddleware(lim, keyByHeader, nil)
 	require.NoError(t, err)
@@ -118,7 +118,7 @@ func TestOnDenySeesHeaderFields(t *testing.T) {
 	} {
 		var seen http.Header
 		denied := 0
-		lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+		lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
 		require.NoError(t, err)
 		m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{
 			Headers: tc.format,
@@ -155,7 +155,7 @@ func TestOnDenySeesHeaderFields(t *testing.T) {
 // is admitted and reaches its handler; the key function is not even called.
 // The same requests, not skipped, are answered as errors.
 func TestSkipRunsBeforeKey(t *testing.T) {
-	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		name   string
@@ -219,7 +219,7 @@ func TestHeaderNamesOnTheWire(t *testing.T) {
 			name += "+inflight"
 		}
 		t.Run(name, func(t *testing.T) {
-			lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.PerMinute(2)})
+			lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.Per(2, time.Minute)})
 			require.NoError(t, err)
 			opts := tc.opts
 			opts.Headers = tc.format
@@ -349,7 +349,7 @@ func TestStoreResultWithoutPolicy(t *testing.T) {
 	m.Handle(w, r, func() int { return http.StatusOK })
 	assert.Equal(t, []string{`"api";r=4`}, w.Header()["RateLimit"])
 
-	two, err := ratelimit.New(handBuiltStore{}, ratelimit.Policy{Name: "a", Limit: ratelimit.PerSecond(5)}, ratelimit.Policy{Name: "b", Limit: ratelimit.PerDay(5)})
+	two, err := ratelimit.New(handBuiltStore{}, ratelimit.Policy{Name: "a", Limit: ratelimit.PerSecond(5)}, ratelimit.Policy{Name: "b", Limit: ratelimit.Per(5, 24*time.Hour)})
 	require.NoError(t, err)
 	res, err = two.Take(context.Background(), "k", 1)
 	require.NoError(t, err)

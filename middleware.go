@@ -52,10 +52,8 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *MiddlewareOptions) (*Middlewar
 	}
 	m := &Middleware{limiter: l, key: key, cfg: cfg}
 	m.headers.own, m.headers.ownH = l, newLimitHeaders(l)
-	if !cfg.quiet.off(warnOneKey) {
+	if !cfg.Quiet {
 		m.keys = new(dominance)
-	}
-	if !cfg.quiet.off(warnSharedPolicyName) {
 		m.limits = new(limitsSeen)
 		m.limits.check(l, cfg.Logger)
 	}
@@ -306,23 +304,23 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, res Result) 
 }
 
 // skip reports whether MiddlewareOptions.Skip exempts r; a panic in it becomes an
-// error wrapping ErrPanic.
+// error wrapping errPanic.
 func (m *Middleware) skip(r *http.Request) (skip bool, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: in Skip: %v", ErrPanic, p)
+			err = fmt.Errorf("%w: in Skip: %v", errPanic, p)
 		}
 	}()
 	return m.cfg.Skip(r), nil
 }
 
 // decide finds the limiter, key and cost of r and takes the decision. A
-// panic in the key or cost function becomes an error wrapping ErrPanic.
+// panic in the key or cost function becomes an error wrapping errPanic.
 func (m *Middleware) decide(r *http.Request) (d decision) {
 	d.lim = m.limiter
 	defer func() {
 		if p := recover(); p != nil {
-			d.err = fmt.Errorf("%w: %v", ErrPanic, p)
+			d.err = fmt.Errorf("%w: %v", errPanic, p)
 		}
 	}()
 	if m.cfg.LimiterFor != nil {

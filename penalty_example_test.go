@@ -14,7 +14,7 @@ import (
 func ExamplePenalty() {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // a fake clock; production stores read the real one
 	store, _ := memorystore.New(&memorystore.Options{Clock: func() time.Time { return now }})
-	limiter, err := ratelimit.New(store, ratelimit.Policy{Name: "login", Limit: ratelimit.PerMinute(5),
+	limiter, err := ratelimit.New(store, ratelimit.Policy{Name: "login", Limit: ratelimit.Per(5, time.Minute),
 		Penalty: ratelimit.Penalty{After: 3, Within: time.Minute, For: 10 * time.Minute}})
 	if err != nil {
 		panic(err)

@@ -20,7 +20,7 @@ import (
 // problem body names the ban and says how long it still lasts.
 func TestPenaltyAnswer(t *testing.T) {
 	clock := new(fakeClock)
-	lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Name: "login", Limit: ratelimit.PerHour(1),
+	lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Name: "login", Limit: ratelimit.Per(1, time.Hour),
 		Penalty: ratelimit.Penalty{After: 2, Within: time.Minute, For: 10 * time.Minute}})
 	require.NoError(t, err)
 	m, err := ratelimit.NewMiddleware(lim, keyByHeader, nil)
@@ -101,7 +101,7 @@ func TestPenaltyLongBans(t *testing.T) {
 		{After: 1, For: time.Hour, Max: year},
 	} {
 		clock := new(fakeClock)
-		lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Limit: ratelimit.PerHour(1), Penalty: pen})
+		lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Limit: ratelimit.Per(1, time.Hour), Penalty: pen})
 		require.NoError(t, err, "%+v", pen)
 		res, err := lim.Take(ctx, "k", 1)
 		require.NoError(t, err)

@@ -30,7 +30,7 @@ func policyServer(t *testing.T, policies []ratelimit.Policy, opts *ratelimit.Mid
 
 var (
 	perKey = ratelimit.Policy{Name: "per-key", Limit: ratelimit.PerSecond(5).WithBurst(10)}
-	daily  = ratelimit.Policy{Name: "daily", Limit: ratelimit.PerDay(10000)}
+	daily  = ratelimit.Policy{Name: "daily", Limit: ratelimit.Per(10000, 24*time.Hour)}
 	global = ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(200).WithBurst(4), Global: true}
 )
 
@@ -94,9 +94,9 @@ func TestCostBelowOneIsRefused(t *testing.T) {
 func TestTiers(t *testing.T) {
 	clock := new(fakeClock)
 	store := clockStore(t, clock)
-	free, err := ratelimit.New(store, ratelimit.Policy{Name: "free", Limit: ratelimit.PerMinute(2)})
+	free, err := ratelimit.New(store, ratelimit.Policy{Name: "free", Limit: ratelimit.Per(2, time.Minute)})
 	require.NoError(t, err)
-	pro, err := ratelimit.New(store, ratelimit.Policy{Name: "pro", Limit: ratelimit.PerMinute(5)})
+	pro, err := ratelimit.New(store, ratelimit.Policy{Name: "pro", Limit: ratelimit.Per(5, time.Minute)})
 	require.NoError(t, err)
 	m, err := ratelimit.NewMiddleware(free, keyByHeader, &ratelimit.MiddlewareOptions{LimiterFor: func(r *http.Request) *ratelimit.Limiter {
 		if r.Header.Get("X-Plan") == "pro" {
@@ -118,7 +118,7 @@ func TestTiers(t *testing.T) {
 }
 
 func TestDryRunOverHTTP(t *testing.T) {
-	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true}
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(1, time.Minute), DryRun: true}
 	s := policyServer(t, []ratelimit.Policy{perKey, shadow}, nil)
 	for range 3 {
 		w := s.get("a")
@@ -151,7 +151,7 @@ func TestPolicyConstructorErrors(t *testing.T) {
 // policy's result in Results, and points each Result at the limiter's own
 // Policy.
 func TestResultsPerPolicy(t *testing.T) {
-	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true}
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(1, time.Minute), DryRun: true}
 	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), perKey, daily, shadow)
 	require.NoError(t, err)
 	ps := lim.Policies()
@@ -236,7 +236,7 @@ func TestDryRunLookDecidesByTheAlgorithm(t *testing.T) {
 // refusals included, as one valid list.
 func TestDryRunHeadersOnRefusals(t *testing.T) {
 	perKey := ratelimit.Policy{Name: "per-key", Limit: ratelimit.PerSecond(2).WithBurst(4)}
-	dry := ratelimit.Policy{Name: "dry", Limit: ratelimit.PerMinute(3), DryRun: true}
+	dry := ratelimit.Policy{Name: "dry", Limit: ratelimit.Per(3, time.Minute), DryRun: true}
 	for _, jitter := range []time.Duration{0, 3 * time.Second} {
 		s := policyServer(t, []ratelimit.Policy{perKey, dry}, &ratelimit.MiddlewareOptions{DryRunHeaders: true, RetryJitter: jitter})
 		for range 4 {

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -45,6 +46,11 @@ type BatchItem struct {
 	Key    string  // the bucket's key under Policy (never empty)
 	Cost   int64   // the tokens to spend; 0 only looks, and never negative
 }
+
+// ErrNotAtomic is what [BatchStore.TakeAll] returns when it cannot decide
+// its requests in one atomic step. A Limiter then decides them one at a
+// time; Take never returns it.
+var ErrNotAtomic = errors.New("ratelimit: requests cannot be decided atomically")
 
 // BatchStore is a Store that can decide several requests atomically, all
 // or nothing. A [Limiter] with several policies uses it, when the store has

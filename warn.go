@@ -1,10 +1,8 @@
 package ratelimit
 
 import (
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -17,22 +15,6 @@ const (
 	warnOneKey                       = "one-key"
 	warnSharedPolicyName             = "shared-policy-name"
 )
-
-// quiet is the set of warning kinds turned off.
-type quiet []string
-
-func (q quiet) off(kind string) bool { return slices.Contains(q, kind) }
-
-// newQuiet turns off kinds, each of which must be one of valid; field names
-// the option, for the error.
-func newQuiet(field string, kinds, valid []string) (quiet, error) {
-	for _, k := range kinds {
-		if !slices.Contains(valid, k) {
-			return nil, fmt.Errorf("ratelimit: %s: unknown warning %q; want one of %q", field, k, valid)
-		}
-	}
-	return kinds, nil
-}
 
 // warn logs a misconfiguration warning of kind to l, or to slog.Default()
 // when l is nil.

@@ -295,7 +295,7 @@ func assertStopped(t *testing.T, r response, status int) {
 }
 
 func testAdmitted(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(5)})
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(5, time.Minute)})
 	for _, req := range []request{
 		{client: "alice"},
 		{method: http.MethodPost, path: "/other/path?q=1", client: "alice"},
@@ -310,7 +310,7 @@ func testAdmitted(t *testing.T, nh NewHandler) {
 }
 
 func testRefused(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(2)})
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(2, time.Minute)})
 	for range 2 {
 		f.send(request{client: "alice"})
 	}
@@ -334,8 +334,8 @@ func (failingStore) Take(context.Context, *ratelimit.Policy, string, int64) (rat
 }
 
 func testErrors(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(5)})
-	down := newFixture(t, nh, setup{limit: ratelimit.PerMinute(5), store: failingStore{}})
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(5, time.Minute)})
+	down := newFixture(t, nh, setup{limit: ratelimit.Per(5, time.Minute), store: failingStore{}})
 	for _, method := range []string{http.MethodGet, http.MethodHead} {
 		assertStopped(t, f.send(request{method: method}), http.StatusUnauthorized)
 		assertStopped(t, f.send(request{method: method, client: keyError}), http.StatusInternalServerError)
@@ -349,7 +349,7 @@ func testErrors(t *testing.T, nh NewHandler) {
 // testCustomHandlers: answers that the adapter cannot take for JSON (a
 // plain-text refusal) as well as ones it can (an application/json error).
 func testCustomHandlers(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.MiddlewareOptions{
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(1, time.Minute), opts: &ratelimit.MiddlewareOptions{
 		OnDeny: func(w http.ResponseWriter, _ *http.Request, res ratelimit.Result) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(http.StatusTooManyRequests)
@@ -380,7 +380,7 @@ func testCountIf(t *testing.T, nh NewHandler) {
 	// adapter must hand the core the status of the response, before the
 	// client has it.
 	seen := make(chan int, 20)
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(2), opts: &ratelimit.MiddlewareOptions{
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(2, time.Minute), opts: &ratelimit.MiddlewareOptions{
 		CountIf: func(status int) bool {
 			seen <- status
 			return status >= 400
@@ -405,7 +405,7 @@ func testCountIf(t *testing.T, nh NewHandler) {
 // after it began (a download whose client hung up: httputil.ReverseProxy
 // panics with http.ErrAbortHandler), and let the panic go on.
 func testAborted(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.MiddlewareOptions{
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(1, time.Minute), opts: &ratelimit.MiddlewareOptions{
 		CountIf: func(status int) bool { return status < 400 }, // downloads count, failures do not
 	}})
 	for _, sd := range []*side{f.ref, f.adapter} {
@@ -426,7 +426,7 @@ func testAborted(t *testing.T, nh NewHandler) {
 // next runs and released when it returns, or panics. The adapter must run
 // the rest of the chain inside the core's Handle.
 func testInFlight(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(100), opts: &ratelimit.MiddlewareOptions{MaxInFlight: 1}})
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(100, time.Minute), opts: &ratelimit.MiddlewareOptions{MaxInFlight: 1}})
 	var answers [2][5]response // reference, adapter
 	for i, sd := range []*side{f.ref, f.adapter} {
 		errs := make(chan error, 1)
@@ -457,7 +457,7 @@ func testInFlight(t *testing.T, nh NewHandler) {
 }
 
 func testSkip(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.MiddlewareOptions{
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(1, time.Minute), opts: &ratelimit.MiddlewareOptions{
 		Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" },
 	}})
 	f.send(request{client: "alice"})
@@ -477,14 +477,14 @@ func testSkip(t *testing.T, nh NewHandler) {
 // without a key).
 func testAddressLists(t *testing.T, nh NewHandler) {
 	loopback := []string{"127.0.0.0/8", "::1"}
-	blocked := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.MiddlewareOptions{Block: loopback}})
+	blocked := newFixture(t, nh, setup{limit: ratelimit.Per(1, time.Minute), opts: &ratelimit.MiddlewareOptions{Block: loopback}})
 	for _, req := range []request{{client: "alice"}, {method: http.MethodHead, client: "alice"}, {}} {
 		r := blocked.send(req)
 		assertStopped(t, r, http.StatusForbidden)
 		assert.Equal(t, "application/problem+json", r.Header.Get("Content-Type"))
 		assert.Empty(t, r.Header.Get("RateLimit"), "a blocked request is not decided")
 	}
-	safe := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.MiddlewareOptions{Safe: loopback}})
+	safe := newFixture(t, nh, setup{limit: ratelimit.Per(1, time.Minute), opts: &ratelimit.MiddlewareOptions{Safe: loopback}})
 	for _, client := range []string{"alice", "alice", "", keyError} {
 		req := request{client: client}
 		r := safe.send(req)
@@ -500,7 +500,7 @@ func testAddressLists(t *testing.T, nh NewHandler) {
 // drafts' spelling, "RateLimit-Policy:" and "RateLimit:"), on an admitted
 // and on a refused request.
 func testFieldNames(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1)})
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(1, time.Minute)})
 	for _, status := range []string{"200 OK", "429 Too Many Requests"} {
 		want := rawRateLimitLines(t, f.ref, "alice", status)
 		got := rawRateLimitLines(t, f.adapter, "alice", status)

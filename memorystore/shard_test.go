@@ -133,7 +133,7 @@ func TestShardAgainstMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	policies := []*ratelimit.Policy{
 		&shardPolicy,
-		{Name: "b", Limit: ratelimit.PerMinute(7)},
+		{Name: "b", Limit: ratelimit.Per(7, time.Minute)},
 		{Name: "c", Limit: ratelimit.Per(3, time.Millisecond)},
 		{Name: "global", Limit: ratelimit.PerSecond(1), Global: true},
 		{Name: "b/ban", Limit: ratelimit.Per(1, time.Nanosecond), Algorithm: algo.Ban},

@@ -20,7 +20,7 @@ import (
 // one server and on a Cluster when the key has a hash tag; during a ban,
 // with the refusal cache, one call a second at most.
 func TestPenaltyRoundTrips(t *testing.T) {
-	p := ratelimit.Policy{Name: "login", Limit: ratelimit.PerHour(2),
+	p := ratelimit.Policy{Name: "login", Limit: ratelimit.Per(2, time.Hour),
 		Penalty: ratelimit.Penalty{After: 2, Within: time.Minute, For: 10 * time.Minute}}
 	t.Run("server", func(t *testing.T) {
 		c := redistest.Start(t).Client()
@@ -85,7 +85,7 @@ func testPenaltyRoundTrips(t *testing.T, p ratelimit.Policy, client redis.Script
 func TestBanResetReachesOtherInstances(t *testing.T) {
 	client := redistest.Start(t).Client()
 	c := new(storetest.Clock)
-	p := ratelimit.Policy{Name: "login", Limit: ratelimit.PerHour(1), Penalty: ratelimit.Penalty{After: 1, For: time.Hour}}
+	p := ratelimit.Policy{Name: "login", Limit: ratelimit.Per(1, time.Hour), Penalty: ratelimit.Penalty{After: 1, For: time.Hour}}
 	lim := func() *ratelimit.Limiter {
 		l, err := ratelimit.New(newStore(t, client, &redisstore.Options{Clock: c.Now}), p)
 		require.NoError(t, err)
@@ -136,7 +136,7 @@ func TestPenaltyWithLeases(t *testing.T) {
 
 	// Another instance bans the key (its bucket of 1 spent, it is refused).
 	ban, err := ratelimit.New(newStore(t, client, &redisstore.Options{Clock: c.Now}),
-		ratelimit.Policy{Name: "api", Limit: ratelimit.PerHour(1), Penalty: p.Penalty})
+		ratelimit.Policy{Name: "api", Limit: ratelimit.Per(1, time.Hour), Penalty: p.Penalty})
 	require.NoError(t, err)
 	_, err = ban.Take(ctx, "busy-2", 1)
 	require.NoError(t, err)

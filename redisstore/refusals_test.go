@@ -151,7 +151,7 @@ func TestRefusalCacheSkipsARefusedBatch(t *testing.T) {
 		client := redistest.Start(t).Client()
 		c := new(storetest.Clock)
 		policies := []ratelimit.Policy{
-			{Name: "a", Limit: ratelimit.PerMinute(2)},
+			{Name: "a", Limit: ratelimit.Per(2, time.Minute)},
 			{Name: "b", Limit: ratelimit.PerSecond(10).WithBurst(1)},
 		}
 		instance := func() *ratelimit.Limiter {

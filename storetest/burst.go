@@ -108,7 +108,7 @@ func burst(t *testing.T, g *gate, l *ratelimit.Limiter, key string, n int) []rat
 // is answered with that ban.
 func testPenaltyBurstBansFor(t *testing.T, c *Clock, s ratelimit.Store) {
 	g := &gate{Store: s}
-	l := limiter(t, g, ratelimit.Policy{Name: "login", Limit: ratelimit.PerDay(1),
+	l := limiter(t, g, ratelimit.Policy{Name: "login", Limit: ratelimit.Per(1, 24*time.Hour),
 		Penalty: ratelimit.Penalty{After: 1, For: time.Minute, Max: 64 * time.Minute}})
 	require.True(t, limit(t, l, "k", 1).Allowed)
 	answers := map[string]int{} // the answers' policies and RetryAfters
@@ -128,7 +128,7 @@ func testPenaltyBurstBansFor(t *testing.T, c *Clock, s ratelimit.Store) {
 // answered with the ban; after a long quiet spell, 1 minute again.
 func testPenaltyBurstBackOff(t *testing.T, c *Clock, s ratelimit.Store) {
 	g := &gate{Store: s}
-	l := limiter(t, g, ratelimit.Policy{Name: "login", Limit: ratelimit.PerDay(1),
+	l := limiter(t, g, ratelimit.Policy{Name: "login", Limit: ratelimit.Per(1, 24*time.Hour),
 		Penalty: ratelimit.Penalty{After: 2, Within: 10 * time.Second, For: time.Minute, Max: 5 * time.Minute}})
 	require.True(t, limit(t, l, "k", 1).Allowed)
 	var bans []time.Duration
