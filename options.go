@@ -146,8 +146,8 @@ type MiddlewareOptions struct {
 type config struct {
 	MiddlewareOptions
 	inflight   *inflight
-	maxQueued  int64      // MiddlewareOptions.MaxQueued with its default; < 0: no bound
-	lists      *addrLists // nil without Block and Safe
+	maxQueued  int64        // MiddlewareOptions.MaxQueued with its default; < 0: no bound
+	lists      *addrLists   // nil without Block and Safe
 	errors     errorAnswers // the default error handler, and the first refusals
 	ownOnError bool         // OnError is the caller's
 }
