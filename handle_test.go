@@ -28,7 +28,7 @@ import (
 // returns the response and whether the handler ran.
 func handle(m *ratelimit.Middleware, r *http.Request) (w *httptest.ResponseRecorder, ran bool) {
 	w = httptest.NewRecorder()
-	m.Handle(w, r, func() int {
+	m.Handle(w, r, func(*http.Request) int {
 		ran = true
 		w.WriteHeader(http.StatusOK)
 		w.Write([]byte("ok"))
@@ -346,7 +346,7 @@ func TestStoreResultWithoutPolicy(t *testing.T) {
 	w := httptest.NewRecorder()
 	r := httptest.NewRequest("GET", "/", nil)
 	r.Header.Set("X-Client", "c")
-	m.Handle(w, r, func() int { return http.StatusOK })
+	m.Handle(w, r, func(*http.Request) int { return http.StatusOK })
 	assert.Equal(t, []string{`"api";r=4`}, w.Header()["RateLimit"])
 
 	two, err := ratelimit.New(handBuiltStore{}, ratelimit.Policy{Name: "a", Limit: ratelimit.PerSecond(5)}, ratelimit.Policy{Name: "b", Limit: ratelimit.Per(5, 24*time.Hour)})
@@ -374,7 +374,7 @@ func TestSkipPanics(t *testing.T) {
 	require.NoError(t, err)
 	w := httptest.NewRecorder()
 	ran := false
-	m.Handle(w, httptest.NewRequest("GET", "/", nil), func() int { ran = true; return 200 })
+	m.Handle(w, httptest.NewRequest("GET", "/", nil), func(*http.Request) int { ran = true; return 200 })
 	assert.False(t, ran)
 	assert.Equal(t, 500, w.Code)
 	assert.ErrorIs(t, got, ratelimit.ErrPanic)

@@ -60,9 +60,11 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *MiddlewareOptions) (*Middlewar
 	return m, nil
 }
 
-// Handle runs r through the limiter and, when it may proceed, calls next,
-// which must run the rest of the chain and return the response's status
-// code. It is the one entry point of every framework adapter.
+// Handle runs r through the limiter and, when it may proceed, calls next
+// with the request to serve (r, or with MiddlewareOptions.ResultInContext
+// a copy carrying the Result), which must run the rest of the chain and
+// return the response's status code. It is the one entry point of every
+// framework adapter.
 //
 // Handle sets the rate-limit header fields on w. When the request is
 // refused, or cannot be decided, Handle writes the whole response (through
@@ -91,7 +93,7 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *MiddlewareOptions) (*Middlewar
 // and raises the panic again after Handle returns. With
 // MiddlewareOptions.MaxInFlight, the request holds a slot while next runs, released
 // when next returns or panics.
-func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() (status int)) {
+func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func(r *http.Request) (status int)) {
 	if m.cfg.lists != nil {
 		switch v, err := m.cfg.lists.check(r); {
 		case err != nil: // as the key function's errors: KeyByIP would fail alike
@@ -101,7 +103,7 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 			forbid(w)
 			return
 		case v == safe:
-			next()
+			next(r)
 			return
 		}
 	}
@@ -112,7 +114,7 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 			return
 		}
 		if skip {
-			next()
+			next(r)
 			return
 		}
 	}
@@ -150,7 +152,7 @@ func (d *decision) refund(r *http.Request) {
 // panics, a place in the shaping queues (MiddlewareOptions.MaxQueued) until its
 // wait ends. It takes them before the decision is observed and answered,
 // since a refusal for want of them is a refusal.
-func (m *Middleware) hold(w http.ResponseWriter, r *http.Request, next func() int, start time.Time, d *decision) {
+func (m *Middleware) hold(w http.ResponseWriter, r *http.Request, next func(*http.Request) int, start time.Time, d *decision) {
 	if m.cfg.inflight != nil {
 		var release func()
 		if release, d.res, d.err = m.acquire(r, d); release != nil {
@@ -167,7 +169,7 @@ func (m *Middleware) hold(w http.ResponseWriter, r *http.Request, next func() in
 // answer observes d, which was decided from start, writes the header
 // fields and answers r: through the error or the deny handler, or by
 // running next once the request's turn has come.
-func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func() int, start time.Time, d *decision) {
+func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func(*http.Request) int, start time.Time, d *decision) {
 	if m.cfg.Observe != nil {
 		m.cfg.Observe(r, Event{Limiter: d.lim, KeyHash: keyHash(d.key), Result: d.res, Err: d.err, Elapsed: time.Since(start)})
 	}
@@ -197,8 +199,11 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func() 
 			return
 		}
 	}
+	if m.cfg.ResultInContext {
+		r = r.WithContext(context.WithValue(r.Context(), resultKey{}, d.res))
+	}
 	if m.cfg.CountIf == nil {
-		next()
+		next(r)
 		return
 	}
 	m.count(r, next, d)
@@ -215,14 +220,14 @@ func addSaturating(d, j time.Duration) time.Duration {
 
 // count runs next and gives back what d spent when next's status does
 // not count (MiddlewareOptions.CountIf) or next panics.
-func (m *Middleware) count(r *http.Request, next func() int, d *decision) {
+func (m *Middleware) count(r *http.Request, next func(*http.Request) int, d *decision) {
 	counted := false
 	defer func() {
 		if !counted { // next did not return normally, or its status does not count
 			d.refund(r)
 		}
 	}()
-	counted = m.cfg.CountIf(next())
+	counted = m.cfg.CountIf(next(r))
 }
 
 // undecided observes and answers a request that failed before its
@@ -367,6 +372,18 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+}
+
+// resultKey is the context key of the Result that ResultFrom returns.
+type resultKey struct{}
+
+// ResultFrom returns the decision of the request whose context ctx is,
+// and whether there is one: a Middleware with
+// MiddlewareOptions.ResultInContext puts it there for the handler, to
+// show the quota left, say.
+func ResultFrom(ctx context.Context) (Result, bool) {
+	res, ok := ctx.Value(resultKey{}).(Result)
+	return res, ok
 }
 
 // CountsResponses reports whether the status that Handle's next returns

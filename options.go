@@ -122,6 +122,11 @@ type MiddlewareOptions struct {
 	// middlewares keep theirs apart by giving different names. 1 to 64
 	// characters from [A-Za-z0-9._-]. Required with Slots.
 	SlotName string
+	// ResultInContext puts each admitted request's Result in the
+	// context of the request that next receives, for ResultFrom. It
+	// costs a new request and context (a few allocations) per request.
+	// Default: false.
+	ResultInContext bool
 	// Observe is told about every request the Middleware decides, or fails
 	// to decide, for metrics and logs (the metrics module's Metrics.Observe
 	// is one). It runs on the request path before the response is written,

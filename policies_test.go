@@ -258,8 +258,8 @@ func TestDryRunHeadersOnRefusals(t *testing.T) {
 		return r
 	}
 	first, second := httptest.NewRecorder(), httptest.NewRecorder()
-	m.Handle(first, request(), func() int {
-		m.Handle(second, request(), func() int { return 200 }) // while the first holds the slot
+	m.Handle(first, request(), func(*http.Request) int {
+		m.Handle(second, request(), func(*http.Request) int { return 200 }) // while the first holds the slot
 		return 200
 	})
 	require.Equal(t, 429, second.Code)

@@ -32,7 +32,9 @@
 // address lists (Options.Block answers 403, Options.Safe skips); the
 // rate-limit field names reach the wire as the core spells them
 // ("RateLimit-Policy", not "Ratelimit-Policy"), which a Go client, since
-// it canonicalises names, cannot see: that test reads the raw response.
+// it canonicalises names, cannot see: that test reads the raw response;
+// and next receives the request that ratelimit.ResultFrom reads
+// (Options.ResultInContext).
 // What the core decides alone is tested in package ratelimit.
 package adaptertest
 
@@ -83,6 +85,7 @@ func Run(t *testing.T, newHandler NewHandler) {
 		{"Skip", testSkip},
 		{"AddressLists", testAddressLists},
 		{"FieldNames", testFieldNames},
+		{"ResultFrom", testResultFrom},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newHandler) })
 	}
@@ -140,7 +143,7 @@ func newFixture(t *testing.T, nh NewHandler, s setup) *fixture {
 		require.NoError(t, err)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var panicked any
-			m.Handle(w, r, func() (status int) {
+			m.Handle(w, r, func(r *http.Request) (status int) {
 				sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 				status, panicked = quick.Run(func() { next.ServeHTTP(sw, r) }, func() (int, bool) { return sw.status, sw.sent })
 				return status
@@ -208,6 +211,9 @@ func next(sd *side) http.Handler {
 			<-sd.release
 		case "/panic":
 			panic(http.ErrAbortHandler) // the server closes the connection
+		case "/result": // what ratelimit.ResultFrom finds in the request next receives
+			res, ok := ratelimit.ResultFrom(r.Context())
+			w.Header().Set("X-Result", strconv.FormatBool(ok)+" "+strconv.FormatInt(res.Remaining, 10))
 		case "/abort": // the client hung up mid-body, as httputil.ReverseProxy reports it
 			w.WriteHeader(http.StatusOK)
 			io.WriteString(w, "the first part")
@@ -292,6 +298,20 @@ func assertStopped(t *testing.T, r response, status int) {
 	t.Helper()
 	assert.Equal(t, status, r.Status)
 	assert.Empty(t, r.Header.Get("X-Next"), "next must not run")
+}
+
+// testResultFrom: with ResultInContext, next's request carries the
+// decision, which ratelimit.ResultFrom reads; without, it carries none.
+func testResultFrom(t *testing.T, nh NewHandler) {
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(5, time.Minute), opts: &ratelimit.MiddlewareOptions{ResultInContext: true}})
+	for _, want := range []string{"true 4", "true 3"} {
+		req := request{path: "/result", client: "alice"}
+		r := f.send(req)
+		assertNextRan(t, req, r)
+		assert.Equal(t, want, r.Header.Get("X-Result"), "ResultFrom in next: found, remaining")
+	}
+	f = newFixture(t, nh, setup{limit: ratelimit.Per(5, time.Minute)})
+	assert.Equal(t, "false 0", f.send(request{path: "/result", client: "alice"}).Header.Get("X-Result"), "without ResultInContext")
 }
 
 func testAdmitted(t *testing.T, nh NewHandler) {

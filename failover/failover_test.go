@@ -133,7 +133,7 @@ func (s *server) get(client string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(http.MethodGet, "/geocode?q=paris", nil)
 	r.Header.Set("X-Client", client)
 	w := httptest.NewRecorder()
-	s.mw.Handle(w, r, func() int {
+	s.mw.Handle(w, r, func(*http.Request) int {
 		s.calls++
 		w.Write([]byte("ok"))
 		return http.StatusOK
