@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"maps"
+	"math"
 	"math/bits"
 	"net/http"
 	"strconv"
@@ -299,6 +300,52 @@ func (hc *headerCaches) of(l *Limiter) *limitHeaders {
 	m[l] = c
 	hc.others.Store(&m)
 	return c
+}
+
+// writeHeaders writes the rate-limit header fields of res, decided by lim:
+// none for a degraded decision, or when every policy is dry-run and hidden.
+// With DryRunHeaders every policy is listed, and an allowed request's
+// RateLimit is the binding one of every policy, dry-run ones included; a
+// refusal's is the refusing policy's, so that t is Retry-After.
+func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
+	if res.Degraded {
+		return
+	}
+	c := m.headers.of(lim)
+	switch {
+	case m.cfg.DryRunHeaders && res.Allowed && res.Results != nil:
+		b := res.Results[0]
+		for _, r := range res.Results[1:] {
+			if r.bindsOver(b) {
+				b = r
+			}
+		}
+		writeHeaders(h, m.cfg.Headers, b, c.fields[1], c.quotasOf(b.Policy))
+	case m.cfg.DryRunHeaders:
+		writeHeaders(h, m.cfg.Headers, res, c.fields[1], c.quotasOf(res.Policy))
+	case c.hidden:
+		return
+	default:
+		writeHeaders(h, m.cfg.Headers, res, c.fields[0], c.quotasOf(res.Policy))
+	}
+	if m.cfg.inflight != nil {
+		m.cfg.inflight.list(h, m.cfg.Headers)
+	}
+}
+
+// refuse answers a refused request: Retry-After, then the deny handler.
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, res Result) {
+	w.Header()["Retry-After"] = intField(retryAfterSeconds(res.RetryAfter))
+	m.cfg.OnDeny(w, r, res)
+}
+
+// addSaturating returns d + j for j ≥ 0, or the longest Duration when
+// that overflows, so that jitter never turns a long wait into a short one.
+func addSaturating(d, j time.Duration) time.Duration {
+	if d > math.MaxInt64-j {
+		return math.MaxInt64
+	}
+	return d + j
 }
 
 // policyField returns the RateLimit-Policy value that lists ps (the

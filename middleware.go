@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"sync/atomic"
@@ -123,37 +122,20 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func(r 
 		start = time.Now()
 	}
 	d := m.decide(r)
-	if d.err == nil && d.res.Allowed && (m.cfg.inflight != nil || d.res.Delay > 0) {
-		m.hold(w, r, next, start, &d)
-		return
-	}
 	m.answer(w, r, next, start, &d)
 }
 
-// decision is what Handle learned of a request: the limiter that decided
-// it, its key and cost, and the result or the error.
-type decision struct {
-	lim    *Limiter
-	key    string
-	cost   int64
-	res    Result
-	err    error
-	queued bool // it holds a place in the shaping queues (enqueue)
-}
-
-// refund gives back what d spent, after the request turned out not to
-// count or could not run, even if r's context has ended.
-func (d *decision) refund(r *http.Request) {
-	_ = d.lim.Refund(context.WithoutCancel(r.Context()), d.key, d.cost, d.res)
-}
-
-// hold answers an allowed request that holds something while it waits or
-// runs: an in-flight slot (MiddlewareOptions.MaxInFlight) until next returns or
-// panics, a place in the shaping queues (MiddlewareOptions.MaxQueued) until its
-// wait ends. It takes them before the decision is observed and answered,
-// since a refusal for want of them is a refusal.
-func (m *Middleware) hold(w http.ResponseWriter, r *http.Request, next func(*http.Request) int, start time.Time, d *decision) {
-	if m.cfg.inflight != nil {
+// answer observes d, which was decided from start, writes the header
+// fields and answers r: through the error or the deny handler, or by
+// running next once the request's turn has come.
+//
+// An allowed request first takes what it holds while it waits or runs: an
+// in-flight slot (MaxInFlight) until next returns or panics, a place in
+// the shaping queues (MaxQueued) until its wait ends. It takes them before
+// it is observed and answered, since a refusal for want of them is a
+// refusal.
+func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func(*http.Request) int, start time.Time, d *decision) {
+	if d.err == nil && d.res.Allowed && m.cfg.inflight != nil {
 		var release func()
 		if release, d.res, d.err = m.acquire(r, d); release != nil {
 			defer release()
@@ -161,15 +143,8 @@ func (m *Middleware) hold(w http.ResponseWriter, r *http.Request, next func(*htt
 	}
 	if d.err == nil && d.res.Allowed && d.res.Delay > 0 {
 		m.enqueue(r, d)
-		defer m.dequeue(d) // answer frees it when the wait ends; this, after a panic before
+		defer m.dequeue(d) // freed when the wait ends; this, after a panic before
 	}
-	m.answer(w, r, next, start, d)
-}
-
-// answer observes d, which was decided from start, writes the header
-// fields and answers r: through the error or the deny handler, or by
-// running next once the request's turn has come.
-func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func(*http.Request) int, start time.Time, d *decision) {
 	if m.cfg.Observe != nil {
 		m.cfg.Observe(r, Event{Limiter: d.lim, KeyHash: keyHash(d.key), Result: d.res, Err: d.err, Elapsed: time.Since(start)})
 	}
@@ -207,27 +182,6 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func(*h
 		return
 	}
 	m.count(r, next, d)
-}
-
-// addSaturating returns d + j for j ≥ 0, or the longest Duration when
-// that overflows, so that jitter never turns a long wait into a short one.
-func addSaturating(d, j time.Duration) time.Duration {
-	if d > math.MaxInt64-j {
-		return math.MaxInt64
-	}
-	return d + j
-}
-
-// count runs next and gives back what d spent when next's status does
-// not count (MiddlewareOptions.CountIf) or next panics.
-func (m *Middleware) count(r *http.Request, next func(*http.Request) int, d *decision) {
-	counted := false
-	defer func() {
-		if !counted { // next did not return normally, or its status does not count
-			d.refund(r)
-		}
-	}()
-	counted = m.cfg.CountIf(next(r))
 }
 
 // undecided observes and answers a request that failed before its
@@ -269,43 +223,6 @@ func (m *Middleware) acquire(r *http.Request, d *decision) (func(), Result, erro
 	}
 	d.refund(r)
 	return nil, f.refused, nil
-}
-
-// writeHeaders writes the rate-limit header fields of res, decided by lim:
-// none for a degraded decision, or when every policy is dry-run and hidden.
-// With DryRunHeaders every policy is listed, and an allowed request's
-// RateLimit is the binding one of every policy, dry-run ones included; a
-// refusal's is the refusing policy's, so that t is Retry-After.
-func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
-	if res.Degraded {
-		return
-	}
-	c := m.headers.of(lim)
-	switch {
-	case m.cfg.DryRunHeaders && res.Allowed && res.Results != nil:
-		b := res.Results[0]
-		for _, r := range res.Results[1:] {
-			if r.bindsOver(b) {
-				b = r
-			}
-		}
-		writeHeaders(h, m.cfg.Headers, b, c.fields[1], c.quotasOf(b.Policy))
-	case m.cfg.DryRunHeaders:
-		writeHeaders(h, m.cfg.Headers, res, c.fields[1], c.quotasOf(res.Policy))
-	case c.hidden:
-		return
-	default:
-		writeHeaders(h, m.cfg.Headers, res, c.fields[0], c.quotasOf(res.Policy))
-	}
-	if m.cfg.inflight != nil {
-		m.cfg.inflight.list(h, m.cfg.Headers)
-	}
-}
-
-// refuse answers a refused request: Retry-After, then the deny handler.
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, res Result) {
-	w.Header()["Retry-After"] = intField(retryAfterSeconds(res.RetryAfter))
-	m.cfg.OnDeny(w, r, res)
 }
 
 // skip reports whether MiddlewareOptions.Skip exempts r; a panic in it becomes an
@@ -359,19 +276,6 @@ func (m *Middleware) decide(r *http.Request) (d decision) {
 	}
 	d.res, d.err = d.lim.Take(r.Context(), d.key, d.cost) // it refuses an empty key and a cost above a burst
 	return d
-}
-
-// sleep waits for d or until ctx ends, and returns ctx's error in the latter
-// case.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }
 
 // resultKey is the context key of the Result that ResultFrom returns.
