@@ -22,7 +22,7 @@ import (
 //
 // The state is, for TokenBucket and LeakyPolice, the time the bucket is full
 // again (GCRA's theoretical arrival time); for LeakyShape, the time the
-// queue is empty; for Ban, the time the ban ends (and a positive cost is a
+// queue is empty; for a ban, the time the ban ends (and a positive cost is a
 // ban's length in nanoseconds, whatever the burst; a key already banned
 // refuses it). docs/algorithms.md
 // derives them.
@@ -34,9 +34,9 @@ func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 	switch p.Algorithm {
 	case LeakyShape:
 		allowed, next, remaining, retryAfter, resetAfter, delay = shape(state, now, iv, burst, cost, p.shapeBound(), p.Immediate)
-	case Ban:
-		allowed, next, retryAfter, resetAfter = ban(state, now, cost)
-	default: // TokenBucket and LeakyPolice make the same decisions.
+	case ban:
+		allowed, next, retryAfter, resetAfter = decideBan(state, now, cost)
+	default: // TokenBucket, LeakyPolice and strikes make the same decisions.
 		allowed, next, remaining, retryAfter, resetAfter = tokenBucket(state, now, iv, burst, cost)
 	}
 	return Result{
@@ -56,9 +56,9 @@ func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 // − now, and never to before now. End is the decision's own state after
 // it, moved earlier by what was given back since of the requests taken
 // before it; a store keeps what it needs for that beside the state (see
-// [RefundStore]). A Ban's state never moves back.
+// [RefundStore]). A ban's state never moves back.
 func (p *Policy) Refund(state, now, cost, end int64) (next int64) {
-	if cost <= 0 || p.Algorithm == Ban {
+	if cost <= 0 || p.Algorithm == ban {
 		return state
 	}
 	give := min(end-now, cost*int64(p.Limit.interval), state-now)
@@ -94,12 +94,12 @@ func tokenBucket(state, now, interval, burst, cost int64) (allowed bool, next, r
 	return allowed, next, remaining, retryAfter, resetAfter
 }
 
-// ban is a penalty box's ban: the state is the time the ban ends. Until
+// decideBan is a penalty box's ban: the state is the time the ban ends. Until
 // then every request is refused and changes nothing; after it, a cost of 0
 // asks, and a positive cost bans for cost nanoseconds from now. So of
 // requests that race to ban a key, one bans it and the others are refused
 // by its ban.
-func ban(state, now, cost int64) (allowed bool, next, retryAfter, resetAfter int64) {
+func decideBan(state, now, cost int64) (allowed bool, next, retryAfter, resetAfter int64) {
 	next = state
 	allowed = state <= now
 	if allowed && cost > 0 {

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
 // TestNoOverflowAtTheLongestSpan: with a limit of maxSpan, a state a whole
@@ -35,4 +37,26 @@ func TestNoOverflowAtTheLongestSpan(t *testing.T) {
 	assert.Greater(t, state, now)
 	res, _ = shaper.Decide(state, now, 1)
 	assert.False(t, res.Allowed, "the queue is full")
+}
+
+// The penalty box's own algorithms are internal/algo's values, after the
+// three exported ones, and New refuses them in a Policy, naming them.
+func TestPenaltyAlgorithms(t *testing.T) {
+	assert.Equal(t, algo.Ban, int(ban))
+	assert.Equal(t, algo.Strikes, int(strikes))
+	assert.Equal(t, LeakyShape+1, ban, "the first value after the exported ones")
+	for _, a := range []Algorithm{ban, strikes} {
+		_, err := New(nopStore{}, Policy{Limit: PerSecond(1), Algorithm: a})
+		assert.ErrorContains(t, err, "the algorithm "+a.name()+" is a penalty box's own")
+	}
+	p := Policy{Limit: PerSecond(2).WithBurst(3), Algorithm: strikes}
+	tb := p
+	tb.Algorithm = TokenBucket
+	for _, cost := range []int64{0, 1, 3, 4} {
+		want, wantNext := tb.Decide(5e8, 1e8, cost)
+		got, next := p.Decide(5e8, 1e8, cost)
+		want.Policy = got.Policy
+		assert.Equal(t, want, got, "strikes decide cost %d as TokenBucket", cost)
+		assert.Equal(t, wantNext, next)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
 // These tests check Policy.Decide, the algorithm every store applies,
@@ -334,7 +335,8 @@ func FuzzShape(f *testing.F) {
 
 func BenchmarkDecide(b *testing.B) {
 	for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.LeakyShape} {
-		b.Run(alg.String(), func(b *testing.B) {
+		name, _ := alg.MarshalText()
+		b.Run(string(name), func(b *testing.B) {
 			p := &ratelimit.Policy{Name: "bench", Limit: ratelimit.PerSecond(1_000_000).WithBurst(1_000_000_000), Algorithm: alg}
 			var res ratelimit.Result
 			b.ReportAllocs()
@@ -565,7 +567,7 @@ func TestRefund(t *testing.T) {
 			assert.Equal(t, tc.next, p.Refund(tc.state, now, tc.cost, tc.end), "%v: Refund(now%+d, now, %d, now%+d)", p.Algorithm, tc.state-now, tc.cost, tc.end-now)
 		}
 	}
-	ban := &ratelimit.Policy{Name: "b", Limit: ratelimit.PerSecond(1), Algorithm: ratelimit.Ban}
+	ban := &ratelimit.Policy{Name: "b", Limit: ratelimit.PerSecond(1), Algorithm: algo.Ban}
 	assert.Equal(t, now+600, ban.Refund(now+600, now, 1, now+600), "a ban never moves back")
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tokenfair/ratelimit/internal/algo"
 	"github.com/tokenfair/ratelimit/internal/clientkey"
 	"github.com/tokenfair/ratelimit/internal/jsontext"
 )
@@ -19,56 +20,27 @@ import (
 // problem body.
 func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 	detail := "Too many requests; retry after " + strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10) + " s."
-	if res.lists != nil && res.lists.ban {
+	if banned(res) {
 		detail = "Banned after repeated refusals, for " + strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10) + " s more."
 	}
-	writeProblem(w, http.StatusTooManyRequests, problemQuotaExceeded, "Quota Exceeded", detail, res.Violated())
+	writeProblem(w, http.StatusTooManyRequests, problemQuotaExceeded, "Quota Exceeded", detail, res.Violated)
 }
 
-// DefaultErrorHandler answers a request that could not be decided with a
-// problem body that never contains the error's text, but a "detail" that
-// says what was wrong without quoting any header value, key or secret: the
-// Detail of the refusals of this module's key and cost checks ("the request
-// carries no X-API-Key header"), or a generic sentence for other errors.
-//   - ErrMissingKey: 401 Unauthorized, with the WWW-Authenticate challenge
-//     of the key function that failed (KeyByAPIKey: ApiKey in="header",
-//     name="X-API-Key"), or Bearer;
-//   - ErrBadRequest: 400 Bad Request;
-//   - ErrStore (ErrKeyState included): 503 with Retry-After: 1 and the
-//     temporary-reduced-capacity problem type;
-//   - ErrWaitAbandoned: 503 with Retry-After: 1;
-//   - anything else (ErrPanic included): 500 Internal Server Error.
-//
-// Errors are logged with slog.Default. The first 400 or 401 of each kind
-// (a missing key, an unusable client address, a bad cost, ...) in the
-// process is logged at the warning level, with the "refusal" kind, the
-// detail, the method and the path, so that a misconfigured key function is
-// seen; later ones at the debug level. 500s are logged at the error level;
-// of those of a misconfiguration that fails every request alike (a user ID
-// of a type that cannot be a key), only the first, the others at the debug
-// level. ErrWaitAbandoned (the client left) is not logged. Store failures are
-// logged at most once every 10 seconds, with the number left unlogged
-// since the last line ("suppressed"): during an outage every request fails
-// the same way. (A Middleware whose MiddlewareOptions.OnError is nil answers the same
-// way, logging to MiddlewareOptions.Logger, the first refusal of each kind of that
-// Middleware, and spacing its own lines.)
-func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
-	errorAnswers{storeLines: &defaultStoreLines, refusals: &defaultRefusals}.answer(w, r, err)
+// banned reports whether res is the refusal of a penalty box's ban: its
+// only result is the ban's.
+func banned(res Result) bool {
+	return len(res.Results) == 1 && res.Results[0].Policy != nil && res.Results[0].Policy.Algorithm == algo.Ban
 }
-
-// defaultStoreLines spaces out DefaultErrorHandler's log lines about store
-// failures, and defaultRefusals notes the kinds of refusal it has logged.
-var (
-	defaultStoreLines = logSpacing{every: storeLinesEvery}
-	defaultRefusals   refusals
-)
 
 // storeLinesEvery is the least time between two log lines about store
 // failures.
 const storeLinesEvery = 10 * time.Second
 
-// errorAnswers is DefaultErrorHandler with its own logger, challenge and
-// log state.
+// errorAnswers is a Middleware's default error handler (a nil
+// MiddlewareOptions.OnError), with its logger, challenge and log state:
+// it answers with a problem body that never holds the error's text, and
+// logs the first refusal of each kind, every 500, and store failures at
+// most once every storeLinesEvery (docs/http.md).
 type errorAnswers struct {
 	log        *slog.Logger // nil: slog.Default() at the time of the line
 	challenge  string       // of a 401, instead of the error's; "": the error's
@@ -76,7 +48,7 @@ type errorAnswers struct {
 	refusals   *refusals
 }
 
-// problem is how DefaultErrorHandler answers an error.
+// problem is how the default error handler answers an error.
 type problem struct {
 	status             int
 	typ, title, detail string
@@ -129,7 +101,7 @@ func describe(err error) problem {
 	return p
 }
 
-// answer is DefaultErrorHandler, logging and answering as a says.
+// answer logs and answers err as a says.
 func (a errorAnswers) answer(w http.ResponseWriter, r *http.Request, err error) {
 	p := describe(err)
 	log := a.logger()

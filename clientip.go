@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -15,7 +14,7 @@ import (
 
 // errNoClientIP: the request has no usable client address. It wraps
 // ErrBadRequest.
-var errNoClientIP = clientkey.ErrNoClientIP
+var errNoClientIP = fmt.Errorf("%w: no valid client IP", ErrBadRequest)
 
 // noClientIP is the refusal of a request without a usable client address:
 // err, which wraps errNoClientIP and may quote the value at fault, with
@@ -69,9 +68,10 @@ type IPOptions struct {
 	// nil, is slog.Default() at the time of the warning.
 	Logger *slog.Logger
 
-	// Quiet lists the kinds of warning (see Logger) not to log. The
-	// default, nil, logs them all. An unknown kind makes KeyByIP fail.
-	Quiet []string
+	// Quiet turns off the warnings KeyByIP logs; default false. To drop
+	// one kind only, filter on the "warning" attribute in Logger's
+	// slog.Handler.
+	Quiet bool
 }
 
 type proxyHeader uint8
@@ -88,7 +88,7 @@ type ipConfig struct {
 	header  proxyHeader
 	v6bits  int          // 0: none (a /128)
 	logger  *slog.Logger // nil: slog.Default()
-	quiet   quiet
+	quiet   bool         // IPOptions.Quiet
 
 	checkForwarded bool        // warn about forwarding headers without trusted proxies
 	warned         atomic.Bool // the forwarding headers warning was logged
@@ -130,10 +130,8 @@ func newIPConfig(who string, opts *IPOptions) (*ipConfig, error) {
 	if c.v6bits, err = clientkey.IPv6Bits(o.IPv6Prefix); err != nil {
 		return nil, fmt.Errorf("ratelimit: %s: %w", who, err)
 	}
-	if c.quiet, err = newQuiet(who+": Quiet", slices.Clone(o.Quiet), []string{warnWideTrustedRange, warnForwardedWithoutTrustedProxy}); err != nil {
-		return nil, err
-	}
-	c.checkForwarded = len(c.trusted) == 0 && !slices.Contains(c.quiet, warnForwardedWithoutTrustedProxy)
+	c.quiet = o.Quiet
+	c.checkForwarded = len(c.trusted) == 0 && !c.quiet
 	return c, nil
 }
 
@@ -230,7 +228,7 @@ func KeyByIP(opts *IPOptions) (KeyFunc, error) {
 // warnWide logs the wide-trusted-range warning for each trusted range that
 // covers much of the internet.
 func (c *ipConfig) warnWide() {
-	if slices.Contains(c.quiet, warnWideTrustedRange) {
+	if c.quiet {
 		return
 	}
 	for _, p := range c.trusted {

@@ -24,7 +24,7 @@ import (
 // a successful login (password "right") is not counted.
 func loginServer(t *testing.T) (http.Handler, *ratelimit.Limiter, *atomic.Int64) {
 	t.Helper()
-	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Name: "logins", Limit: ratelimit.PerMinute(5)})
+	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Name: "logins", Limit: ratelimit.Per(5, time.Minute)})
 	require.NoError(t, err)
 	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{CountIf: func(status int) bool { return status >= 400 }})
 	require.NoError(t, err)
@@ -73,7 +73,7 @@ func TestLoginGuard(t *testing.T) {
 func TestLoginGuardBanksNothing(t *testing.T) {
 	for _, reset := range []bool{false, true} {
 		clock := new(fakeClock)
-		lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Name: "logins", Limit: ratelimit.PerMinute(5)})
+		lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Name: "logins", Limit: ratelimit.Per(5, time.Minute)})
 		require.NoError(t, err)
 		m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{CountIf: func(status int) bool { return status >= 400 }})
 		require.NoError(t, err)
@@ -114,19 +114,19 @@ func TestLoginGuardBanksNothing(t *testing.T) {
 // A request whose handler panics under CountIf gets its cost back: its
 // status never came, so it cannot count.
 func TestCountIfPanicGivesBack(t *testing.T) {
-	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Name: "logins", Limit: ratelimit.PerMinute(5)})
+	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Name: "logins", Limit: ratelimit.Per(5, time.Minute)})
 	require.NoError(t, err)
 	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{CountIf: func(int) bool { return true }})
 	require.NoError(t, err)
 	r := httptest.NewRequest("POST", "/login", nil)
 	r.Header.Set("X-Client", "alice")
 	for range 10 {
-		assert.PanicsWithValue(t, "boom", func() { m.Handle(httptest.NewRecorder(), r, func() int { panic("boom") }) })
+		assert.PanicsWithValue(t, "boom", func() { m.Handle(httptest.NewRecorder(), r, func(*http.Request) int { panic("boom") }) })
 	}
 	res, err := lim.Take(context.Background(), "alice", 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(5), res.Remaining, "every panicking request gave its token back")
-	m.Handle(httptest.NewRecorder(), r, func() int { return 200 })
+	m.Handle(httptest.NewRecorder(), r, func(*http.Request) int { return 200 })
 	res, err = lim.Take(context.Background(), "alice", 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(4), res.Remaining, "a counted request keeps its token")
@@ -160,7 +160,7 @@ func TestLoginGuardConcurrent(t *testing.T) {
 // TestSkip: what Skip exempts (a path, a client) reaches the handler
 // without limit or header fields, and spends nothing.
 func TestSkip(t *testing.T) {
-	s := newServer(t, ratelimit.PerMinute(1), nil, &ratelimit.MiddlewareOptions{Skip: func(r *http.Request) bool {
+	s := newServer(t, ratelimit.Per(1, time.Minute), nil, &ratelimit.MiddlewareOptions{Skip: func(r *http.Request) bool {
 		return strings.HasPrefix(r.URL.Path, "/internal/") || r.Header.Get("X-Client") == "monitor"
 	}})
 	for range 5 {
@@ -184,14 +184,14 @@ func TestSkip(t *testing.T) {
 // global policy, and does not reach a failing store.
 func TestSkipSpendsNothing(t *testing.T) {
 	monitor := &ratelimit.MiddlewareOptions{Skip: func(r *http.Request) bool { return r.Header.Get("X-Client") == "monitor" }}
-	global := ratelimit.Policy{Name: "global", Limit: ratelimit.PerMinute(3), Global: true}
+	global := ratelimit.Policy{Name: "global", Limit: ratelimit.Per(3, time.Minute), Global: true}
 	s := policyServer(t, []ratelimit.Policy{perKey, global}, monitor)
 	for range 10 {
 		require.Equal(t, 200, s.get("monitor").Code)
 	}
 	assert.Equal(t, []int{200, 200, 200, 429}, s.codes(4, "c"), "the global bucket is intact")
 
-	down := newServer(t, ratelimit.PerMinute(1), failingStore{errDown}, monitor)
+	down := newServer(t, ratelimit.Per(1, time.Minute), failingStore{errDown}, monitor)
 	assert.Equal(t, 200, down.get("monitor").Code)
 	assert.Equal(t, 503, down.get("c").Code, "the store is down for everyone else")
 }
@@ -199,7 +199,7 @@ func TestSkipSpendsNothing(t *testing.T) {
 // TestSkipByAPIKey: an internal caller known by its API key is exempt
 // (what WithExemptKeys did); the key is compared in constant time.
 func TestSkipByAPIKey(t *testing.T) {
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
 	require.NoError(t, err)
 	internal := func(r *http.Request) bool {
 		return subtle.ConstantTimeCompare([]byte(r.Header.Get("X-API-Key")), []byte("internal-secret")) == 1
@@ -351,7 +351,7 @@ func (failingSlots) Acquire(context.Context, string, string, int64, time.Duratio
 func (failingSlots) Release(context.Context, string, string) error { return errDown }
 
 func TestSlotStoreFailure(t *testing.T) {
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(5)})
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.Per(5, time.Minute)})
 	require.NoError(t, err)
 	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Minute, SlotName: "api"})
 	require.NoError(t, err)
@@ -388,7 +388,7 @@ func (o *recordingObserver) Observe(_ *http.Request, ev ratelimit.Event) {
 // a refusal by the "inflight" policy.
 func TestInFlightRefusalObserved(t *testing.T) {
 	obs := &recordingObserver{}
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(5)})
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.Per(5, time.Minute)})
 	require.NoError(t, err)
 	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{MaxInFlight: 1, Observe: obs.Observe})
 	require.NoError(t, err)
@@ -426,14 +426,14 @@ func TestInFlightRefusalObserved(t *testing.T) {
 	assert.Same(t, lim, obs.events[0].Limiter)
 	assert.Equal(t, "default", obs.events[0].Result.Policy.Name)
 	assert.False(t, obs.events[1].Result.Allowed)
-	assert.Equal(t, []string{"inflight"}, obs.events[1].Result.Violated())
+	assert.Equal(t, []string{"inflight"}, obs.events[1].Result.Violated)
 	assert.Equal(t, "inflight", obs.events[1].Result.Policy.Name)
 	assert.Equal(t, time.Second, obs.events[1].Result.RetryAfter)
 	assert.Same(t, lim, obs.events[1].Limiter)
 }
 
 func TestAllDryRunWritesNoHeaders(t *testing.T) {
-	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true}
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(1, time.Minute), DryRun: true}
 	for _, format := range []ratelimit.HeaderFormat{ratelimit.HeadersIETF, ratelimit.HeadersLegacy, ratelimit.HeadersX} {
 		s := policyServer(t, []ratelimit.Policy{shadow}, &ratelimit.MiddlewareOptions{Headers: format})
 		for range 3 {

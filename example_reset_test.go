@@ -16,8 +16,8 @@ func ExampleLimiter_Reset() {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // a fake clock; production stores read the real one
 	store, _ := memorystore.New(&memorystore.Options{Clock: func() time.Time { return now }})
 	limiter, err := ratelimit.New(store,
-		ratelimit.Policy{Name: "per-client", Limit: ratelimit.PerMinute(3)},
-		ratelimit.Policy{Name: "global", Limit: ratelimit.PerMinute(100), Global: true},
+		ratelimit.Policy{Name: "per-client", Limit: ratelimit.Per(3, time.Minute)},
+		ratelimit.Policy{Name: "global", Limit: ratelimit.Per(100, time.Minute), Global: true},
 	)
 	if err != nil {
 		panic(err)
@@ -27,13 +27,13 @@ func ExampleLimiter_Reset() {
 		limiter.Take(ctx, "client-1", 1)
 	}
 	res, _ := limiter.Take(ctx, "client-1", 1)
-	fmt.Println("before: allowed", res.Allowed, "violated", res.Violated())
+	fmt.Println("before: allowed", res.Allowed, "violated", res.Violated)
 
 	if err := limiter.Reset(ctx, "client-1"); err != nil {
 		panic(err)
 	}
 	res, _ = limiter.Take(ctx, "client-1", 1)
-	for _, r := range res.Results() {
+	for _, r := range res.Results {
 		fmt.Printf("after: %s remaining %d\n", r.Policy.Name, r.Remaining)
 	}
 	// Output:

@@ -47,7 +47,7 @@ func ExampleLimiter_Take() {
 
 func ExampleLimit_String() {
 	fmt.Println(ratelimit.PerSecond(5).WithBurst(10))
-	fmt.Println(ratelimit.PerDay(10000))
+	fmt.Println(ratelimit.Per(10000, 24*time.Hour))
 	fmt.Println(ratelimit.Per(2, 3*time.Second))
 	fmt.Println(ratelimit.Per(1, 7*time.Second))
 	fmt.Println(ratelimit.PerSecond(-5)) // invalid: written as the call
@@ -82,7 +82,9 @@ func ExampleAlgorithm_flag() {
 	if err := fs.Parse([]string{"-algorithm=leaky-shape", "-headers", "legacy"}); err != nil {
 		panic(err)
 	}
-	fmt.Println(algo, headers)
+	a, _ := algo.MarshalText()
+	h, _ := headers.MarshalText()
+	fmt.Println(string(a), string(h))
 
 	err := algo.UnmarshalText([]byte("sliding-window"))
 	fmt.Println(err)

@@ -28,7 +28,7 @@ import (
 // returns the response and whether the handler ran.
 func handle(m *ratelimit.Middleware, r *http.Request) (w *httptest.ResponseRecorder, ran bool) {
 	w = httptest.NewRecorder()
-	m.Handle(w, r, func() int {
+	m.Handle(w, r, func(*http.Request) int {
 		ran = true
 		w.WriteHeader(http.StatusOK)
 		w.Write([]byte("ok"))
@@ -43,7 +43,7 @@ func handle(m *ratelimit.Middleware, r *http.Request) (w *httptest.ResponseRecor
 // 30 are refused with 429.
 func TestHandleConcurrentExactCount(t *testing.T) {
 	const n, burst = 40, 10
-	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.PerMinute(burst)})
+	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.Per(burst, time.Minute)})
 	require.NoError(t, err)
 	m, err := ratelimit.NewMiddleware(lim, keyByHeader, nil)
 	require.NoError(t, err)
@@ -118,7 +118,7 @@ func TestOnDenySeesHeaderFields(t *testing.T) {
 	} {
 		var seen http.Header
 		denied := 0
-		lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+		lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
 		require.NoError(t, err)
 		m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{
 			Headers: tc.format,
@@ -155,7 +155,7 @@ func TestOnDenySeesHeaderFields(t *testing.T) {
 // is admitted and reaches its handler; the key function is not even called.
 // The same requests, not skipped, are answered as errors.
 func TestSkipRunsBeforeKey(t *testing.T) {
-	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		name   string
@@ -213,12 +213,13 @@ func TestHeaderNamesOnTheWire(t *testing.T) {
 		{format: ratelimit.HeadersLegacy, want: []string{"RateLimit-Limit: 2", "RateLimit-Remaining: 1", "RateLimit-Reset: 30"}},
 		{format: ratelimit.HeadersX, want: []string{"X-RateLimit-Limit: 2", "X-RateLimit-Remaining: 1", "X-RateLimit-Reset: 30"}},
 	} {
-		name := tc.format.String()
+		text, _ := tc.format.MarshalText()
+		name := string(text)
 		if tc.opts.MaxInFlight > 0 {
 			name += "+inflight"
 		}
 		t.Run(name, func(t *testing.T) {
-			lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.PerMinute(2)})
+			lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.Per(2, time.Minute)})
 			require.NoError(t, err)
 			opts := tc.opts
 			opts.Headers = tc.format
@@ -345,14 +346,14 @@ func TestStoreResultWithoutPolicy(t *testing.T) {
 	w := httptest.NewRecorder()
 	r := httptest.NewRequest("GET", "/", nil)
 	r.Header.Set("X-Client", "c")
-	m.Handle(w, r, func() int { return http.StatusOK })
+	m.Handle(w, r, func(*http.Request) int { return http.StatusOK })
 	assert.Equal(t, []string{`"api";r=4`}, w.Header()["RateLimit"])
 
-	two, err := ratelimit.New(handBuiltStore{}, ratelimit.Policy{Name: "a", Limit: ratelimit.PerSecond(5)}, ratelimit.Policy{Name: "b", Limit: ratelimit.PerDay(5)})
+	two, err := ratelimit.New(handBuiltStore{}, ratelimit.Policy{Name: "a", Limit: ratelimit.PerSecond(5)}, ratelimit.Policy{Name: "b", Limit: ratelimit.Per(5, 24*time.Hour)})
 	require.NoError(t, err)
 	res, err = two.Take(context.Background(), "k", 1)
 	require.NoError(t, err)
-	for i, r := range res.Results() {
+	for i, r := range res.Results {
 		assert.Same(t, &two.Policies()[i], r.Policy, "the Result of policy %d", i)
 	}
 }
@@ -373,7 +374,7 @@ func TestSkipPanics(t *testing.T) {
 	require.NoError(t, err)
 	w := httptest.NewRecorder()
 	ran := false
-	m.Handle(w, httptest.NewRequest("GET", "/", nil), func() int { ran = true; return 200 })
+	m.Handle(w, httptest.NewRequest("GET", "/", nil), func(*http.Request) int { ran = true; return 200 })
 	assert.False(t, ran)
 	assert.Equal(t, 500, w.Code)
 	assert.ErrorIs(t, got, ratelimit.ErrPanic)

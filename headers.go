@@ -1,8 +1,12 @@
 package ratelimit
 
 import (
+	"maps"
+	"math"
+	"math/bits"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -70,11 +74,6 @@ var headerFormatNames = [...]string{
 	HeadersLegacy: "legacy",
 	HeadersX:      "x",
 	HeadersNone:   "none",
-}
-
-// String returns the format's name: "ietf", "legacy", "x" or "none".
-func (f HeaderFormat) String() string {
-	return enumString("HeaderFormat", headerFormatNames[:], uint8(f))
 }
 
 // MarshalText implements [encoding.TextMarshaler].
@@ -227,6 +226,128 @@ func writeHeaders(h http.Header, f HeaderFormat, res Result, policies []string, 
 	}
 }
 
+// limitHeaders is what a Middleware writes of one Limiter's policies:
+// their RateLimit-Policy values, made once, and their RateLimit values.
+type limitHeaders struct {
+	policies []Policy     // the Limiter's, whose results these describe
+	quotas   []quotaCache // of each policy
+	fields   [2][]string  // RateLimit-Policy: of the enforcing policies, of all
+	hidden   bool         // every policy is dry-run
+}
+
+func newLimitHeaders(l *Limiter) *limitHeaders {
+	ps := l.Policies()
+	c := &limitHeaders{policies: ps, quotas: make([]quotaCache, len(ps)), hidden: true,
+		fields: [2][]string{policyField(ps, false), policyField(ps, true)}}
+	for i := range ps {
+		c.quotas[i].burst = sfInteger(ps[i].Limit.burst)
+		c.hidden = c.hidden && ps[i].DryRun
+	}
+	return c
+}
+
+// quotasOf returns the cache of p's RateLimit values, or nil when p is not
+// one of the Limiter's policies.
+func (c *limitHeaders) quotasOf(p *Policy) *quotaCache {
+	for i := range c.policies {
+		if &c.policies[i] == p {
+			return &c.quotas[i]
+		}
+	}
+	return nil
+}
+
+// headerCaches holds a Middleware's limitHeaders: its own Limiter's, and
+// those of the limiters MiddlewareOptions.LimiterFor picks, in a map copied
+// on write, so that finding one takes no lock and allocates nothing.
+type headerCaches struct {
+	own    *Limiter
+	ownH   *limitHeaders
+	mu     sync.Mutex // held to add to others
+	others atomic.Pointer[map[*Limiter]*limitHeaders]
+}
+
+// maxHeaderCaches bounds the limiters whose header values a Middleware
+// keeps, in case LimiterFor makes new ones as it goes.
+const maxHeaderCaches = 64
+
+// of returns l's limitHeaders.
+func (hc *headerCaches) of(l *Limiter) *limitHeaders {
+	if l == hc.own {
+		return hc.ownH
+	}
+	if m := hc.others.Load(); m != nil {
+		if c := (*m)[l]; c != nil {
+			return c
+		}
+	}
+	c := newLimitHeaders(l)
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	old := hc.others.Load()
+	if old != nil {
+		if prev := (*old)[l]; prev != nil {
+			return prev
+		}
+		if len(*old) >= maxHeaderCaches {
+			return c // made again each time: correct, only slower
+		}
+	}
+	m := make(map[*Limiter]*limitHeaders, 1)
+	if old != nil {
+		maps.Copy(m, *old)
+	}
+	m[l] = c
+	hc.others.Store(&m)
+	return c
+}
+
+// writeHeaders writes the rate-limit header fields of res, decided by lim:
+// none for a degraded decision, or when every policy is dry-run and hidden.
+// With DryRunHeaders every policy is listed, and an allowed request's
+// RateLimit is the binding one of every policy, dry-run ones included; a
+// refusal's is the refusing policy's, so that t is Retry-After.
+func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
+	if res.Degraded {
+		return
+	}
+	c := m.headers.of(lim)
+	switch {
+	case m.cfg.DryRunHeaders && res.Allowed && res.Results != nil:
+		b := res.Results[0]
+		for _, r := range res.Results[1:] {
+			if r.bindsOver(b) {
+				b = r
+			}
+		}
+		writeHeaders(h, m.cfg.Headers, b, c.fields[1], c.quotasOf(b.Policy))
+	case m.cfg.DryRunHeaders:
+		writeHeaders(h, m.cfg.Headers, res, c.fields[1], c.quotasOf(res.Policy))
+	case c.hidden:
+		return
+	default:
+		writeHeaders(h, m.cfg.Headers, res, c.fields[0], c.quotasOf(res.Policy))
+	}
+	if m.cfg.inflight != nil {
+		m.cfg.inflight.list(h, m.cfg.Headers)
+	}
+}
+
+// refuse answers a refused request: Retry-After, then the deny handler.
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, res Result) {
+	w.Header()["Retry-After"] = intField(retryAfterSeconds(res.RetryAfter))
+	m.cfg.OnDeny(w, r, res)
+}
+
+// addSaturating returns d + j for j ≥ 0, or the longest Duration when
+// that overflows, so that jitter never turns a long wait into a short one.
+func addSaturating(d, j time.Duration) time.Duration {
+	if d > math.MaxInt64-j {
+		return math.MaxInt64
+	}
+	return d + j
+}
+
 // policyField returns the RateLimit-Policy value that lists ps (the
 // dry-run ones only if withDryRun): "name";q=BURST;w=W items joined by
 // commas.
@@ -299,3 +420,27 @@ func ceilSeconds(d time.Duration) int64 {
 // wait of d: d rounded up to whole seconds, and at least 1, so a client never
 // comes back before the request can be allowed.
 func retryAfterSeconds(d time.Duration) int64 { return max(1, ceilSeconds(d)) }
+
+// window returns the w parameter of RateLimit-Policy: the time in which the
+// burst is earned at the rate as written, burst × period / n, in whole
+// seconds rounded up and at least 1. It is the period itself when the burst
+// is n.
+func (l Limit) window() int64 {
+	if l.n <= 0 || l.period <= 0 || l.burst <= 0 {
+		return 1
+	}
+	// ⌈⌈burst × period / n⌉ / 1s⌉ = ⌈burst × period / (n × 1s)⌉, in 128 bits.
+	hi, lo := bits.Mul64(uint64(l.burst), uint64(l.period))
+	if hi >= uint64(l.n) {
+		return maxSFInteger
+	}
+	ns, r := bits.Div64(hi, lo, uint64(l.n))
+	if r != 0 {
+		ns++
+	}
+	q := ns / uint64(time.Second)
+	if ns%uint64(time.Second) != 0 {
+		q++
+	}
+	return int64(min(max(q, 1), maxSFInteger))
+}

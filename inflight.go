@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -25,24 +26,19 @@ func newInflight(perKey, total int, name string) *inflight {
 		policy: Policy{Name: inflightName, Limit: Per(int64(q), time.Second)},
 	}
 	f.refused = Result{Policy: &f.policy, RetryAfter: time.Second, ResetAfter: time.Second,
-		lists: &lists{violated: []string{inflightName}}}
+		Violated: []string{inflightName}}
 	return f
 }
 
-// SlotStore keeps in-flight slots that several instances share, so that
-// MiddlewareOptions.MaxInFlight holds across them (redisstore has one). A slot is a
-// lease, which the Middleware renews every third of MiddlewareOptions.SlotLease
-// while its request runs: if the instance holding it dies, the slot frees
-// itself when the lease ends. A Middleware's keys are its MiddlewareOptions.SlotName,
-// for the slots of MaxInFlightTotal, and SlotName + ":" + the request's
-// key. Implementations must be safe for concurrent use.
-type SlotStore interface {
-	// Acquire takes one of the limit slots of key for token, until lease
-	// has passed, and reports whether it did; when token already holds a
-	// slot of key, Acquire extends its lease to lease from now.
-	Acquire(ctx context.Context, key, token string, limit int64, lease time.Duration) (ok bool, err error)
-	// Release gives back the slot of key that token holds.
-	Release(ctx context.Context, key, token string) error
+// checkInflightName refuses a limiter with a policy named as the in-flight
+// limit, which would be two policies in header fields and problem bodies.
+func checkInflightName(l *Limiter) error {
+	for _, p := range l.Policies() {
+		if p.Name == inflightName {
+			return fmt.Errorf("ratelimit: NewMiddleware: policy name %q is reserved for MiddlewareOptions.MaxInFlight", p.Name)
+		}
+	}
+	return nil
 }
 
 // inflight counts the requests running, per key and in all.

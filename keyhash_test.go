@@ -31,7 +31,7 @@ func observedHash(t *testing.T, addr string) uint64 {
 	require.NoError(t, err)
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = addr + ":4000"
-	m.Handle(httptest.NewRecorder(), r, func() int { return 200 })
+	m.Handle(httptest.NewRecorder(), r, func(*http.Request) int { return 200 })
 	require.NotZero(t, got, "the request had a key")
 	return got
 }

@@ -20,7 +20,7 @@ const maxSpan = 50 * 365 * 24 * time.Hour
 // number of nanoseconds per token (period/n, rounded to the nearest), so
 // every decision is exact integer arithmetic.
 //
-// Build a Limit with [Per] or its shorthands, such as [PerSecond]. The zero
+// Build a Limit with [Per] or its shorthand [PerSecond]. The zero
 // Limit is invalid, and so is a rate that whole nanoseconds per token
 // cannot express within 0.1% (above about a million tokens a second); [New]
 // reports an invalid Limit with the call that built it.
@@ -48,15 +48,6 @@ func Per(n int64, period time.Duration) Limit {
 // PerSecond returns a Limit of n tokens per second, with a burst of n.
 func PerSecond(n int64) Limit { return Per(n, time.Second) }
 
-// PerMinute returns a Limit of n tokens per minute, with a burst of n.
-func PerMinute(n int64) Limit { return Per(n, time.Minute) }
-
-// PerHour returns a Limit of n tokens per hour, with a burst of n.
-func PerHour(n int64) Limit { return Per(n, time.Hour) }
-
-// PerDay returns a Limit of n tokens per day (24 hours), with a burst of n.
-func PerDay(n int64) Limit { return Per(n, 24*time.Hour) }
-
 // WithBurst returns a copy of l with a capacity of burst tokens.
 func (l Limit) WithBurst(burst int64) Limit {
 	l.burst = burst
@@ -75,10 +66,10 @@ var units = [...]struct {
 	d          time.Duration
 	unit, call string
 }{
-	{time.Second, "s", "PerSecond"},
-	{time.Minute, "min", "PerMinute"},
-	{time.Hour, "h", "PerHour"},
-	{24 * time.Hour, "d", "PerDay"},
+	{time.Second, "s", "PerSecond(%d)"},
+	{time.Minute, "min", "Per(%d, time.Minute)"},
+	{time.Hour, "h", "Per(%d, time.Hour)"},
+	{24 * time.Hour, "d", "Per(%d, 24*time.Hour)"},
 }
 
 // String returns l as it was written: "3/s", "5/s burst 10", "2/3s",
@@ -109,7 +100,7 @@ func (l Limit) call() string {
 	s := fmt.Sprintf("Per(%d, %v)", l.n, l.period)
 	for _, u := range units {
 		if l.period == u.d {
-			s = fmt.Sprintf("%s(%d)", u.call, l.n)
+			s = fmt.Sprintf(u.call, l.n)
 		}
 	}
 	if l.burst != l.n {
@@ -158,27 +149,3 @@ func (l Limit) roundingOff() bool {
 
 // span returns the time an empty bucket takes to fill: burst × interval.
 func (l Limit) span() time.Duration { return time.Duration(l.burst) * l.interval }
-
-// window returns the w parameter of RateLimit-Policy: the time in which the
-// burst is earned at the rate as written, burst × period / n, in whole
-// seconds rounded up and at least 1. It is the period itself when the burst
-// is n.
-func (l Limit) window() int64 {
-	if l.n <= 0 || l.period <= 0 || l.burst <= 0 {
-		return 1
-	}
-	// ⌈⌈burst × period / n⌉ / 1s⌉ = ⌈burst × period / (n × 1s)⌉, in 128 bits.
-	hi, lo := bits.Mul64(uint64(l.burst), uint64(l.period))
-	if hi >= uint64(l.n) {
-		return maxSFInteger
-	}
-	ns, r := bits.Div64(hi, lo, uint64(l.n))
-	if r != 0 {
-		ns++
-	}
-	q := ns / uint64(time.Second)
-	if ns%uint64(time.Second) != 0 {
-		q++
-	}
-	return int64(min(max(q, 1), maxSFInteger))
-}

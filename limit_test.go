@@ -31,11 +31,11 @@ func TestLimitConstructors(t *testing.T) {
 		{PerSecond(5), 200 * time.Millisecond, 5, "5/s"},
 		{PerSecond(5).WithBurst(10), 200 * time.Millisecond, 10, "5/s burst 10"},
 		{PerSecond(3), 333333333, 3, "3/s"},
-		{PerMinute(100), 600 * time.Millisecond, 100, "100/min"},
-		{PerMinute(9), 6666666667, 9, "9/min"}, // 60 s / 9 rounds up
-		{PerHour(1000), 3600 * time.Millisecond, 1000, "1000/h"},
-		{PerDay(1), 24 * time.Hour, 1, "1/d"},
-		{PerDay(10000), 8640 * time.Millisecond, 10000, "10000/d"},
+		{Per(100, time.Minute), 600 * time.Millisecond, 100, "100/min"},
+		{Per(9, time.Minute), 6666666667, 9, "9/min"}, // 60 s / 9 rounds up
+		{Per(1000, time.Hour), 3600 * time.Millisecond, 1000, "1000/h"},
+		{Per(1, 24*time.Hour), 24 * time.Hour, 1, "1/d"},
+		{Per(10000, 24*time.Hour), 8640 * time.Millisecond, 10000, "10000/d"},
 		{Per(2, 3*time.Second), 1500 * time.Millisecond, 2, "2/3s"},
 		{Per(1, 7*time.Second).WithBurst(3), 7 * time.Second, 3, "1/7s burst 3"},
 		{Per(1, 1500*time.Millisecond), 1500 * time.Millisecond, 1, "1/1.5s"},
@@ -65,9 +65,9 @@ func TestLimitInvalid(t *testing.T) {
 		{Limit{}, "Limit{}", "the zero Limit"},
 		{PerSecond(0), "PerSecond(0)", "the number of tokens must be positive"},
 		{PerSecond(-5), "PerSecond(-5)", "the number of tokens must be positive"},
-		{PerMinute(-1), "PerMinute(-1)", "the number of tokens must be positive"},
-		{PerHour(0), "PerHour(0)", "the number of tokens must be positive"},
-		{PerDay(-2), "PerDay(-2)", "the number of tokens must be positive"},
+		{Per(-1, time.Minute), "Per(-1, time.Minute)", "the number of tokens must be positive"},
+		{Per(0, time.Hour), "Per(0, time.Hour)", "the number of tokens must be positive"},
+		{Per(-2, 24*time.Hour), "Per(-2, 24*time.Hour)", "the number of tokens must be positive"},
 		{Per(5, -time.Second), "Per(5, -1s)", "the period must be positive"},
 		{Per(5, 0), "Per(5, 0s)", "the period must be positive"},
 		{Per(1e12, time.Second), "PerSecond(1000000000000)", "faster than one token a nanosecond"},
@@ -77,7 +77,7 @@ func TestLimitInvalid(t *testing.T) {
 		{Per(3, 500), "Per(3, 500ns)", "more than 0.1% off the rate as written"},
 		{PerSecond(5).WithBurst(0), "PerSecond(5).WithBurst(0)", "the burst must be at least 1"},
 		{PerSecond(5).WithBurst(-1), "PerSecond(5).WithBurst(-1)", "the burst must be at least 1"},
-		{PerHour(1).WithBurst(1 << 40), "PerHour(1).WithBurst(1099511627776)", "more than 50 years"},
+		{Per(1, time.Hour).WithBurst(1 << 40), "Per(1, time.Hour).WithBurst(1099511627776)", "more than 50 years"},
 		{Per(1, maxSpan+1), "Per(1, 438000h0m0.000000001s)", "more than 50 years"},
 		{Per(1, math.MaxInt64), "Per(1, 2562047h47m16.854775807s)", "more than 50 years"},
 		{Per(3, math.MaxInt64), "Per(3, 2562047h47m16.854775807s)", "more than 50 years"}, // no overflow
@@ -120,14 +120,14 @@ func TestLimitWindow(t *testing.T) {
 		l    Limit
 		want int64
 	}{
-		{PerMinute(9), 60}, // 9 × 6666666667 ns would be 60.000000003 s
+		{Per(9, time.Minute), 60}, // 9 × 6666666667 ns would be 60.000000003 s
 		{PerSecond(5).WithBurst(10), 2},
 		{Per(2, 3*time.Second), 3},
 		{PerSecond(3), 1},
 		{PerSecond(7).WithBurst(14), 2},
 		{PerSecond(3).WithBurst(2), 1},          // 2/3 s rounds up to 1
 		{Per(3, 2*time.Second).WithBurst(4), 3}, // 8/3 s rounds up
-		{PerDay(10000), 86400},
+		{Per(10000, 24*time.Hour), 86400},
 		{Per(1, time.Second+1), 2},
 		{Per(1, 1500*time.Millisecond).WithBurst(3), 5},
 		{Per(1, time.Nanosecond), 1},
@@ -151,7 +151,7 @@ func TestLimitWindow(t *testing.T) {
 
 func TestAlgorithmText(t *testing.T) {
 	for a, name := range map[Algorithm]string{TokenBucket: "token-bucket", LeakyPolice: "leaky-police", LeakyShape: "leaky-shape"} {
-		assert.Equal(t, name, a.String())
+		assert.Equal(t, name, a.name())
 		text, err := a.MarshalText()
 		require.NoError(t, err, "%v.MarshalText()", a)
 		assert.Equal(t, name, string(text))
@@ -159,7 +159,7 @@ func TestAlgorithmText(t *testing.T) {
 		require.NoError(t, got.UnmarshalText(text), "UnmarshalText(%q)", text)
 		assert.Equal(t, a, got, "UnmarshalText(%q)", text)
 	}
-	assert.Equal(t, "Algorithm(9)", Algorithm(9).String())
+	assert.Equal(t, "Algorithm(9)", Algorithm(9).name())
 	_, err := Algorithm(9).MarshalText()
 	assert.ErrorContains(t, err, "unknown algorithm 9")
 

@@ -20,15 +20,13 @@ import (
 type Limiter struct {
 	store    Store
 	policies []Policy
-	all      []int        // indexes of every policy
-	enforce  []int        // indexes of the enforcing policies
-	dryRun   []int        // indexes of the dry-run policies
-	refused  *lists       // the lists of a refusal by the only policy
-	names    []string     // every policy's name
-	single   *Policy      // the only policy, if it is enforced; else nil
-	quotas   []quotaCache // each policy's RateLimit values sent
-	fields   [2][]string  // RateLimit-Policy values: enforcing policies, all policies
-	boxes    []*box       // the policies' penalty boxes
+	all      []int    // indexes of every policy
+	enforce  []int    // indexes of the enforcing policies
+	dryRun   []int    // indexes of the dry-run policies
+	refused  []string // Violated of a refusal by the only policy
+	names    []string // every policy's name
+	single   *Policy  // the only policy, if it is enforced; else nil
+	boxes    []*box   // the policies' penalty boxes
 }
 
 // New returns a Limiter that enforces policies with state kept in store.
@@ -69,24 +67,8 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 	if len(l.policies) == 1 && len(l.enforce) == 1 && l.boxes == nil {
 		l.single = &l.policies[0]
 	}
-	l.refused = &lists{violated: l.names[:1:1]}
-	l.quotas = make([]quotaCache, len(l.policies))
-	for i := range l.quotas {
-		l.quotas[i].burst = sfInteger(l.policies[i].Limit.burst)
-	}
-	l.fields = [2][]string{policyField(l.policies, false), policyField(l.policies, true)}
+	l.refused = l.names[:1:1]
 	return l, nil
-}
-
-// quotasOf returns the cache of p's RateLimit values, or nil when p is not
-// one of the limiter's policies.
-func (l *Limiter) quotasOf(p *Policy) *quotaCache {
-	for i := range l.policies {
-		if &l.policies[i] == p {
-			return &l.quotas[i]
-		}
-	}
-	return nil
 }
 
 // Policies returns the limiter's policies, with defaults filled in. The
@@ -127,8 +109,9 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int64) (res Result,
 	if res.Policy == nil {
 		res.Policy = p
 	}
+	res.cost = cost
 	if !res.Allowed {
-		res.lists = l.refused
+		res.Violated = l.refused
 	}
 	return res, nil
 }
@@ -213,7 +196,7 @@ func (l *Limiter) takeMany(ctx context.Context, key string, cost int64) (Result,
 		}
 		results[i] = res
 	}
-	return l.combine(results, allowed), nil
+	return l.combine(results, allowed, cost), nil
 }
 
 // takeAll takes cost from key under the policies at idx, all or nothing,
@@ -229,14 +212,14 @@ func (l *Limiter) takeAll(ctx context.Context, idx []int, key string, cost int64
 	for k, i := range idx {
 		res, err := l.take(ctx, i, key, cost)
 		if err != nil {
-			l.giveBackSome(ctx, idx[:k], key, cost, results)
+			l.giveBackAll(ctx, idx[:k], key, cost, results)
 			return false, err
 		}
 		results[i] = res
 		all = all && res.Allowed
 	}
 	if !all {
-		l.giveBackSome(ctx, idx, key, cost, results)
+		l.giveBackAll(ctx, idx, key, cost, results)
 	}
 	return all, nil
 }
@@ -267,39 +250,56 @@ func (l *Limiter) batch(ctx context.Context, bs BatchStore, idx []int, key strin
 	return all, out[len(idx):], nil
 }
 
-// giveBackSome returns the tokens that the allowed results among idx spent,
-// through the store's Refund. It runs even if ctx was canceled, and a
-// failure to give back only leaves the bucket emptier than it should be
-// (never fuller).
-func (l *Limiter) giveBackSome(ctx context.Context, idx []int, key string, cost int64, results []Result) {
-	rs, ok := l.store.(RefundStore)
-	if cost == 0 || !ok {
-		return
-	}
-	ctx = context.WithoutCancel(ctx)
+// giveBackSome gives back cost to the policies at idx whose results
+// allowed it, through rs. A failure to give back only leaves a bucket
+// emptier than it should be (never fuller); the first is returned.
+func (l *Limiter) giveBackSome(ctx context.Context, rs RefundStore, idx []int, key string, cost int64, results []Result) error {
+	var first error
 	for _, i := range idx {
 		if r := results[i]; r.Allowed && !r.Degraded && cost <= l.policies[i].Limit.burst {
-			_ = rs.Refund(ctx, &l.policies[i], l.key(i, key), cost, r)
+			if err := rs.Refund(ctx, &l.policies[i], l.key(i, key), cost, r); err != nil && first == nil {
+				first = err
+			}
 		}
+	}
+	return first
+}
+
+// giveBackAll gives back, regardless of ctx's cancellation, what the
+// allowed results among idx spent: a request refused by another policy.
+func (l *Limiter) giveBackAll(ctx context.Context, idx []int, key string, cost int64, results []Result) {
+	if rs, ok := l.store.(RefundStore); ok && cost > 0 {
+		_ = l.giveBackSome(context.WithoutCancel(ctx), rs, idx, key, cost, results)
 	}
 }
 
-// giveBack returns cost to every policy that res says spent it, after the
-// request turned out not to count (CountIf) or could not run.
-func (l *Limiter) giveBack(ctx context.Context, key string, cost int64, res Result) {
-	if res.Degraded {
-		return
+// Refund gives back cost of the tokens that took, a Result of this
+// Limiter's Take for key, spent, as if that much of the request had not
+// happened: at most what took spent, once per took. It does nothing for a
+// refused or degraded took, or with a store that is no [RefundStore]. It
+// returns an error wrapping ErrStore when the store fails.
+func (l *Limiter) Refund(ctx context.Context, key string, cost int64, took Result) error {
+	cost = min(cost, took.cost)
+	rs, ok := l.store.(RefundStore)
+	if !ok || cost <= 0 || !took.Allowed || took.Degraded {
+		return nil
 	}
-	if res.Results() == nil {
-		l.giveBackSome(ctx, l.all, key, cost, []Result{res})
-		return
+	var err error
+	switch {
+	case took.Results == nil && len(l.policies) == 1:
+		err = l.giveBackSome(ctx, rs, l.all, key, cost, []Result{took})
+	case len(took.Results) == len(l.policies):
+		err = l.giveBackSome(ctx, rs, l.all, key, cost, took.Results)
 	}
-	l.giveBackSome(ctx, l.all, key, cost, res.Results())
+	if err != nil {
+		return storeError(err)
+	}
+	return nil
 }
 
 // combine makes the Result of a request decided by several policies: the
 // binding policy's result, the lists, and every policy's result.
-func (l *Limiter) combine(results []Result, allowed bool) Result {
+func (l *Limiter) combine(results []Result, allowed bool, cost int64) Result {
 	var delay time.Duration
 	var violated, dry []string
 	for _, i := range l.enforce {
@@ -323,20 +323,45 @@ func (l *Limiter) combine(results []Result, allowed bool) Result {
 	if allowed {
 		res.RetryAfter, res.Delay = 0, delay
 	}
-	res.lists = &lists{violated: violated, dryRunViolated: dry, results: results}
+	res.Violated, res.DryRunViolated, res.Results, res.cost = violated, dry, results, cost
 	return res
 }
 
-// binding returns the index, among idx, of the result that binds: a
-// refusing one with the longest wait, else the one with the fewest tokens
-// left (the first of equals).
+// binding returns the index, among idx, of the result that binds (see
+// bindsOver), the first of equals.
 func binding(results []Result, idx []int) int {
 	best := idx[0]
 	for _, i := range idx[1:] {
-		r, b := results[i], results[best]
-		if !r.Allowed && (b.Allowed || r.RetryAfter > b.RetryAfter) || r.Allowed && b.Allowed && r.Remaining < b.Remaining {
+		if results[i].bindsOver(results[best]) {
 			best = i
 		}
 	}
 	return best
+}
+
+// mixes returns the pairs of a policy of l and one of o, in the same store,
+// that have one name and different limits: their buckets mix.
+func (l *Limiter) mixes(o *Limiter) (pairs [][2]Policy) {
+	if !sameStore(l.store, o.store) {
+		return nil
+	}
+	for _, p := range l.policies {
+		for _, q := range o.policies {
+			if p.Name == q.Name && (p.Limit.interval != q.Limit.interval || p.Limit.burst != q.Limit.burst) {
+				pairs = append(pairs, [2]Policy{p, q})
+			}
+		}
+	}
+	return pairs
+}
+
+// sameStore reports whether a and b are one store; stores of a dynamic
+// type that cannot be compared, such as a func adapter, are never one.
+func sameStore(a, b Store) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"time"
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/memorystore"
@@ -16,7 +17,7 @@ import (
 // IPOptions, also when the key is an API key.
 func ExampleOptions_blockAndSafe() {
 	store, _ := memorystore.New(nil)
-	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
 	proxies := &ratelimit.IPOptions{TrustedProxies: []string{"192.0.2.0/24"}}
 	mw, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{
 		Block:    []string{"203.0.113.0/24"},

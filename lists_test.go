@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -37,7 +38,7 @@ type listsServer struct {
 func newListsServer(t *testing.T, key ratelimit.KeyFunc, opts *ratelimit.MiddlewareOptions) *listsServer {
 	t.Helper()
 	s := &listsServer{store: &countingStore{Store: memoryStore(t)}}
-	lim, err := ratelimit.New(s.store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+	lim, err := ratelimit.New(s.store, ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
 	require.NoError(t, err)
 	if key == nil {
 		key = keyByHeader
@@ -111,7 +112,7 @@ func TestAddressLists(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := tc.opts
-			opts.Quiet = []string{"one-key"}
+			opts.Quiet = true
 			opts.Logger = discardLogger()
 			s := newListsServer(t, nil, &opts)
 			for i := range 3 { // one request a minute: the second is refused unless safe

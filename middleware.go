@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net/http"
 	"sync/atomic"
@@ -27,6 +26,7 @@ type Middleware struct {
 	keys    *dominance   // nil when the one-key warning is off
 	limits  *limitsSeen  // nil when the shared-policy-name warning is off
 	queued  atomic.Int64 // requests waiting in shaping queues (MiddlewareOptions.MaxQueued)
+	headers headerCaches // the header values of each limiter
 }
 
 // NewMiddleware returns a Middleware that limits requests with l, keyed by
@@ -44,20 +44,26 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *MiddlewareOptions) (*Middlewar
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{limiter: l, key: key, cfg: cfg}
-	if !cfg.quiet.off(warnOneKey) {
-		m.keys = new(dominance)
+	if cfg.inflight != nil {
+		if err := checkInflightName(l); err != nil {
+			return nil, err
+		}
 	}
-	if !cfg.quiet.off(warnSharedPolicyName) {
+	m := &Middleware{limiter: l, key: key, cfg: cfg}
+	m.headers.own, m.headers.ownH = l, newLimitHeaders(l)
+	if !cfg.Quiet {
+		m.keys = new(dominance)
 		m.limits = new(limitsSeen)
 		m.limits.check(l, cfg.Logger)
 	}
 	return m, nil
 }
 
-// Handle runs r through the limiter and, when it may proceed, calls next,
-// which must run the rest of the chain and return the response's status
-// code. It is the one entry point of every framework adapter.
+// Handle runs r through the limiter and, when it may proceed, calls next
+// with the request to serve (r, or with MiddlewareOptions.ResultInContext
+// a copy carrying the Result), which must run the rest of the chain and
+// return the response's status code. It is the one entry point of every
+// framework adapter.
 //
 // Handle sets the rate-limit header fields on w. When the request is
 // refused, or cannot be decided, Handle writes the whole response (through
@@ -86,7 +92,7 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *MiddlewareOptions) (*Middlewar
 // and raises the panic again after Handle returns. With
 // MiddlewareOptions.MaxInFlight, the request holds a slot while next runs, released
 // when next returns or panics.
-func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() (status int)) {
+func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func(r *http.Request) (status int)) {
 	if m.cfg.lists != nil {
 		switch v, err := m.cfg.lists.check(r); {
 		case err != nil: // as the key function's errors: KeyByIP would fail alike
@@ -96,7 +102,7 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 			forbid(w)
 			return
 		case v == safe:
-			next()
+			next(r)
 			return
 		}
 	}
@@ -107,7 +113,7 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 			return
 		}
 		if skip {
-			next()
+			next(r)
 			return
 		}
 	}
@@ -116,31 +122,20 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func() 
 		start = time.Now()
 	}
 	d := m.decide(r)
-	if d.err == nil && d.res.Allowed && (m.cfg.inflight != nil || d.res.Delay > 0) {
-		m.hold(w, r, next, start, &d)
-		return
-	}
 	m.answer(w, r, next, start, &d)
 }
 
-// decision is what Handle learned of a request: the limiter that decided
-// it, its key and cost, and the result or the error.
-type decision struct {
-	lim    *Limiter
-	key    string
-	cost   int64
-	res    Result
-	err    error
-	queued bool // it holds a place in the shaping queues (enqueue)
-}
-
-// hold answers an allowed request that holds something while it waits or
-// runs: an in-flight slot (MiddlewareOptions.MaxInFlight) until next returns or
-// panics, a place in the shaping queues (MiddlewareOptions.MaxQueued) until its
-// wait ends. It takes them before the decision is observed and answered,
-// since a refusal for want of them is a refusal.
-func (m *Middleware) hold(w http.ResponseWriter, r *http.Request, next func() int, start time.Time, d *decision) {
-	if m.cfg.inflight != nil {
+// answer observes d, which was decided from start, writes the header
+// fields and answers r: through the error or the deny handler, or by
+// running next once the request's turn has come.
+//
+// An allowed request first takes what it holds while it waits or runs: an
+// in-flight slot (MaxInFlight) until next returns or panics, a place in
+// the shaping queues (MaxQueued) until its wait ends. It takes them before
+// it is observed and answered, since a refusal for want of them is a
+// refusal.
+func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func(*http.Request) int, start time.Time, d *decision) {
+	if d.err == nil && d.res.Allowed && m.cfg.inflight != nil {
 		var release func()
 		if release, d.res, d.err = m.acquire(r, d); release != nil {
 			defer release()
@@ -148,15 +143,8 @@ func (m *Middleware) hold(w http.ResponseWriter, r *http.Request, next func() in
 	}
 	if d.err == nil && d.res.Allowed && d.res.Delay > 0 {
 		m.enqueue(r, d)
-		defer m.dequeue(d) // answer frees it when the wait ends; this, after a panic before
+		defer m.dequeue(d) // freed when the wait ends; this, after a panic before
 	}
-	m.answer(w, r, next, start, d)
-}
-
-// answer observes d, which was decided from start, writes the header
-// fields and answers r: through the error or the deny handler, or by
-// running next once the request's turn has come.
-func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func() int, start time.Time, d *decision) {
 	if m.cfg.Observe != nil {
 		m.cfg.Observe(r, Event{Limiter: d.lim, KeyHash: keyHash(d.key), Result: d.res, Err: d.err, Elapsed: time.Since(start)})
 	}
@@ -181,37 +169,19 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func() 
 		err := sleep(r.Context(), d.res.Delay)
 		m.dequeue(d)
 		if err != nil {
-			d.lim.giveBack(r.Context(), d.key, d.cost, d.res)
+			d.refund(r)
 			m.cfg.OnError(w, r, fmt.Errorf("%w: %w", ErrWaitAbandoned, err))
 			return
 		}
 	}
+	if m.cfg.ResultInContext {
+		r = r.WithContext(context.WithValue(r.Context(), resultKey{}, d.res))
+	}
 	if m.cfg.CountIf == nil {
-		next()
+		next(r)
 		return
 	}
 	m.count(r, next, d)
-}
-
-// addSaturating returns d + j for j ≥ 0, or the longest Duration when
-// that overflows, so that jitter never turns a long wait into a short one.
-func addSaturating(d, j time.Duration) time.Duration {
-	if d > math.MaxInt64-j {
-		return math.MaxInt64
-	}
-	return d + j
-}
-
-// count runs next and gives back what d spent when next's status does
-// not count (MiddlewareOptions.CountIf) or next panics.
-func (m *Middleware) count(r *http.Request, next func() int, d *decision) {
-	counted := false
-	defer func() {
-		if !counted { // next did not return normally, or its status does not count
-			d.lim.giveBack(r.Context(), d.key, d.cost, d.res)
-		}
-	}()
-	counted = m.cfg.CountIf(next())
 }
 
 // undecided observes and answers a request that failed before its
@@ -244,65 +214,35 @@ func (m *Middleware) acquire(r *http.Request, d *decision) (func(), Result, erro
 	} else {
 		held, ok, err := f.acquireShared(r.Context(), m.cfg.Slots, m.cfg.SlotLease, key)
 		if err != nil {
-			d.lim.giveBack(r.Context(), d.key, d.cost, d.res)
+			d.refund(r)
 			return nil, Result{}, fmt.Errorf("%w: in-flight slots: %w", ErrStore, err)
 		}
 		if ok {
 			return held.release, d.res, nil
 		}
 	}
-	d.lim.giveBack(r.Context(), d.key, d.cost, d.res)
+	d.refund(r)
 	return nil, f.refused, nil
 }
 
-// writeHeaders writes the rate-limit header fields of res, decided by lim:
-// none for a degraded decision, or when every policy is dry-run and hidden.
-// With DryRunHeaders every policy is listed, and an allowed request's
-// RateLimit is the binding one of every policy, dry-run ones included; a
-// refusal's is the refusing policy's, so that t is Retry-After.
-func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
-	switch {
-	case res.Degraded:
-		return
-	case m.cfg.DryRunHeaders && res.Allowed && res.Results() != nil:
-		b := res.Results()[binding(res.Results(), lim.all)]
-		writeHeaders(h, m.cfg.Headers, b, lim.fields[1], lim.quotasOf(b.Policy))
-	case m.cfg.DryRunHeaders:
-		writeHeaders(h, m.cfg.Headers, res, lim.fields[1], lim.quotasOf(res.Policy))
-	case len(lim.enforce) == 0:
-		return
-	default:
-		writeHeaders(h, m.cfg.Headers, res, lim.fields[0], lim.quotasOf(res.Policy))
-	}
-	if m.cfg.inflight != nil {
-		m.cfg.inflight.list(h, m.cfg.Headers)
-	}
-}
-
-// refuse answers a refused request: Retry-After, then the deny handler.
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, res Result) {
-	w.Header()["Retry-After"] = intField(retryAfterSeconds(res.RetryAfter))
-	m.cfg.OnDeny(w, r, res)
-}
-
 // skip reports whether MiddlewareOptions.Skip exempts r; a panic in it becomes an
-// error wrapping ErrPanic.
+// error wrapping errPanic.
 func (m *Middleware) skip(r *http.Request) (skip bool, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: in Skip: %v", ErrPanic, p)
+			err = fmt.Errorf("%w: in Skip: %v", errPanic, p)
 		}
 	}()
 	return m.cfg.Skip(r), nil
 }
 
 // decide finds the limiter, key and cost of r and takes the decision. A
-// panic in the key or cost function becomes an error wrapping ErrPanic.
+// panic in the key or cost function becomes an error wrapping errPanic.
 func (m *Middleware) decide(r *http.Request) (d decision) {
 	d.lim = m.limiter
 	defer func() {
 		if p := recover(); p != nil {
-			d.err = fmt.Errorf("%w: %v", ErrPanic, p)
+			d.err = fmt.Errorf("%w: %v", errPanic, p)
 		}
 	}()
 	if m.cfg.LimiterFor != nil {
@@ -338,17 +278,16 @@ func (m *Middleware) decide(r *http.Request) (d decision) {
 	return d
 }
 
-// sleep waits for d or until ctx ends, and returns ctx's error in the latter
-// case.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
+// resultKey is the context key of the Result that ResultFrom returns.
+type resultKey struct{}
+
+// ResultFrom returns the decision of the request whose context ctx is,
+// and whether there is one: a Middleware with
+// MiddlewareOptions.ResultInContext puts it there for the handler, to
+// show the quota left, say.
+func ResultFrom(ctx context.Context) (Result, bool) {
+	res, ok := ctx.Value(resultKey{}).(Result)
+	return res, ok
 }
 
 // CountsResponses reports whether the status that Handle's next returns

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/storeerr"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/nethttp"
 )
@@ -178,7 +179,7 @@ func TestExerciseOverHTTP(t *testing.T) {
 }
 
 func TestDenyResponse(t *testing.T) {
-	s := newServer(t, ratelimit.PerMinute(1), nil, nil)
+	s := newServer(t, ratelimit.Per(1, time.Minute), nil, nil)
 	require.Equal(t, 200, s.get("c").Code)
 	w := s.get("c")
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
@@ -385,7 +386,7 @@ func TestErrorAnswers(t *testing.T) {
 
 func TestCustomHandlers(t *testing.T) {
 	var gotErr error
-	s := newServer(t, ratelimit.PerMinute(1), nil, &ratelimit.MiddlewareOptions{
+	s := newServer(t, ratelimit.Per(1, time.Minute), nil, &ratelimit.MiddlewareOptions{
 		OnDeny: func(w http.ResponseWriter, r *http.Request, res ratelimit.Result) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			w.Write([]byte("slow down, " + res.Policy.Name + " " + res.Policy.Limit.String()))
@@ -414,7 +415,7 @@ func TestConstructorErrors(t *testing.T) {
 		"bad name":        {Name: `a"b`, Limit: ratelimit.PerSecond(1)},
 		"long name":       {Name: string(make([]byte, 65)), Limit: ratelimit.PerSecond(1)},
 		"bad algorithm":   {Limit: ratelimit.PerSecond(1), Algorithm: 42},
-		"burst overflows": {Limit: ratelimit.PerHour(1).WithBurst(1 << 50)},
+		"burst overflows": {Limit: ratelimit.Per(1, time.Hour).WithBurst(1 << 50)},
 	} {
 		_, err := ratelimit.New(store, p)
 		assert.Error(t, err, name)
@@ -434,7 +435,7 @@ func TestConstructorErrors(t *testing.T) {
 // Every field of Options is optional: nil, the zero Options and nil hooks
 // are the defaults.
 func TestOptionsDefaults(t *testing.T) {
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
 	require.NoError(t, err)
 	for name, opts := range map[string]*ratelimit.MiddlewareOptions{
 		"nil":       nil,
@@ -473,14 +474,10 @@ func TestOptionsErrors(t *testing.T) {
 		{ratelimit.MiddlewareOptions{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second}, `MiddlewareOptions.SlotName "": want 1 to 64 characters`},
 		{ratelimit.MiddlewareOptions{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second, SlotName: "up:load"}, `MiddlewareOptions.SlotName "up:load"`},
 		{ratelimit.MiddlewareOptions{MaxInFlight: 1, SlotName: "uploads"}, `MiddlewareOptions.SlotName "uploads" without Slots`},
-		{ratelimit.MiddlewareOptions{Quiet: []string{"bogus"}}, `MiddlewareOptions.Quiet: unknown warning "bogus"`},
-		{ratelimit.MiddlewareOptions{Quiet: []string{"one-key", "wide-trusted-range"}}, `MiddlewareOptions.Quiet: unknown warning "wide-trusted-range"`},
 	} {
 		_, err := ratelimit.NewMiddleware(lim, keyByHeader, &tc.opts)
 		assert.ErrorContains(t, err, tc.want, "NewMiddleware(%+v)", tc.opts)
 	}
-	_, err = ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{Quiet: []string{"one-key", "shared-policy-name"}})
-	assert.NoError(t, err, "the Middleware's own warning kinds")
 }
 
 func TestLimiterTakeErrors(t *testing.T) {
@@ -498,7 +495,11 @@ func TestLimiterTakeErrors(t *testing.T) {
 	assert.ErrorContains(t, err, `cost 6, policy "api" has burst 5`)
 	res, err := lim.Take(ctx, "k", 5)
 	require.NoError(t, err)
-	assert.Equal(t, ratelimit.Result{Allowed: true, Policy: &lim.Policies()[0], ResetAfter: time.Second, Until: res.Until}, res)
+	assert.True(t, res.Allowed)
+	assert.Equal(t, int64(0), res.Remaining)
+	assert.Equal(t, time.Second, res.ResetAfter)
+	assert.Zero(t, res.RetryAfter)
+	assert.Nil(t, res.Violated)
 	assert.NotZero(t, res.Until, "the store's time until which the take can be given back")
 	assert.Same(t, &lim.Policies()[0], res.Policy, "the deciding policy is the limiter's own")
 	assert.Equal(t, ratelimit.PerSecond(5), res.Policy.Limit)
@@ -530,7 +531,7 @@ var sentinels = map[string]error{
 	"ErrMissingKey":    ratelimit.ErrMissingKey,
 	"ErrBadRequest":    ratelimit.ErrBadRequest,
 	"ErrStore":         ratelimit.ErrStore,
-	"ErrKeyState":      ratelimit.ErrKeyState,
+	"ErrKeyState":      storeerr.ErrKeyState,
 	"ErrNotAtomic":     ratelimit.ErrNotAtomic,
 	"ErrWaitAbandoned": ratelimit.ErrWaitAbandoned,
 	"ErrPanic":         ratelimit.ErrPanic,
@@ -539,7 +540,7 @@ var sentinels = map[string]error{
 // Each error wraps exactly one of the sentinel errors (ErrKeyState also
 // ErrStore, which it is), and DefaultErrorHandler answers it with its status.
 func TestSentinelErrors(t *testing.T) {
-	limit := ratelimit.PerMinute(5) // slow: the queued request waits 12 s, however loaded the machine
+	limit := ratelimit.Per(5, time.Minute) // slow: the queued request waits 12 s, however loaded the machine
 	oneKey := func(*http.Request) (string, error) { return "k", nil }
 	for _, tc := range []struct {
 		name   string
@@ -558,7 +559,7 @@ func TestSentinelErrors(t *testing.T) {
 		{name: "cost above burst", opts: ratelimit.MiddlewareOptions{Cost: func(*http.Request) (int64, error) { return 6, nil }}, want: "ErrBadRequest", status: 400},
 		{name: "cost function fails", opts: ratelimit.MiddlewareOptions{Cost: func(*http.Request) (int64, error) { return 0, errors.New("bad batch") }}, want: "ErrBadRequest", status: 400},
 		{name: "store fails", store: failingStore{errDown}, want: "ErrStore", status: 503},
-		{name: "a key's state is unusable", store: failingStore{fmt.Errorf("%w: WRONGTYPE", ratelimit.ErrKeyState)}, want: "ErrKeyState", status: 503},
+		{name: "a key's state is unusable", store: failingStore{fmt.Errorf("%w: WRONGTYPE", storeerr.ErrKeyState)}, want: "ErrKeyState", status: 503},
 		{name: "slot store fails", opts: ratelimit.MiddlewareOptions{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Second, SlotName: "api"}, want: "ErrStore", status: 503},
 		{name: "client left the queue", algo: ratelimit.LeakyShape, cancel: true, want: "ErrWaitAbandoned", status: 503},
 		{name: "key function panics", key: func(*http.Request) (string, error) { panic("boom") }, want: "ErrPanic", status: 500},
@@ -610,8 +611,8 @@ func TestSentinelErrors(t *testing.T) {
 func TestNotAtomicFallsBack(t *testing.T) {
 	store := &notAtomicStore{Store: memoryStore(t)}
 	lim, err := ratelimit.New(store,
-		ratelimit.Policy{Name: "burst", Limit: ratelimit.PerMinute(3)},
-		ratelimit.Policy{Name: "sustained", Limit: ratelimit.PerHour(5)})
+		ratelimit.Policy{Name: "burst", Limit: ratelimit.Per(3, time.Minute)},
+		ratelimit.Policy{Name: "sustained", Limit: ratelimit.Per(5, time.Hour)})
 	require.NoError(t, err)
 	var allowed []bool
 	for range 4 {
@@ -623,7 +624,7 @@ func TestNotAtomicFallsBack(t *testing.T) {
 	assert.Equal(t, int64(4), store.batches.Load(), "each decision tried the batch first")
 	res, err := lim.Take(context.Background(), "k", 0)
 	require.NoError(t, err)
-	assert.Equal(t, int64(2), res.Results()[1].Remaining, "the refusal gave back what it took from the other policy")
+	assert.Equal(t, int64(2), res.Results[1].Remaining, "the refusal gave back what it took from the other policy")
 }
 
 // ctxUser is the context key of the user IDs in these tests.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 )
@@ -31,8 +30,11 @@ type MiddlewareOptions struct {
 	// Cache-Control: no-store and an application/problem+json body of the
 	// IETF quota-exceeded type that names the violated policies.
 	OnDeny func(w http.ResponseWriter, r *http.Request, res Result)
-	// OnError answers a request that could not be decided. Default:
-	// DefaultErrorHandler, logging to Logger. Whatever OnError is, the
+	// OnError answers a request that could not be decided. Default: a
+	// problem body that never holds the error's text, with 401 for
+	// ErrMissingKey, 400 for ErrBadRequest, 503 and Retry-After: 1 for
+	// ErrStore and ErrWaitAbandoned, else 500 (a panic), logged to Logger
+	// (docs/http.md). Whatever OnError is, the
 	// first refusal of each kind (a missing key, an unusable client
 	// address, a bad cost, ...) is logged to Logger at the warning level,
 	// so that a misconfigured key function cannot refuse every request
@@ -120,6 +122,11 @@ type MiddlewareOptions struct {
 	// middlewares keep theirs apart by giving different names. 1 to 64
 	// characters from [A-Za-z0-9._-]. Required with Slots.
 	SlotName string
+	// ResultInContext puts each admitted request's Result in the
+	// context of the request that next receives, for ResultFrom. It
+	// costs a new request and context (a few allocations) per request.
+	// Default: false.
+	ResultInContext bool
 	// Observe is told about every request the Middleware decides, or fails
 	// to decide, for metrics and logs (the metrics module's Metrics.Observe
 	// is one). It runs on the request path before the response is written,
@@ -134,17 +141,18 @@ type MiddlewareOptions struct {
 	// different limits). Default: slog.Default(), as it is when a line is
 	// logged.
 	Logger *slog.Logger
-	// Quiet lists the warning kinds not to log. Default: none.
-	Quiet []string
+	// Quiet turns off the warnings the Middleware logs; default false.
+	// To drop one kind only, filter on the "warning" attribute in Logger's
+	// slog.Handler.
+	Quiet bool
 }
 
 // config is the validated form of MiddlewareOptions.
 type config struct {
 	MiddlewareOptions
 	inflight   *inflight
-	maxQueued  int64      // MiddlewareOptions.MaxQueued with its default; < 0: no bound
-	lists      *addrLists // nil without Block and Safe
-	quiet      quiet
+	maxQueued  int64        // MiddlewareOptions.MaxQueued with its default; < 0: no bound
+	lists      *addrLists   // nil without Block and Safe
 	errors     errorAnswers // the default error handler, and the first refusals
 	ownOnError bool         // OnError is the caller's
 }
@@ -187,9 +195,6 @@ func newConfig(o *MiddlewareOptions) (config, error) {
 		return c, fmt.Errorf("ratelimit: MiddlewareOptions.SlotName %q without Slots", c.SlotName)
 	}
 	var err error
-	if c.quiet, err = newQuiet("MiddlewareOptions.Quiet", slices.Clone(c.Quiet), []string{warnOneKey, warnSharedPolicyName}); err != nil {
-		return c, err
-	}
 	if c.lists, err = newAddrLists(&c.MiddlewareOptions); err != nil {
 		return c, err
 	}

@@ -89,28 +89,28 @@ func (b Penalty) bans(name string) *Policy {
 		return nil
 	}
 	levels := int64(bits.Len64(uint64((b.Max - 1) / b.For)))
-	return &Policy{Name: name + "/bans", Limit: Per(1, 2*b.Max).WithBurst(levels + 1)}
+	return &Policy{Name: name + "/bans", Limit: Per(1, 2*b.Max).WithBurst(levels + 1), Algorithm: strikes}
 }
 
 // A box is the penalty box of one of a Limiter's policies: the policies of
 // its state.
 type box struct {
-	policy  int     // the index of the policy it punishes
-	strikes *Policy // the strikes' bucket; nil when one refusal bans
-	bans    *Policy // the bans remembered, for the back-off (see Penalty.bans); nil without
-	ban     Policy  // the ban
-	lists   *lists  // of a refusal by the ban
+	policy  int      // the index of the policy it punishes
+	strikes *Policy  // the strikes' bucket; nil when one refusal bans
+	bans    *Policy  // the bans remembered, for the back-off (see Penalty.bans); nil without
+	ban     Policy   // the ban
+	refused []string // Violated of a refusal by the ban
 }
 
 // newBox returns the penalty box of the i-th policy p, which has one.
 func newBox(i int, p *Policy) *box {
-	b := &box{policy: i, ban: Policy{Name: p.Name + "/ban", Limit: Per(1, time.Nanosecond), Algorithm: Ban}}
+	b := &box{policy: i, ban: Policy{Name: p.Name + "/ban", Limit: Per(1, time.Nanosecond), Algorithm: ban}}
 	pen := p.Penalty
 	if pen.After > 1 {
-		b.strikes = &Policy{Name: p.Name + "/strikes", Limit: Per(pen.After-1, pen.Within).WithBurst(pen.After - 1)}
+		b.strikes = &Policy{Name: p.Name + "/strikes", Limit: Per(pen.After-1, pen.Within).WithBurst(pen.After - 1), Algorithm: strikes}
 	}
 	b.bans = pen.bans(p.Name)
-	b.lists = &lists{violated: []string{b.ban.Name}, ban: true}
+	b.refused = []string{b.ban.Name}
 	return b
 }
 
@@ -130,9 +130,12 @@ func (l *Limiter) banned(ctx context.Context, key string) (Result, bool, error) 
 }
 
 // banResult is the answer to a request of a banned key: a refusal by the
-// punished policy that lasts the rest of the ban, naming the ban.
-func (l *Limiter) banResult(b *box, ban Result) Result {
-	return Result{Policy: &l.policies[b.policy], RetryAfter: ban.RetryAfter, ResetAfter: ban.ResetAfter, lists: b.lists}
+// punished policy that lasts the rest of the ban, naming the ban, whose
+// result, of policy b.ban, is its only one.
+func (l *Limiter) banResult(b *box, res Result) Result {
+	res.Policy, res.Allowed = &b.ban, false
+	return Result{Policy: &l.policies[b.policy], RetryAfter: res.RetryAfter, ResetAfter: res.ResetAfter,
+		Violated: b.refused, Results: []Result{res}}
 }
 
 // strike counts the refusal of key by the policies that results say

@@ -14,7 +14,7 @@ import (
 func ExamplePenalty() {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // a fake clock; production stores read the real one
 	store, _ := memorystore.New(&memorystore.Options{Clock: func() time.Time { return now }})
-	limiter, err := ratelimit.New(store, ratelimit.Policy{Name: "login", Limit: ratelimit.PerMinute(5),
+	limiter, err := ratelimit.New(store, ratelimit.Policy{Name: "login", Limit: ratelimit.Per(5, time.Minute),
 		Penalty: ratelimit.Penalty{After: 3, Within: time.Minute, For: 10 * time.Minute}})
 	if err != nil {
 		panic(err)
@@ -22,7 +22,7 @@ func ExamplePenalty() {
 	ctx := context.Background()
 	for i := range 8 {
 		res, _ := limiter.Take(ctx, "account-42", 1)
-		fmt.Println(i+1, res.Allowed, res.Violated(), res.RetryAfter)
+		fmt.Println(i+1, res.Allowed, res.Violated, res.RetryAfter)
 	}
 	now = now.Add(10 * time.Minute) // the ban is over, and the bucket is full again
 	res, _ := limiter.Take(ctx, "account-42", 1)

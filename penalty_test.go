@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/tokenfair/ratelimit/internal/algo"
 	"math"
 	"net/http"
 	"testing"
@@ -19,7 +20,7 @@ import (
 // problem body names the ban and says how long it still lasts.
 func TestPenaltyAnswer(t *testing.T) {
 	clock := new(fakeClock)
-	lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Name: "login", Limit: ratelimit.PerHour(1),
+	lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Name: "login", Limit: ratelimit.Per(1, time.Hour),
 		Penalty: ratelimit.Penalty{After: 2, Within: time.Minute, For: 10 * time.Minute}})
 	require.NoError(t, err)
 	m, err := ratelimit.NewMiddleware(lim, keyByHeader, nil)
@@ -68,7 +69,7 @@ func TestPenaltyValidation(t *testing.T) {
 		{ratelimit.Policy{Limit: limit, Penalty: ratelimit.Penalty{After: 1, For: time.Minute, Max: time.Second}}, "Penalty.Max 1s: want 0 or at least Penalty.For 1m0s"},
 		{ratelimit.Policy{Limit: limit, Global: true, Penalty: ratelimit.Penalty{After: 1, For: time.Minute}}, "Global"},
 		{ratelimit.Policy{Limit: limit, DryRun: true, Penalty: ratelimit.Penalty{After: 1, For: time.Minute}}, "DryRun"},
-		{ratelimit.Policy{Limit: limit, Algorithm: ratelimit.Ban}, "set Policy.Penalty"},
+		{ratelimit.Policy{Limit: limit, Algorithm: algo.Ban}, "set Policy.Penalty"},
 		{ratelimit.Policy{Limit: limit, Penalty: ratelimit.Penalty{After: 1, For: math.MaxInt64}},
 			"Penalty.For 2562047h47m16.854775807s: want at most 438000h0m0s (50 years)"},
 		{ratelimit.Policy{Limit: limit, Penalty: ratelimit.Penalty{After: 1, For: time.Hour, Max: 51 * year}},
@@ -100,7 +101,7 @@ func TestPenaltyLongBans(t *testing.T) {
 		{After: 1, For: time.Hour, Max: year},
 	} {
 		clock := new(fakeClock)
-		lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Limit: ratelimit.PerHour(1), Penalty: pen})
+		lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Limit: ratelimit.Per(1, time.Hour), Penalty: pen})
 		require.NoError(t, err, "%+v", pen)
 		res, err := lim.Take(ctx, "k", 1)
 		require.NoError(t, err)

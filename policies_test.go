@@ -30,7 +30,7 @@ func policyServer(t *testing.T, policies []ratelimit.Policy, opts *ratelimit.Mid
 
 var (
 	perKey = ratelimit.Policy{Name: "per-key", Limit: ratelimit.PerSecond(5).WithBurst(10)}
-	daily  = ratelimit.Policy{Name: "daily", Limit: ratelimit.PerDay(10000)}
+	daily  = ratelimit.Policy{Name: "daily", Limit: ratelimit.Per(10000, 24*time.Hour)}
 	global = ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(200).WithBurst(4), Global: true}
 )
 
@@ -94,9 +94,9 @@ func TestCostBelowOneIsRefused(t *testing.T) {
 func TestTiers(t *testing.T) {
 	clock := new(fakeClock)
 	store := clockStore(t, clock)
-	free, err := ratelimit.New(store, ratelimit.Policy{Name: "free", Limit: ratelimit.PerMinute(2)})
+	free, err := ratelimit.New(store, ratelimit.Policy{Name: "free", Limit: ratelimit.Per(2, time.Minute)})
 	require.NoError(t, err)
-	pro, err := ratelimit.New(store, ratelimit.Policy{Name: "pro", Limit: ratelimit.PerMinute(5)})
+	pro, err := ratelimit.New(store, ratelimit.Policy{Name: "pro", Limit: ratelimit.Per(5, time.Minute)})
 	require.NoError(t, err)
 	m, err := ratelimit.NewMiddleware(free, keyByHeader, &ratelimit.MiddlewareOptions{LimiterFor: func(r *http.Request) *ratelimit.Limiter {
 		if r.Header.Get("X-Plan") == "pro" {
@@ -118,7 +118,7 @@ func TestTiers(t *testing.T) {
 }
 
 func TestDryRunOverHTTP(t *testing.T) {
-	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true}
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(1, time.Minute), DryRun: true}
 	s := policyServer(t, []ratelimit.Policy{perKey, shadow}, nil)
 	for range 3 {
 		w := s.get("a")
@@ -151,7 +151,7 @@ func TestPolicyConstructorErrors(t *testing.T) {
 // policy's result in Results, and points each Result at the limiter's own
 // Policy.
 func TestResultsPerPolicy(t *testing.T) {
-	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true}
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(1, time.Minute), DryRun: true}
 	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), perKey, daily, shadow)
 	require.NoError(t, err)
 	ps := lim.Policies()
@@ -163,31 +163,31 @@ func TestResultsPerPolicy(t *testing.T) {
 	assert.True(t, res.Allowed)
 	assert.Same(t, &ps[0], res.Policy, "per-key has the fewest tokens left")
 	assert.Equal(t, int64(9), res.Remaining)
-	require.Len(t, res.Results(), 3)
-	for i, r := range res.Results() {
+	require.Len(t, res.Results, 3)
+	for i, r := range res.Results {
 		assert.Same(t, &ps[i], r.Policy, "Results()[%d]", i)
 	}
-	assert.Equal(t, int64(9999), res.Results()[1].Remaining)
-	assert.Nil(t, res.Violated())
-	assert.Nil(t, res.DryRunViolated())
+	assert.Equal(t, int64(9999), res.Results[1].Remaining)
+	assert.Nil(t, res.Violated)
+	assert.Nil(t, res.DryRunViolated)
 
 	res, err = lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
 	assert.True(t, res.Allowed)
-	assert.Equal(t, []string{"shadow"}, res.DryRunViolated())
+	assert.Equal(t, []string{"shadow"}, res.DryRunViolated)
 
 	res, err = lim.Take(ctx, "k", 9)
 	require.NoError(t, err)
 	assert.False(t, res.Allowed)
 	assert.Same(t, &ps[0], res.Policy)
-	assert.Equal(t, []string{"per-key"}, res.Violated())
+	assert.Equal(t, []string{"per-key"}, res.Violated)
 	assert.Equal(t, ratelimit.PerSecond(5).WithBurst(10), res.Policy.Limit)
 	assert.Equal(t, "5/s burst 10", res.Policy.Limit.String())
-	assert.True(t, res.Results()[1].Allowed, "daily would have allowed it")
-	assert.Equal(t, int64(9998-9), res.Results()[1].Remaining, "what daily would have left had the request passed")
+	assert.True(t, res.Results[1].Allowed, "daily would have allowed it")
+	assert.Equal(t, int64(9998-9), res.Results[1].Remaining, "what daily would have left had the request passed")
 	look, err := lim.Take(ctx, "k", 0)
 	require.NoError(t, err)
-	assert.Equal(t, int64(9998), look.Results()[1].Remaining, "the refused request spent nothing from daily")
+	assert.Equal(t, int64(9998), look.Results[1].Remaining, "the refused request spent nothing from daily")
 }
 
 // TestDryRunLookDecidesByTheAlgorithm: when an enforcing policy refuses, a
@@ -208,9 +208,9 @@ func TestDryRunLookDecidesByTheAlgorithm(t *testing.T) {
 	require.NoError(t, err)
 	res, err := lim.Take(ctx, "k", 5)
 	require.NoError(t, err)
-	require.Equal(t, []string{"tb"}, res.Violated())
-	assert.Nil(t, res.DryRunViolated(), "a wait of 8 s fits the queue's 10 s")
-	assert.True(t, res.Results()[1].Allowed)
+	require.Equal(t, []string{"tb"}, res.Violated)
+	assert.Nil(t, res.DryRunViolated, "a wait of 8 s fits the queue's 10 s")
+	assert.True(t, res.Results[1].Allowed)
 
 	// A queue 3 s long, of 2 s room: a would-be refusal, by 1 s.
 	clock = new(fakeClock)
@@ -224,9 +224,9 @@ func TestDryRunLookDecidesByTheAlgorithm(t *testing.T) {
 	}
 	res, err = lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
-	require.Equal(t, []string{"tb"}, res.Violated())
-	assert.Equal(t, []string{"shape"}, res.DryRunViolated())
-	assert.Equal(t, time.Second, res.Results()[1].RetryAfter, "3 s of wait against 2 s of room")
+	require.Equal(t, []string{"tb"}, res.Violated)
+	assert.Equal(t, []string{"shape"}, res.DryRunViolated)
+	assert.Equal(t, time.Second, res.Results[1].RetryAfter, "3 s of wait against 2 s of room")
 }
 
 // TestDryRunHeadersOnRefusals: with DryRunHeaders, a refusal's RateLimit
@@ -236,7 +236,7 @@ func TestDryRunLookDecidesByTheAlgorithm(t *testing.T) {
 // refusals included, as one valid list.
 func TestDryRunHeadersOnRefusals(t *testing.T) {
 	perKey := ratelimit.Policy{Name: "per-key", Limit: ratelimit.PerSecond(2).WithBurst(4)}
-	dry := ratelimit.Policy{Name: "dry", Limit: ratelimit.PerMinute(3), DryRun: true}
+	dry := ratelimit.Policy{Name: "dry", Limit: ratelimit.Per(3, time.Minute), DryRun: true}
 	for _, jitter := range []time.Duration{0, 3 * time.Second} {
 		s := policyServer(t, []ratelimit.Policy{perKey, dry}, &ratelimit.MiddlewareOptions{DryRunHeaders: true, RetryJitter: jitter})
 		for range 4 {
@@ -258,8 +258,8 @@ func TestDryRunHeadersOnRefusals(t *testing.T) {
 		return r
 	}
 	first, second := httptest.NewRecorder(), httptest.NewRecorder()
-	m.Handle(first, request(), func() int {
-		m.Handle(second, request(), func() int { return 200 }) // while the first holds the slot
+	m.Handle(first, request(), func(*http.Request) int {
+		m.Handle(second, request(), func(*http.Request) int { return 200 }) // while the first holds the slot
 		return 200
 	})
 	require.Equal(t, 429, second.Code)

@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"fmt"
 	"time"
+
+	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
 // Algorithm selects how a [Policy] turns its [Limit] into decisions. The
@@ -25,20 +27,19 @@ const (
 	// request whose wait would exceed burst × interval (the queue's room),
 	// or Policy.MaxDelay, is refused at once.
 	LeakyShape
-	// Ban is the algorithm of a penalty box's ban (Policy.Penalty), which a
-	// Limiter keeps as a bucket of its own, named POLICY + "/ban"; it is no
-	// algorithm for a Policy of yours. The state is the time the ban ends:
-	// a request of cost 0 asks whether the key is banned and is refused
-	// until then, and a positive cost bans the key for cost nanoseconds
-	// from now (or keeps a longer ban). A store that applies
-	// [Policy.Decide] needs to know nothing of it.
-	Ban
 )
 
-var algorithmNames = [...]string{TokenBucket: "token-bucket", LeakyPolice: "leaky-police", LeakyShape: "leaky-shape", Ban: "ban"}
+// The Algorithms of a penalty box's own buckets, which no Policy of yours
+// may have: the ban, and the strikes and bans-backoff token buckets.
+const (
+	ban     Algorithm = algo.Ban
+	strikes Algorithm = algo.Strikes
+)
 
-// String returns the algorithm's name, such as "token-bucket".
-func (a Algorithm) String() string { return enumString("Algorithm", algorithmNames[:], uint8(a)) }
+var algorithmNames = [...]string{TokenBucket: "token-bucket", LeakyPolice: "leaky-police", LeakyShape: "leaky-shape", ban: "ban", strikes: "strikes"}
+
+// name returns a's name, such as "token-bucket".
+func (a Algorithm) name() string { return enumName("Algorithm", algorithmNames[:], uint8(a)) }
 
 // MarshalText implements [encoding.TextMarshaler].
 func (a Algorithm) MarshalText() ([]byte, error) {
@@ -47,10 +48,10 @@ func (a Algorithm) MarshalText() ([]byte, error) {
 
 // UnmarshalText implements [encoding.TextUnmarshaler].
 func (a *Algorithm) UnmarshalText(text []byte) error {
-	return enumUnmarshal("algorithm", algorithmNames[:Ban], (*uint8)(a), text) // not Ban: no policy of yours
+	return enumUnmarshal("algorithm", algorithmNames[:ban], (*uint8)(a), text) // no penalty box's own
 }
 
-func enumString(typ string, names []string, v uint8) string {
+func enumName(typ string, names []string, v uint8) string {
 	if int(v) < len(names) {
 		return names[v]
 	}
@@ -117,14 +118,11 @@ func (p Policy) validate() (Policy, error) {
 	if !validName(p.Name) {
 		return p, fmt.Errorf("ratelimit: policy name %q: want 1 to 64 characters from [A-Za-z0-9._-]", p.Name)
 	}
-	if p.Name == inflightName {
-		return p, fmt.Errorf("ratelimit: policy name %q is reserved for MiddlewareOptions.MaxInFlight", p.Name)
-	}
 	if int(p.Algorithm) >= len(algorithmNames) {
 		return p, fmt.Errorf("ratelimit: policy %q: unknown algorithm %d", p.Name, p.Algorithm)
 	}
-	if p.Algorithm == Ban {
-		return p, fmt.Errorf("ratelimit: policy %q: the algorithm %v is a penalty box's own; set Policy.Penalty", p.Name, Ban)
+	if p.Algorithm == ban || p.Algorithm == strikes {
+		return p, fmt.Errorf("ratelimit: policy %q: the algorithm %s is a penalty box's own; set Policy.Penalty", p.Name, p.Algorithm.name())
 	}
 	if err := p.Penalty.validate(&p); err != nil {
 		return p, fmt.Errorf("ratelimit: policy %q: %w", p.Name, err)
@@ -134,7 +132,7 @@ func (p Policy) validate() (Policy, error) {
 	}
 	switch {
 	case p.Algorithm != LeakyShape && (p.Immediate != 0 || p.MaxDelay != 0):
-		return p, fmt.Errorf("ratelimit: policy %q: Immediate and MaxDelay apply to %v only", p.Name, LeakyShape)
+		return p, fmt.Errorf("ratelimit: policy %q: Immediate and MaxDelay apply to %s only", p.Name, LeakyShape.name())
 	case p.Immediate < 0 || p.Immediate > p.Limit.burst:
 		return p, fmt.Errorf("ratelimit: policy %q: Immediate %d outside [0, burst %d]", p.Name, p.Immediate, p.Limit.burst)
 	case p.MaxDelay < 0 || p.MaxDelay > p.Limit.span():

@@ -1,9 +1,39 @@
 package ratelimit
 
 import (
+	"context"
 	"net/http"
 	"time"
 )
+
+// decision is what Handle learned of a request: the limiter that decided
+// it, its key and cost, and the result or the error.
+type decision struct {
+	lim    *Limiter
+	key    string
+	cost   int64
+	res    Result
+	err    error
+	queued bool // it holds a place in the shaping queues (enqueue)
+}
+
+// refund gives back what d spent, after the request turned out not to
+// count or could not run, even if r's context has ended.
+func (d *decision) refund(r *http.Request) {
+	_ = d.lim.Refund(context.WithoutCancel(r.Context()), d.key, d.cost, d.res)
+}
+
+// count runs next and gives back what d spent when next's status does
+// not count (MiddlewareOptions.CountIf) or next panics.
+func (m *Middleware) count(r *http.Request, next func(*http.Request) int, d *decision) {
+	counted := false
+	defer func() {
+		if !counted { // next did not return normally, or its status does not count
+			d.refund(r)
+		}
+	}()
+	counted = m.cfg.CountIf(next(r))
+}
 
 // defaultMaxQueued is MiddlewareOptions.MaxQueued's default: the requests that may
 // wait in shaping queues at once, across all keys of a Middleware. Each
@@ -47,20 +77,19 @@ func (m *Middleware) dequeue(d *decision) {
 // into a refusal by the shaping policies that would have queued it, with
 // Retry-After the wait it would have had: its turn.
 func (m *Middleware) refuseQueued(r *http.Request, d *decision) {
-	d.lim.giveBack(r.Context(), d.key, d.cost, d.res)
+	d.refund(r)
 	res := d.res
 	res.Allowed, res.Remaining, res.RetryAfter, res.Delay = false, 0, res.Delay, 0
 	res.ResetAfter = max(res.ResetAfter, res.RetryAfter)
-	if all := res.Results(); all == nil {
-		res.lists = d.lim.refused
+	if res.Results == nil {
+		res.Violated = []string{res.Policy.Name}
 	} else {
-		var violated []string
-		for _, i := range d.lim.enforce {
-			if all[i].Delay > 0 {
-				violated = append(violated, d.lim.names[i])
+		res.Violated = nil
+		for i, p := range d.lim.Policies() {
+			if !p.DryRun && res.Results[i].Delay > 0 {
+				res.Violated = append(res.Violated, p.Name)
 			}
 		}
-		res.lists = &lists{violated: violated, dryRunViolated: res.DryRunViolated(), results: all}
 	}
 	d.res = res
 }
@@ -80,4 +109,17 @@ func waitDeadline(r *http.Request, now time.Time) (time.Time, bool) {
 		}
 	}
 	return end, ok
+}
+
+// sleep waits for d or until ctx ends, and returns ctx's error in the latter
+// case.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }

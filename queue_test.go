@@ -209,7 +209,7 @@ func TestShapingWaitPastContextDeadline(t *testing.T) {
 // deadline and leaving the client with a broken connection.
 func TestShapingWriteTimeoutOverRealServer(t *testing.T) {
 	var handled atomic.Int64
-	srv := httptest.NewUnstartedServer(shapingHandler(t, ratelimit.PerMinute(1).WithBurst(10),
+	srv := httptest.NewUnstartedServer(shapingHandler(t, ratelimit.Per(1, time.Minute).WithBurst(10),
 		func(w http.ResponseWriter, r *http.Request) { handled.Add(1) }, nil))
 	srv.Config.WriteTimeout = time.Second
 	srv.Start()

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -44,8 +45,8 @@ func (takeOnly) Take(_ context.Context, p *ratelimit.Policy, _ string, _ int64) 
 var resetPolicies = []ratelimit.Policy{
 	{Name: "burst", Limit: ratelimit.PerSecond(5)},
 	{Name: "global", Limit: ratelimit.PerSecond(100), Global: true},
-	{Name: "daily", Limit: ratelimit.PerDay(1000)},
-	{Name: "shadow", Limit: ratelimit.PerMinute(10), DryRun: true},
+	{Name: "daily", Limit: ratelimit.Per(1000, 24*time.Hour)},
+	{Name: "shadow", Limit: ratelimit.Per(10, time.Minute), DryRun: true},
 }
 
 // Reset asks the store to forget the key under every policy but the Global

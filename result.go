@@ -33,42 +33,27 @@ type Result struct {
 	// A Limiter hands it back to the store untouched.
 	Until int64
 
-	lists *lists // set by a Limiter; nil for a store's result
+	// Violated names the policies that refused the request; nil when it
+	// is allowed. A request refused by a penalty box's ban names the ban,
+	// POLICY/ban. Set by a Limiter; shared: do not modify it.
+	Violated []string
+	// DryRunViolated names the dry-run policies that would have refused
+	// the request. Set by a Limiter; shared: do not modify it.
+	DryRunViolated []string
+	// Results has every policy's result, in the Limiter's order, when the
+	// Limiter has more than one; nil otherwise. A request refused by a
+	// penalty box's ban has the ban's result alone, whose Policy is the
+	// box's (an Algorithm none of the exported ones). When it was refused, the
+	// results of the policies that allowed it say what they would have
+	// left had it passed (a refused request spends nothing from any
+	// policy). Set by a Limiter; shared: do not modify it.
+	Results []Result
+
+	cost int64 // the tokens the Limiter's Take spent, for Refund
 }
 
-// lists holds what a Limiter adds to a Result.
-type lists struct {
-	violated, dryRunViolated []string
-	results                  []Result
-	ban                      bool // refused by a penalty box's ban
-}
-
-// Violated names the policies that refused the request; nil when it is
-// allowed. The slice is shared: do not modify it.
-func (r Result) Violated() []string {
-	if r.lists == nil {
-		return nil
-	}
-	return r.lists.violated
-}
-
-// DryRunViolated names the dry-run policies that would have refused the
-// request. The slice is shared: do not modify it.
-func (r Result) DryRunViolated() []string {
-	if r.lists == nil {
-		return nil
-	}
-	return r.lists.dryRunViolated
-}
-
-// Results returns the result of every policy, in the Limiter's order, when
-// it has more than one; nil otherwise. When the request was refused, the
-// results of the policies that allowed it say what they would have left
-// had it passed (a refused request spends nothing from any policy). The
-// slice is shared: do not modify it.
-func (r Result) Results() []Result {
-	if r.lists == nil {
-		return nil
-	}
-	return r.lists.results
+// bindsOver reports whether r binds rather than b, of one request's
+// results: a refusal with a longer wait, or else fewer tokens left.
+func (r Result) bindsOver(b Result) bool {
+	return !r.Allowed && (b.Allowed || r.RetryAfter > b.RetryAfter) || r.Allowed && b.Allowed && r.Remaining < b.Remaining
 }

@@ -171,7 +171,7 @@ func TestShapingDefaultAnswerWhenAbandoned(t *testing.T) {
 func TestShapingOverRealServer(t *testing.T) {
 	var handled atomic.Int64
 	abandoned := make(chan error, 1)
-	srv := httptest.NewServer(shapingHandler(t, ratelimit.PerMinute(1).WithBurst(10),
+	srv := httptest.NewServer(shapingHandler(t, ratelimit.Per(1, time.Minute).WithBurst(10),
 		func(w http.ResponseWriter, r *http.Request) { handled.Add(1) },
 		&ratelimit.MiddlewareOptions{OnError: func(w http.ResponseWriter, r *http.Request, err error) { abandoned <- err }}))
 	defer srv.Close()

@@ -1,6 +1,10 @@
 package ratelimit
 
-import "context"
+import (
+	"context"
+	"errors"
+	"time"
+)
 
 // Store keeps the state of every bucket and decides atomically: two
 // concurrent calls for the same policy and key must behave as if one ran
@@ -18,9 +22,17 @@ import "context"
 // State is namespaced by policy name: the same key under two names is two
 // buckets. A [Limiter] validates its policies and the cost before it calls
 // a store, so a store may assume that p is valid, the key is not empty and
-// 0 ≤ cost ≤ the burst. Tokens are given back through [RefundStore]. This
-// package's Store example is a complete store over a map, and the storetest
-// package is the conformance suite every store should pass.
+// 0 ≤ cost ≤ the burst. Tokens are given back through [RefundStore].
+//
+// A Limiter with a [Penalty] keeps, in the same store, buckets under
+// policies of its own whose Algorithm is none of the three exported ones:
+// its strikes and bans back-off (Algorithm 4, decided as TokenBucket is)
+// and its ban (Algorithm 3). A store decides them with Policy.Decide like
+// any other, and at the store each time: no lease, no local answer ahead
+// of the store.
+//
+// This package's Store example is a complete store over a map, and the
+// storetest package is the conformance suite every store should pass.
 type Store interface {
 	// Take decides one request of cost tokens for the bucket of key under
 	// p, and spends them if allowed. It returns an error only when the
@@ -34,6 +46,11 @@ type BatchItem struct {
 	Key    string  // the bucket's key under Policy (never empty)
 	Cost   int64   // the tokens to spend; 0 only looks, and never negative
 }
+
+// ErrNotAtomic is what [BatchStore.TakeAll] returns when it cannot decide
+// its requests in one atomic step. A Limiter then decides them one at a
+// time; Take never returns it.
+var ErrNotAtomic = errors.New("ratelimit: requests cannot be decided atomically")
 
 // BatchStore is a Store that can decide several requests atomically, all
 // or nothing. A [Limiter] with several policies uses it, when the store has
@@ -77,4 +94,20 @@ type RefundStore interface {
 	// with the store's decisions. It returns an error only when the store
 	// cannot tell whether the tokens went back.
 	Refund(ctx context.Context, p *Policy, key string, cost int64, took Result) error
+}
+
+// SlotStore keeps in-flight slots that several instances share, so that
+// MiddlewareOptions.MaxInFlight holds across them (redisstore has one). A slot is a
+// lease, which the Middleware renews every third of MiddlewareOptions.SlotLease
+// while its request runs: if the instance holding it dies, the slot frees
+// itself when the lease ends. A Middleware's keys are its MiddlewareOptions.SlotName,
+// for the slots of MaxInFlightTotal, and SlotName + ":" + the request's
+// key. Implementations must be safe for concurrent use.
+type SlotStore interface {
+	// Acquire takes one of the limit slots of key for token, until lease
+	// has passed, and reports whether it did; when token already holds a
+	// slot of key, Acquire extends its lease to lease from now.
+	Acquire(ctx context.Context, key, token string, limit int64, lease time.Duration) (ok bool, err error)
+	// Release gives back the slot of key that token holds.
+	Release(ctx context.Context, key, token string) error
 }

@@ -1,10 +1,8 @@
 package ratelimit
 
 import (
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -18,22 +16,6 @@ const (
 	warnSharedPolicyName             = "shared-policy-name"
 )
 
-// quiet is the set of warning kinds turned off.
-type quiet []string
-
-func (q quiet) off(kind string) bool { return slices.Contains(q, kind) }
-
-// newQuiet turns off kinds, each of which must be one of valid; field names
-// the option, for the error.
-func newQuiet(field string, kinds, valid []string) (quiet, error) {
-	for _, k := range kinds {
-		if !slices.Contains(valid, k) {
-			return nil, fmt.Errorf("ratelimit: %s: unknown warning %q; want one of %q", field, k, valid)
-		}
-	}
-	return kinds, nil
-}
-
 // warn logs a misconfiguration warning of kind to l, or to slog.Default()
 // when l is nil.
 func warn(l *slog.Logger, kind, msg string, args ...any) {
@@ -43,24 +25,19 @@ func warn(l *slog.Logger, kind, msg string, args ...any) {
 	l.Warn(msg, append([]any{"warning", kind}, args...)...)
 }
 
-// limitsSeen remembers the limit of every policy name among a Middleware's
-// limiters, to warn when two of them that share a store give one name two
-// limits: their buckets would mix.
+// limitsSeen remembers the limiters of a Middleware, to warn when two of
+// them that share a store give one policy name two limits: their buckets
+// would mix.
 type limitsSeen struct {
 	checked sync.Map // *Limiter → struct{}: limiters already compared
 	n       atomic.Int32
 	mu      sync.Mutex
-	limits  map[storeName]Limit
+	seen    []*Limiter
 }
 
 // maxLimitersSeen bounds the limiters a Middleware compares, in case
 // LimiterFor makes new ones as it goes.
 const maxLimitersSeen = 64
-
-type storeName struct {
-	store Store
-	name  string
-}
 
 // check compares l's policies with those of the limiters seen before, the
 // first time it sees l. It costs one read of a sync.Map afterwards.
@@ -74,33 +51,19 @@ func (s *limitsSeen) check(l *Limiter, log *slog.Logger) {
 	if _, loaded := s.checked.LoadOrStore(l, struct{}{}); loaded || s.n.Add(1) > maxLimitersSeen {
 		return
 	}
-	if !hashable(l.store) {
-		return // a store that cannot be a map key cannot be told apart
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.limits == nil {
-		s.limits = map[storeName]Limit{}
-	}
-	for _, p := range l.policies {
-		k := storeName{l.store, p.Name}
-		prev, ok := s.limits[k]
-		if !ok {
-			s.limits[k] = p.Limit
-		} else if prev.interval != p.Limit.interval || prev.burst != p.Limit.burst {
-			warn(log, warnSharedPolicyName, "ratelimit: two limiters use one store and one policy name with different limits, so their buckets mix; give the policies different names",
-				"policy", p.Name, "limit", p.Limit.String(), "other", prev.String())
+	warned := map[string]bool{}
+	for _, prev := range s.seen {
+		for _, mix := range l.mixes(prev) {
+			if p := mix[0]; !warned[p.Name] {
+				warned[p.Name] = true
+				warn(log, warnSharedPolicyName, "ratelimit: two limiters use one store and one policy name with different limits, so their buckets mix; give the policies different names",
+					"policy", p.Name, "limit", p.Limit.String(), "other", mix[1].Limit.String())
+			}
 		}
 	}
-}
-
-// hashable reports whether store can be a map key: comparing two stores
-// of a dynamic type that is not comparable, such as a func adapter or a
-// struct holding a slice, panics.
-func hashable(store Store) (ok bool) {
-	defer func() { ok = recover() == nil }()
-	_ = map[Store]bool{store: true}
-	return true
+	s.seen = append(s.seen, l)
 }
 
 // dominance watches a sample of the keys a Middleware sees and warns once

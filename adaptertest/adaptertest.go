@@ -32,7 +32,9 @@
 // address lists (Options.Block answers 403, Options.Safe skips); the
 // rate-limit field names reach the wire as the core spells them
 // ("RateLimit-Policy", not "Ratelimit-Policy"), which a Go client, since
-// it canonicalises names, cannot see: that test reads the raw response.
+// it canonicalises names, cannot see: that test reads the raw response;
+// and next receives the request that ratelimit.ResultFrom reads
+// (Options.ResultInContext).
 // What the core decides alone is tested in package ratelimit.
 package adaptertest
 
@@ -83,6 +85,7 @@ func Run(t *testing.T, newHandler NewHandler) {
 		{"Skip", testSkip},
 		{"AddressLists", testAddressLists},
 		{"FieldNames", testFieldNames},
+		{"ResultFrom", testResultFrom},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newHandler) })
 	}
@@ -140,7 +143,7 @@ func newFixture(t *testing.T, nh NewHandler, s setup) *fixture {
 		require.NoError(t, err)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var panicked any
-			m.Handle(w, r, func() (status int) {
+			m.Handle(w, r, func(r *http.Request) (status int) {
 				sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 				status, panicked = quick.Run(func() { next.ServeHTTP(sw, r) }, func() (int, bool) { return sw.status, sw.sent })
 				return status
@@ -208,6 +211,9 @@ func next(sd *side) http.Handler {
 			<-sd.release
 		case "/panic":
 			panic(http.ErrAbortHandler) // the server closes the connection
+		case "/result": // what ratelimit.ResultFrom finds in the request next receives
+			res, ok := ratelimit.ResultFrom(r.Context())
+			w.Header().Set("X-Result", strconv.FormatBool(ok)+" "+strconv.FormatInt(res.Remaining, 10))
 		case "/abort": // the client hung up mid-body, as httputil.ReverseProxy reports it
 			w.WriteHeader(http.StatusOK)
 			io.WriteString(w, "the first part")
@@ -294,8 +300,22 @@ func assertStopped(t *testing.T, r response, status int) {
 	assert.Empty(t, r.Header.Get("X-Next"), "next must not run")
 }
 
+// testResultFrom: with ResultInContext, next's request carries the
+// decision, which ratelimit.ResultFrom reads; without, it carries none.
+func testResultFrom(t *testing.T, nh NewHandler) {
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(5, time.Minute), opts: &ratelimit.MiddlewareOptions{ResultInContext: true}})
+	for _, want := range []string{"true 4", "true 3"} {
+		req := request{path: "/result", client: "alice"}
+		r := f.send(req)
+		assertNextRan(t, req, r)
+		assert.Equal(t, want, r.Header.Get("X-Result"), "ResultFrom in next: found, remaining")
+	}
+	f = newFixture(t, nh, setup{limit: ratelimit.Per(5, time.Minute)})
+	assert.Equal(t, "false 0", f.send(request{path: "/result", client: "alice"}).Header.Get("X-Result"), "without ResultInContext")
+}
+
 func testAdmitted(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(5)})
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(5, time.Minute)})
 	for _, req := range []request{
 		{client: "alice"},
 		{method: http.MethodPost, path: "/other/path?q=1", client: "alice"},
@@ -310,7 +330,7 @@ func testAdmitted(t *testing.T, nh NewHandler) {
 }
 
 func testRefused(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(2)})
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(2, time.Minute)})
 	for range 2 {
 		f.send(request{client: "alice"})
 	}
@@ -334,8 +354,8 @@ func (failingStore) Take(context.Context, *ratelimit.Policy, string, int64) (rat
 }
 
 func testErrors(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(5)})
-	down := newFixture(t, nh, setup{limit: ratelimit.PerMinute(5), store: failingStore{}})
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(5, time.Minute)})
+	down := newFixture(t, nh, setup{limit: ratelimit.Per(5, time.Minute), store: failingStore{}})
 	for _, method := range []string{http.MethodGet, http.MethodHead} {
 		assertStopped(t, f.send(request{method: method}), http.StatusUnauthorized)
 		assertStopped(t, f.send(request{method: method, client: keyError}), http.StatusInternalServerError)
@@ -349,7 +369,7 @@ func testErrors(t *testing.T, nh NewHandler) {
 // testCustomHandlers: answers that the adapter cannot take for JSON (a
 // plain-text refusal) as well as ones it can (an application/json error).
 func testCustomHandlers(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.MiddlewareOptions{
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(1, time.Minute), opts: &ratelimit.MiddlewareOptions{
 		OnDeny: func(w http.ResponseWriter, _ *http.Request, res ratelimit.Result) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(http.StatusTooManyRequests)
@@ -380,7 +400,7 @@ func testCountIf(t *testing.T, nh NewHandler) {
 	// adapter must hand the core the status of the response, before the
 	// client has it.
 	seen := make(chan int, 20)
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(2), opts: &ratelimit.MiddlewareOptions{
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(2, time.Minute), opts: &ratelimit.MiddlewareOptions{
 		CountIf: func(status int) bool {
 			seen <- status
 			return status >= 400
@@ -405,7 +425,7 @@ func testCountIf(t *testing.T, nh NewHandler) {
 // after it began (a download whose client hung up: httputil.ReverseProxy
 // panics with http.ErrAbortHandler), and let the panic go on.
 func testAborted(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.MiddlewareOptions{
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(1, time.Minute), opts: &ratelimit.MiddlewareOptions{
 		CountIf: func(status int) bool { return status < 400 }, // downloads count, failures do not
 	}})
 	for _, sd := range []*side{f.ref, f.adapter} {
@@ -426,7 +446,7 @@ func testAborted(t *testing.T, nh NewHandler) {
 // next runs and released when it returns, or panics. The adapter must run
 // the rest of the chain inside the core's Handle.
 func testInFlight(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(100), opts: &ratelimit.MiddlewareOptions{MaxInFlight: 1}})
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(100, time.Minute), opts: &ratelimit.MiddlewareOptions{MaxInFlight: 1}})
 	var answers [2][5]response // reference, adapter
 	for i, sd := range []*side{f.ref, f.adapter} {
 		errs := make(chan error, 1)
@@ -457,7 +477,7 @@ func testInFlight(t *testing.T, nh NewHandler) {
 }
 
 func testSkip(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.MiddlewareOptions{
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(1, time.Minute), opts: &ratelimit.MiddlewareOptions{
 		Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" },
 	}})
 	f.send(request{client: "alice"})
@@ -477,14 +497,14 @@ func testSkip(t *testing.T, nh NewHandler) {
 // without a key).
 func testAddressLists(t *testing.T, nh NewHandler) {
 	loopback := []string{"127.0.0.0/8", "::1"}
-	blocked := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.MiddlewareOptions{Block: loopback}})
+	blocked := newFixture(t, nh, setup{limit: ratelimit.Per(1, time.Minute), opts: &ratelimit.MiddlewareOptions{Block: loopback}})
 	for _, req := range []request{{client: "alice"}, {method: http.MethodHead, client: "alice"}, {}} {
 		r := blocked.send(req)
 		assertStopped(t, r, http.StatusForbidden)
 		assert.Equal(t, "application/problem+json", r.Header.Get("Content-Type"))
 		assert.Empty(t, r.Header.Get("RateLimit"), "a blocked request is not decided")
 	}
-	safe := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1), opts: &ratelimit.MiddlewareOptions{Safe: loopback}})
+	safe := newFixture(t, nh, setup{limit: ratelimit.Per(1, time.Minute), opts: &ratelimit.MiddlewareOptions{Safe: loopback}})
 	for _, client := range []string{"alice", "alice", "", keyError} {
 		req := request{client: client}
 		r := safe.send(req)
@@ -500,7 +520,7 @@ func testAddressLists(t *testing.T, nh NewHandler) {
 // drafts' spelling, "RateLimit-Policy:" and "RateLimit:"), on an admitted
 // and on a refused request.
 func testFieldNames(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.PerMinute(1)})
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(1, time.Minute)})
 	for _, status := range []string{"200 OK", "429 Too Many Requests"} {
 		want := rawRateLimitLines(t, f.ref, "alice", status)
 		got := rawRateLimitLines(t, f.adapter, "alice", status)

@@ -143,7 +143,10 @@ func middleware(m *ratelimit.Middleware, withContext bool, opts *Options) echo.M
 			status := func() (int, bool) {
 				return max(c.Response().Status, http.StatusOK), c.Response().Committed // a 1xx is never final
 			}
-			run := func() (code int) {
+			run := func(served *http.Request) (code int) {
+				if served != r { // with ResultInContext
+					c.SetRequest(served)
+				}
 				code, panicked = quick.Run(func() {
 					if err = next(c); err != nil && counts {
 						// The status of an error is known once the error

@@ -104,7 +104,7 @@ func TestNewErrors(t *testing.T) {
 
 // TestHTTPError checks what the application's HTTPErrorHandler receives.
 func TestHTTPError(t *testing.T) {
-	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.PerMinute(1)), ratelimit.KeyByAPIKey("X-API-Key"), nil)
+	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.Per(1, time.Minute)), ratelimit.KeyByAPIKey("X-API-Key"), nil)
 	require.NoError(t, err)
 	var got []*echo.HTTPError
 	e := echo.New()
@@ -151,7 +151,7 @@ func TestHTTPError(t *testing.T) {
 // Debug mode DefaultHTTPErrorHandler indents the JSON body. WriteResponse
 // is unaffected.
 func TestDebugIndents(t *testing.T) {
-	lim := newLimiter(t, ratelimit.PerMinute(1))
+	lim := newLimiter(t, ratelimit.Per(1, time.Minute))
 	m, err := ratelimit.NewMiddleware(lim, func(r *http.Request) (string, error) { return r.URL.Path, nil }, nil)
 	require.NoError(t, err)
 	ok := func(c echo.Context) error { return c.NoContent(http.StatusNoContent) }
@@ -277,11 +277,11 @@ type ctxKey struct{}
 // authenticated by an earlier middleware, and anonymous clients behind a
 // trusted proxy.
 func TestNewWithEchoKeys(t *testing.T) {
-	byUser, err := echolimit.New(newLimiter(t, ratelimit.PerMinute(2)), echolimit.KeyByValue("user"), nil, nil)
+	byUser, err := echolimit.New(newLimiter(t, ratelimit.Per(2, time.Minute)), echolimit.KeyByValue("user"), nil, nil)
 	require.NoError(t, err)
 	byIP, err := echolimit.KeyByRealIP(nil)
 	require.NoError(t, err)
-	byIPLimit, err := echolimit.New(newLimiter(t, ratelimit.PerMinute(1)), byIP, nil, nil)
+	byIPLimit, err := echolimit.New(newLimiter(t, ratelimit.Per(1, time.Minute)), byIP, nil, nil)
 	require.NoError(t, err)
 
 	e := echo.New()
@@ -334,7 +334,7 @@ func BenchmarkAllowed(b *testing.B) {
 	// allowed.
 	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Per(1, time.Nanosecond).WithBurst(1e15)})
 	require.NoError(b, err)
-	quiet := &ratelimit.MiddlewareOptions{Quiet: []string{"one-key"}}
+	quiet := &ratelimit.MiddlewareOptions{Quiet: true}
 	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), quiet)
 	require.NoError(b, err)
 	withEchoKey, err := echolimit.New(lim, echolimit.KeyByValue("user"), quiet, nil)
@@ -390,7 +390,7 @@ func (w *discard) Write(b []byte) (int, error) { return len(b), nil }
 // status decided by the HTTPErrorHandler, which the middleware runs first,
 // so WithCountIf counts it; the answer is written once.
 func TestCountIfWithHandlerErrors(t *testing.T) {
-	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.PerMinute(2)),
+	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.Per(2, time.Minute)),
 		func(*http.Request) (string, error) { return "k", nil }, &ratelimit.MiddlewareOptions{CountIf: func(s int) bool { return s >= 400 }})
 	require.NoError(t, err)
 	handled := 0
@@ -423,7 +423,7 @@ func TestCountIfWithHandlerErrors(t *testing.T) {
 
 func TestLimit(t *testing.T) {
 	e := echo.New()
-	e.Use(echolimit.LimitBy(ratelimit.PerMinute(1).WithBurst(3), ratelimit.KeyByAPIKey("X-API-Key")))
+	e.Use(echolimit.LimitBy(ratelimit.Per(1, time.Minute).WithBurst(3), ratelimit.KeyByAPIKey("X-API-Key")))
 	e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
 	var codes []int
 	for range 4 {
@@ -457,7 +457,7 @@ func panicError(f func()) (err error) {
 // writes a body is a 200 too.)
 func TestCountIfSeesTheFinalStatus(t *testing.T) {
 	var seen []int
-	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.PerMinute(2)),
+	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.Per(2, time.Minute)),
 		func(*http.Request) (string, error) { return "k", nil },
 		&ratelimit.MiddlewareOptions{CountIf: func(s int) bool { seen = append(seen, s); return s >= 400 }})
 	require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -16,7 +17,7 @@ import (
 // of up to 10, on an in-process store.
 func ExampleLimitBy() {
 	e := echo.New()
-	e.Use(echolimit.LimitBy(ratelimit.PerMinute(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
+	e.Use(echolimit.LimitBy(ratelimit.Per(5, time.Minute).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
 	e.GET("/hello", func(c echo.Context) error { return c.String(http.StatusOK, "hello\n") })
 
 	codes := map[int]int{}
@@ -38,7 +39,7 @@ func ExampleLimitBy() {
 // core's answer.
 func ExampleWrap() {
 	store, _ := memorystore.New(nil)
-	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
 	m, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), nil)
 	if err != nil {
 		panic(err)
@@ -66,7 +67,7 @@ func ExampleWrap() {
 // middleware stored in the Echo context.
 func ExampleNew() {
 	store, _ := memorystore.New(nil)
-	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "per-user", Limit: ratelimit.PerMinute(1)})
+	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "per-user", Limit: ratelimit.Per(1, time.Minute)})
 	perUser, err := echolimit.New(limiter, echolimit.KeyByValue("user"), &ratelimit.MiddlewareOptions{Headers: ratelimit.HeadersLegacy}, nil)
 	if err != nil {
 		panic(err)
@@ -117,7 +118,7 @@ func ExampleKeyByRealIP() {
 // *echo.HTTPError.
 func ExampleOptions_writeResponse() {
 	store, _ := memorystore.New(nil)
-	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
 	m, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), nil)
 	if err != nil {
 		panic(err)

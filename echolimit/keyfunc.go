@@ -43,9 +43,9 @@ func KeyByRealIP(opts *ratelimit.IPOptions) (KeyFunc, error) {
 	}
 	return func(c echo.Context) (string, error) {
 		if e := c.Echo(); e != nil && e.IPExtractor != nil {
-			return clientkey.IP(c.RealIP(), bits)
+			return keyErrors.IP(c.RealIP(), bits)
 		}
-		return clientkey.IP(c.Request().RemoteAddr, bits)
+		return keyErrors.IP(c.Request().RemoteAddr, bits)
 	}, nil
 }
 
@@ -59,5 +59,8 @@ func KeyByRealIP(opts *ratelimit.IPOptions) (KeyFunc, error) {
 // (401), and a value of another type, the server's mistake, an error
 // naming the type that the default error handler answers with 500.
 func KeyByValue(name string) KeyFunc {
-	return func(c echo.Context) (string, error) { return clientkey.User(c.Get(name)) }
+	return func(c echo.Context) (string, error) { return keyErrors.User(c.Get(name)) }
 }
+
+// keyErrors makes clientkey's refusals wrap ratelimit's errors.
+var keyErrors = clientkey.Sentinels{MissingKey: ratelimit.ErrMissingKey, BadRequest: ratelimit.ErrBadRequest}

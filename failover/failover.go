@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/storeerr"
 )
 
 // Mode is what a [Store] does while its primary store fails. The zero value
@@ -110,7 +111,7 @@ type Options struct {
 // that succeeds makes it healthy again. A call whose own context ended is
 // not a failure of the primary, nor a success: a probe that ended so lets
 // the next call probe. An error about one key's state (wrapping
-// [ratelimit.ErrKeyState]) is the primary's answer: it is returned as it
+// [storeerr.ErrKeyState]) is the primary's answer: it is returned as it
 // is, and the store is healthy. While degraded, in every mode, a give-back
 // (Refund) does nothing: the tokens stay spent. Store is safe for
 // concurrent use.
@@ -254,13 +255,13 @@ func (f *Store) handBack(probe int64) {
 
 // failed records the outcome of a call to the primary store, a probe if
 // probe is not 0, and reports whether it failed, so that the caller must
-// fall back. An answer about one key's state (ratelimit.ErrKeyState) is an
+// fall back. An answer about one key's state (storeerr.ErrKeyState) is an
 // answer: the store works, and the error is that key's. An error after
 // the caller's own context ended is the caller's, not a failure of the
 // store; a probe that ended so hands the probe to the next call.
 func (f *Store) failed(ctx context.Context, err error, probe int64) bool {
 	switch {
-	case err == nil, errors.Is(err, ratelimit.ErrKeyState):
+	case err == nil, errors.Is(err, storeerr.ErrKeyState):
 		if err != nil && f.cfg.OnError != nil {
 			f.cfg.OnError(err)
 		}

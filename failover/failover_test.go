@@ -20,6 +20,7 @@ import (
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/failover"
+	"github.com/tokenfair/ratelimit/internal/storeerr"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/storetest"
 )
@@ -35,7 +36,7 @@ var errDown = errors.New("connection refused")
 
 // errPoisoned is the primary's answer for the key "poisoned", whose state
 // another application overwrote.
-var errPoisoned = fmt.Errorf("%w: WRONGTYPE", ratelimit.ErrKeyState)
+var errPoisoned = fmt.Errorf("%w: WRONGTYPE", storeerr.ErrKeyState)
 
 func (f *flakyStore) Refund(ctx context.Context, p *ratelimit.Policy, key string, cost int64, took ratelimit.Result) error {
 	f.calls.Add(1)
@@ -132,7 +133,7 @@ func (s *server) get(client string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(http.MethodGet, "/geocode?q=paris", nil)
 	r.Header.Set("X-Client", client)
 	w := httptest.NewRecorder()
-	s.mw.Handle(w, r, func() int {
+	s.mw.Handle(w, r, func(*http.Request) int {
 		s.calls++
 		w.Write([]byte("ok"))
 		return http.StatusOK
@@ -335,8 +336,8 @@ func TestFailoverRecoversWithoutBatches(t *testing.T) {
 func TestFailoverLocalRefusalSpendsNothing(t *testing.T) {
 	rig := newFailover(t, failover.Local, 1)
 	lim, err := ratelimit.New(rig.store,
-		ratelimit.Policy{Name: "a", Limit: ratelimit.PerMinute(10)},
-		ratelimit.Policy{Name: "b", Limit: ratelimit.PerMinute(1)})
+		ratelimit.Policy{Name: "a", Limit: ratelimit.Per(10, time.Minute)},
+		ratelimit.Policy{Name: "b", Limit: ratelimit.Per(1, time.Minute)})
 	require.NoError(t, err)
 	rig.primary.down.Store(true)
 	ctx := context.Background()
@@ -347,11 +348,11 @@ func TestFailoverLocalRefusalSpendsNothing(t *testing.T) {
 	for range 4 {
 		res, err = lim.Take(ctx, "k", 1)
 		require.NoError(t, err)
-		require.Equal(t, []string{"b"}, res.Violated())
+		require.Equal(t, []string{"b"}, res.Violated)
 	}
 	look, err := lim.Take(ctx, "k", 0)
 	require.NoError(t, err)
-	assert.Equal(t, int64(9), look.Results()[0].Remaining, "a lost nothing to the refusals")
+	assert.Equal(t, int64(9), look.Results[0].Remaining, "a lost nothing to the refusals")
 }
 
 // TestFailoverLocalCostAboveShare: a cost the shared limit allows is not
@@ -407,7 +408,7 @@ func TestFailoverLocalShareIsExact(t *testing.T) {
 	}{
 		{n: 2, policy: ratelimit.Policy{Name: "a", Limit: ratelimit.PerSecond(5).WithBurst(10)}, burst: 5},
 		{n: 4, policy: ratelimit.Policy{Name: "b", Limit: ratelimit.PerSecond(100).WithBurst(40)}, burst: 10},
-		{n: 3, policy: ratelimit.Policy{Name: "c", Limit: ratelimit.PerMinute(90), Algorithm: ratelimit.LeakyPolice}, burst: 30},
+		{n: 3, policy: ratelimit.Policy{Name: "c", Limit: ratelimit.Per(90, time.Minute), Algorithm: ratelimit.LeakyPolice}, burst: 30},
 		{n: 3, policy: ratelimit.Policy{Name: "d", Limit: ratelimit.PerSecond(20), Algorithm: ratelimit.LeakyShape}, burst: 6},
 		{n: 2, policy: ratelimit.Policy{Name: "e", Limit: ratelimit.PerSecond(12), Algorithm: ratelimit.LeakyShape, Immediate: 8, MaxDelay: 500 * time.Millisecond}, burst: 6, immediate: 4},
 		{n: 3, policy: ratelimit.Policy{Name: "f", Limit: ratelimit.PerSecond(10), Algorithm: ratelimit.LeakyShape, Immediate: 10, MaxDelay: time.Second}, burst: 3, immediate: 3},
@@ -454,14 +455,14 @@ func (d dryRunDown) Take(ctx context.Context, p *ratelimit.Policy, key string, c
 // TestDryRunStoreError: a failing dry-run policy neither refuses nor makes
 // the enforcing policies lose tokens.
 func TestDryRunStoreError(t *testing.T) {
-	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true}
-	lim, err := ratelimit.New(dryRunDown{memoryStore(t, nil)}, ratelimit.Policy{Limit: ratelimit.PerMinute(2)}, shadow)
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(1, time.Minute), DryRun: true}
+	lim, err := ratelimit.New(dryRunDown{memoryStore(t, nil)}, ratelimit.Policy{Limit: ratelimit.Per(2, time.Minute)}, shadow)
 	require.NoError(t, err)
 	for i := range 2 {
 		res, err := lim.Take(context.Background(), "k", 1)
 		require.NoError(t, err)
 		assert.True(t, res.Allowed, "request %d", i+1)
-		assert.Empty(t, res.DryRunViolated())
+		assert.Empty(t, res.DryRunViolated)
 	}
 	res, err := lim.Take(context.Background(), "k", 1)
 	require.NoError(t, err)
@@ -479,7 +480,7 @@ func TestFailoverRecoversDespiteCanceledProbes(t *testing.T) {
 	for _, mode := range []failover.Mode{failover.Open, failover.Closed, failover.Local} {
 		t.Run(mode.String(), func(t *testing.T) {
 			rig := newFailover(t, mode, 1)
-			lim, err := ratelimit.New(rig.store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+			lim, err := ratelimit.New(rig.store, ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
 			require.NoError(t, err)
 			rig.primary.down.Store(true)
 			_, _ = lim.Take(context.Background(), "c", 1)
@@ -532,12 +533,12 @@ func TestFailoverKeyStateIsNoFailure(t *testing.T) {
 	for _, mode := range []failover.Mode{failover.Open, failover.Closed, failover.Local} {
 		t.Run(mode.String(), func(t *testing.T) {
 			rig := newFailover(t, mode, 1)
-			lim, err := ratelimit.New(rig.store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+			lim, err := ratelimit.New(rig.store, ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
 			require.NoError(t, err)
 			ctx := context.Background()
 			admitted, failed, checked := 0, 0, 0
 			for range 20 {
-				if _, err := lim.Take(ctx, "poisoned", 1); errors.Is(err, ratelimit.ErrKeyState) && errors.Is(err, ratelimit.ErrStore) {
+				if _, err := lim.Take(ctx, "poisoned", 1); errors.Is(err, storeerr.ErrKeyState) && errors.Is(err, ratelimit.ErrStore) {
 					failed++ // 503
 				}
 				res, err := lim.Take(ctx, "c", 1)
@@ -561,7 +562,7 @@ func TestFailoverKeyStateIsNoFailure(t *testing.T) {
 			rig.primary.down.Store(false)
 			rig.clock.Advance(time.Second)
 			_, err = lim.Take(ctx, "poisoned", 1)
-			assert.ErrorIs(t, err, ratelimit.ErrKeyState)
+			assert.ErrorIs(t, err, storeerr.ErrKeyState)
 			assert.True(t, rig.store.Healthy(), "the primary answered the probe")
 		})
 	}
@@ -576,7 +577,7 @@ func TestFailoverGiveBackWhileDegraded(t *testing.T) {
 	for _, mode := range []failover.Mode{failover.Open, failover.Closed, failover.Local} {
 		t.Run(mode.String(), func(t *testing.T) {
 			rig := newFailover(t, mode, 1)
-			p := &ratelimit.Policy{Name: "p", Limit: ratelimit.PerMinute(2)}
+			p := &ratelimit.Policy{Name: "p", Limit: ratelimit.Per(2, time.Minute)}
 			ctx := context.Background()
 			var took []ratelimit.Result
 			for range 2 { // decided by the primary
@@ -642,14 +643,14 @@ func TestFailoverLocalPenaltyBox(t *testing.T) {
 			first = res
 		}
 		refused++
-		if slices.Equal([]string{"default/ban"}, res.Violated()) {
+		if slices.Equal([]string{"default/ban"}, res.Violated) {
 			bans++
 		}
 	}
 	assert.Equal(t, 5, admitted, "a share of burst 5, then banned")
 	assert.Equal(t, 995, refused)
 	assert.Equal(t, 995, bans, "refusals by the ban")
-	assert.Equal(t, []string{"default/ban"}, first.Violated(), "the refusal that bans is the ban's")
+	assert.Equal(t, []string{"default/ban"}, first.Violated, "the refusal that bans is the ban's")
 	assert.Equal(t, time.Hour, first.RetryAfter, "the ban's whole length, not a share of it")
 	assert.False(t, rig.store.Healthy())
 }
@@ -661,7 +662,7 @@ func TestFailoverLocalPenaltyBox(t *testing.T) {
 // make a first ban the longest).
 func TestFailoverLocalPenaltyUndivided(t *testing.T) {
 	rig := newFailover(t, failover.Local, 4)
-	lim, err := ratelimit.New(rig.store, ratelimit.Policy{Limit: ratelimit.PerMinute(4).WithBurst(4),
+	lim, err := ratelimit.New(rig.store, ratelimit.Policy{Limit: ratelimit.Per(4, time.Minute).WithBurst(4),
 		Penalty: ratelimit.Penalty{After: 3, Within: time.Hour, For: time.Minute, Max: 4 * time.Minute}})
 	require.NoError(t, err)
 	rig.primary.down.Store(true)
@@ -672,10 +673,10 @@ func TestFailoverLocalPenaltyUndivided(t *testing.T) {
 	for i := range 2 {
 		res, err = lim.Take(ctx, "k", 1)
 		require.NoError(t, err)
-		require.Equal(t, []string{"default"}, res.Violated(), "refusal %d: no ban yet", i+1)
+		require.Equal(t, []string{"default"}, res.Violated, "refusal %d: no ban yet", i+1)
 	}
 	res, err = lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"default/ban"}, res.Violated(), "the third refusal bans")
+	assert.Equal(t, []string{"default/ban"}, res.Violated, "the third refusal bans")
 	assert.Equal(t, time.Minute, res.RetryAfter, "a first ban lasts Penalty.For")
 }

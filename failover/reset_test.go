@@ -49,7 +49,7 @@ func newResettable(t *testing.T, mode failover.Mode, local ratelimit.Store) (*fa
 func TestResetBothStores(t *testing.T) {
 	local := memoryStore(t, nil)
 	s, primary, _ := newResettable(t, failover.Local, local)
-	p := &ratelimit.Policy{Name: "p", Limit: ratelimit.PerHour(10)}
+	p := &ratelimit.Policy{Name: "p", Limit: ratelimit.Per(10, time.Hour)}
 	ctx := context.Background()
 	_, err := s.Take(ctx, p, "k", 4)
 	require.NoError(t, err)
@@ -66,7 +66,7 @@ func TestResetBothStores(t *testing.T) {
 	res, err = s.Take(ctx, p, "k", 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(10), res.Remaining, "primary: full")
-	res, err = local.Take(ctx, &ratelimit.Policy{Name: "p", Limit: ratelimit.PerHour(5)}, "k", 0)
+	res, err = local.Take(ctx, &ratelimit.Policy{Name: "p", Limit: ratelimit.Per(5, time.Hour)}, "k", 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(5), res.Remaining, "local: full")
 }
@@ -76,9 +76,9 @@ func TestResetBothStores(t *testing.T) {
 func TestResetPrimaryFails(t *testing.T) {
 	local := memoryStore(t, nil)
 	s, primary, _ := newResettable(t, failover.Local, local)
-	p := &ratelimit.Policy{Name: "p", Limit: ratelimit.PerHour(10)}
+	p := &ratelimit.Policy{Name: "p", Limit: ratelimit.Per(10, time.Hour)}
 	ctx := context.Background()
-	share := &ratelimit.Policy{Name: "p", Limit: ratelimit.PerHour(5)}
+	share := &ratelimit.Policy{Name: "p", Limit: ratelimit.Per(5, time.Hour)}
 	_, _ = local.Take(ctx, share, "k", 3)
 	primary.down.Store(true)
 	err := s.Reset(ctx, p, "k")
@@ -92,7 +92,7 @@ func TestResetPrimaryFails(t *testing.T) {
 type takeOnly struct{ ratelimit.Store }
 
 func TestResetStoresWithoutReset(t *testing.T) {
-	p := &ratelimit.Policy{Name: "p", Limit: ratelimit.PerHour(10)}
+	p := &ratelimit.Policy{Name: "p", Limit: ratelimit.Per(10, time.Hour)}
 	ctx := context.Background()
 
 	s, err := failover.New(takeOnly{memoryStore(t, nil)}, &failover.Options{Logger: discard})
@@ -112,7 +112,7 @@ func TestResetStoresWithoutReset(t *testing.T) {
 // error.
 func TestResetThroughLimiter(t *testing.T) {
 	s, primary, _ := newResettable(t, failover.Closed, nil)
-	l, err := ratelimit.New(s, ratelimit.Policy{Name: "p", Limit: ratelimit.PerHour(10)})
+	l, err := ratelimit.New(s, ratelimit.Policy{Name: "p", Limit: ratelimit.Per(10, time.Hour)})
 	require.NoError(t, err)
 	ctx := context.Background()
 	require.NoError(t, l.Reset(ctx, "k"))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -17,7 +18,7 @@ import (
 func ExampleLimitBy() {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	r.Use(ginlimit.LimitBy(ratelimit.PerMinute(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
+	r.Use(ginlimit.LimitBy(ratelimit.Per(5, time.Minute).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
 	r.GET("/hello", func(c *gin.Context) { c.String(http.StatusOK, "hello\n") })
 
 	codes := map[int]int{}
@@ -37,7 +38,7 @@ func ExampleLimitBy() {
 // the explicit form: a store, a limiter, a core middleware.
 func ExampleWrap() {
 	store, _ := memorystore.New(nil)
-	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+	limiter, _ := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
 	m, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), nil)
 	if err != nil {
 		panic(err)
@@ -66,7 +67,7 @@ func ExampleWrap() {
 // handler stored in the Gin context.
 func ExampleNew() {
 	store, _ := memorystore.New(nil)
-	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "per-user", Limit: ratelimit.PerMinute(1)})
+	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "per-user", Limit: ratelimit.Per(1, time.Minute)})
 	perUser, err := ginlimit.New(limiter, ginlimit.KeyByValue("user"), &ratelimit.MiddlewareOptions{Headers: ratelimit.HeadersLegacy})
 	if err != nil {
 		panic(err)

@@ -190,11 +190,11 @@ func TestKeyByValue(t *testing.T) {
 // authenticated by an earlier handler, and anonymous clients behind a
 // trusted proxy.
 func TestNewWithGinKeys(t *testing.T) {
-	byUser, err := ginlimit.New(newLimiter(t, ratelimit.PerMinute(2)), ginlimit.KeyByValue("user"), nil)
+	byUser, err := ginlimit.New(newLimiter(t, ratelimit.Per(2, time.Minute)), ginlimit.KeyByValue("user"), nil)
 	require.NoError(t, err)
 	byIP, err := ginlimit.KeyByClientIP(nil)
 	require.NoError(t, err)
-	byIPLimit, err := ginlimit.New(newLimiter(t, ratelimit.PerMinute(1)), byIP, nil)
+	byIPLimit, err := ginlimit.New(newLimiter(t, ratelimit.Per(1, time.Minute)), byIP, nil)
 	require.NoError(t, err)
 
 	e := gin.New()
@@ -237,7 +237,7 @@ func TestNewWithGinKeys(t *testing.T) {
 // TestAbort checks that the handlers after a refusal never run, and that
 // the ones before still see the answer.
 func TestAbort(t *testing.T) {
-	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.PerMinute(1)), func(*http.Request) (string, error) { return "k", nil }, nil)
+	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.Per(1, time.Minute)), func(*http.Request) (string, error) { return "k", nil }, nil)
 	require.NoError(t, err)
 	var after, aborted []bool
 	e := gin.New()
@@ -255,7 +255,7 @@ func TestAbort(t *testing.T) {
 
 func TestLimit(t *testing.T) {
 	e := gin.New()
-	e.Use(ginlimit.LimitBy(ratelimit.PerMinute(1).WithBurst(3), ratelimit.KeyByAPIKey("X-API-Key")))
+	e.Use(ginlimit.LimitBy(ratelimit.Per(1, time.Minute).WithBurst(3), ratelimit.KeyByAPIKey("X-API-Key")))
 	e.GET("/", func(c *gin.Context) { c.Status(http.StatusNoContent) })
 	var codes []int
 	for range 4 {
@@ -293,7 +293,7 @@ func BenchmarkAllowed(b *testing.B) {
 	// allowed.
 	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Per(1, time.Nanosecond).WithBurst(1e15)})
 	require.NoError(b, err)
-	quiet := &ratelimit.MiddlewareOptions{Quiet: []string{"one-key"}}
+	quiet := &ratelimit.MiddlewareOptions{Quiet: true}
 	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), quiet)
 	require.NoError(b, err)
 	withGinKey, err := ginlimit.New(lim, ginlimit.KeyByValue("user"), quiet)
@@ -358,7 +358,7 @@ func TestKeyByClientIPDefaultEngine(t *testing.T) {
 		return w.Code
 	}
 	newEngine := func(configure func(*gin.Engine)) *gin.Engine {
-		h, err := ginlimit.New(newLimiter(t, ratelimit.PerMinute(5)), byIP, nil)
+		h, err := ginlimit.New(newLimiter(t, ratelimit.Per(5, time.Minute)), byIP, nil)
 		require.NoError(t, err)
 		e := gin.New()
 		configure(e)

@@ -56,7 +56,7 @@ func KeyByClientIP(opts *ratelimit.IPOptions) (KeyFunc, error) {
 		if peer := c.RemoteIP(); ip != peer && trustsEveryProxy(c, ip, peer) {
 			ip = peer
 		}
-		return clientkey.IP(ip, bits)
+		return keyErrors.IP(ip, bits)
 	}, nil
 }
 
@@ -108,6 +108,9 @@ func trustsEveryProxy(c *gin.Context, ip, peer string) bool {
 func KeyByValue(name string) KeyFunc {
 	return func(c *gin.Context) (string, error) {
 		v, _ := c.Get(name)
-		return clientkey.User(v)
+		return keyErrors.User(v)
 	}
 }
+
+// keyErrors makes clientkey's refusals wrap ratelimit's errors.
+var keyErrors = clientkey.Sentinels{MissingKey: ratelimit.ErrMissingKey, BadRequest: ratelimit.ErrBadRequest}

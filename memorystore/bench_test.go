@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/tokenfair/ratelimit"
 )
@@ -33,7 +34,8 @@ func keys(n int) []string {
 
 func BenchmarkTakeOneKey(b *testing.B) {
 	for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.LeakyPolice, ratelimit.LeakyShape} {
-		b.Run(alg.String(), func(b *testing.B) {
+		name, _ := alg.MarshalText()
+		b.Run(string(name), func(b *testing.B) {
 			s := benchStore(b, nil)
 			p := benchPolicy
 			p.Algorithm = alg
@@ -91,7 +93,7 @@ func BenchmarkTakeParallel1kKeys(b *testing.B) {
 // keeps every key held however long the loop takes.
 func BenchmarkBytesPerKey(b *testing.B) {
 	const n = 1_000_000
-	daily := ratelimit.Policy{Name: "bench", Limit: ratelimit.PerDay(10)}
+	daily := ratelimit.Policy{Name: "bench", Limit: ratelimit.Per(10, 24*time.Hour)}
 	for b.Loop() {
 		var before, after runtime.MemStats
 		runtime.GC()

@@ -47,7 +47,7 @@ func admitted(t *testing.T, l *ratelimit.Limiter, prefix string, n int) int {
 func TestFloodAtCapKeepsTheGlobalBucket(t *testing.T) {
 	s := newStore(t, &Options{Clock: new(storetest.Clock).Now, MaxKeys: 64})
 	l := newLimiter(t, s,
-		ratelimit.Policy{Name: "ip", Limit: ratelimit.PerMinute(60)},
+		ratelimit.Policy{Name: "ip", Limit: ratelimit.Per(60, time.Minute)},
 		ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(100), Global: true})
 	assert.Equal(t, 100, admitted(t, l, "client-", 100_000), "the global burst")
 	assert.LessOrEqual(t, s.Len(), 64+1, "the cap, and the global bucket beside it")
@@ -70,7 +70,7 @@ func TestFloodAtCapNeverLiftsABan(t *testing.T) {
 	require.False(t, res.Allowed, "refused, and banned")
 
 	c.Advance(2 * time.Second)
-	api := newLimiter(t, s, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(60)})
+	api := newLimiter(t, s, ratelimit.Policy{Name: "api", Limit: ratelimit.Per(60, time.Minute)})
 	admitted(t, api, "flood-", 100_000)
 	res, err = login.Take(ctx, "attacker", 1)
 	require.NoError(t, err)
@@ -85,7 +85,7 @@ func TestFloodAtCapNeverLiftsABan(t *testing.T) {
 func TestFloodAtCapEvictsTheFullestRelativeToItsSpan(t *testing.T) {
 	s := newStore(t, &Options{Clock: new(storetest.Clock).Now, MaxKeys: 8, Shards: 1})
 	fast := newLimiter(t, s, ratelimit.Policy{Name: "fast", Limit: ratelimit.PerSecond(10)})
-	slow := newLimiter(t, s, ratelimit.Policy{Name: "slow", Limit: ratelimit.PerHour(60)})
+	slow := newLimiter(t, s, ratelimit.Policy{Name: "slow", Limit: ratelimit.Per(60, time.Hour)})
 	ctx := context.Background()
 	res, err := fast.Take(ctx, "victim", 10)
 	require.NoError(t, err)
@@ -117,7 +117,7 @@ func TestAllPinnedShardFailsClosed(t *testing.T) {
 	}
 	require.Equal(t, 4, s.Len(), "four bans")
 
-	api := newLimiter(t, s, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(60)})
+	api := newLimiter(t, s, ratelimit.Policy{Name: "api", Limit: ratelimit.Per(60, time.Minute)})
 	res, err := api.Take(ctx, "new", 1)
 	require.NoError(t, err)
 	assert.False(t, res.Allowed, "no room: refused")
@@ -162,7 +162,7 @@ func TestAllPinnedShardRefusesABatch(t *testing.T) {
 	res, err := api.Take(ctx, "new", 1)
 	require.NoError(t, err)
 	assert.False(t, res.Allowed, "no room for the new key")
-	assert.Equal(t, []string{"api"}, res.Violated())
+	assert.Equal(t, []string{"api"}, res.Violated)
 	res, err = newLimiter(t, s, global).Take(ctx, "anyone", 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(100), res.Remaining, "the refused request spent from the global bucket")

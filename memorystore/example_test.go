@@ -3,6 +3,7 @@ package memorystore_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/memorystore"
@@ -14,7 +15,7 @@ func ExampleNew() {
 		panic(err)
 	}
 
-	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(3)})
+	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Per(3, time.Minute)})
 	if err != nil {
 		panic(err)
 	}

@@ -82,6 +82,7 @@ package memorystore
 import (
 	"context"
 	"fmt"
+	"github.com/tokenfair/ratelimit/internal/algo"
 	"hash/maphash"
 	"math/bits"
 	"slices"
@@ -244,7 +245,7 @@ func (s *Store) takeLocked(sh *shard, p *ratelimit.Policy, fp uint64, cost int64
 		if res, next = p.Decide(0, now, cost); next > now { // else the bucket is full: nothing to keep
 			if p.Global || sh.room(fp, now, s.perShard) {
 				sh.insert(fp, next, now, p)
-			} else if p.Algorithm != ratelimit.Ban { // (a ban finding no room is not kept)
+			} else if p.Algorithm != algo.Ban { // (a ban finding no room is not kept)
 				res = noRoom(res, p, cost)
 			}
 		}

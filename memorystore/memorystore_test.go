@@ -219,7 +219,7 @@ func TestExpiredKeysMakeRoomBeforeEviction(t *testing.T) {
 
 func TestTakeDoesNotAllocate(t *testing.T) {
 	s := newStore(t, nil)
-	slow := ratelimit.Policy{Name: "slow", Limit: ratelimit.PerHour(1).WithBurst(1000)}
+	slow := ratelimit.Policy{Name: "slow", Limit: ratelimit.Per(1, time.Hour).WithBurst(1000)}
 	ctx := context.Background()
 	_, _ = s.Take(ctx, &slow, "present", 1)
 	allocs := testing.AllocsPerRun(1000, func() { _, _ = s.Take(ctx, &slow, "present", 0) })

@@ -74,7 +74,7 @@ func testResetUnderConcurrentTraffic(t *testing.T) {
 	)
 	c := new(storetest.Clock)
 	s := newStore(t, &Options{Clock: c.Now, Shards: 1})
-	pol := &ratelimit.Policy{Name: "p", Limit: ratelimit.PerHour(burst)}
+	pol := &ratelimit.Policy{Name: "p", Limit: ratelimit.Per(burst, time.Hour)}
 	ctx := context.Background()
 	var admitted [keys]atomic.Int64
 	var wg sync.WaitGroup

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/algo"
 	"github.com/tokenfair/ratelimit/internal/credit"
 )
 
@@ -67,7 +68,7 @@ func (sh *shard) kind(p *ratelimit.Policy) uint8 {
 	switch {
 	case p.Global:
 		return kindGlobal
-	case p.Algorithm == ratelimit.Ban:
+	case p.Algorithm == algo.Ban:
 		return kindBan
 	}
 	span := p.Limit.Burst() * int64(p.Limit.Interval())

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
 // shardPolicy is the policy of the keys that the tests of a shard add.
@@ -63,7 +64,7 @@ func checkShard(t *testing.T, sh *shard, model map[uint64]int64, pols map[uint64
 			case p.Global:
 				require.Equal(t, kindGlobal, k, "fingerprint %#x of %s", fp, p.Name)
 				globals++
-			case p.Algorithm == ratelimit.Ban:
+			case p.Algorithm == algo.Ban:
 				require.Equal(t, kindBan, k, "fingerprint %#x of %s", fp, p.Name)
 				bans++
 			default:
@@ -113,7 +114,7 @@ func forget(t *testing.T, sh *shard, model map[uint64]int64, pols map[uint64]*ra
 			if st > limit {
 				require.True(t, one, "fingerprint %#x, state %d, dropped at %d", fp, st, now)
 				if p := pols[fp]; p != nil {
-					require.False(t, p.Global || p.Algorithm == ratelimit.Ban, "fingerprint %#x of %s, state %d, evicted at %d", fp, p.Name, st, now)
+					require.False(t, p.Global || p.Algorithm == algo.Ban, "fingerprint %#x of %s, state %d, evicted at %d", fp, p.Name, st, now)
 				}
 				gone++
 			}
@@ -132,10 +133,10 @@ func TestShardAgainstMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	policies := []*ratelimit.Policy{
 		&shardPolicy,
-		{Name: "b", Limit: ratelimit.PerMinute(7)},
+		{Name: "b", Limit: ratelimit.Per(7, time.Minute)},
 		{Name: "c", Limit: ratelimit.Per(3, time.Millisecond)},
 		{Name: "global", Limit: ratelimit.PerSecond(1), Global: true},
-		{Name: "b/ban", Limit: ratelimit.Per(1, time.Nanosecond), Algorithm: ratelimit.Ban},
+		{Name: "b/ban", Limit: ratelimit.Per(1, time.Nanosecond), Algorithm: algo.Ban},
 	}
 	for round := range 40 {
 		var sh shard
@@ -224,7 +225,7 @@ func TestEvictsTheFullestRelativeToItsSpan(t *testing.T) {
 	fast := &ratelimit.Policy{Name: "fast", Limit: ratelimit.Per(10, 1000)}  // span 1000 ns
 	slow := &ratelimit.Policy{Name: "slow", Limit: ratelimit.Per(60, 60000)} // span 60 000 ns
 	global := &ratelimit.Policy{Name: "global", Limit: fast.Limit, Global: true}
-	ban := &ratelimit.Policy{Name: "login/ban", Limit: ratelimit.Per(1, 1), Algorithm: ratelimit.Ban}
+	ban := &ratelimit.Policy{Name: "login/ban", Limit: ratelimit.Per(1, 1), Algorithm: algo.Ban}
 	var sh shard
 	require.True(t, addAs(&sh, fast, 1, now+900, now, 10))   // 9/10 of its span from full
 	require.True(t, addAs(&sh, slow, 2, now+50000, now, 10)) // 5/6

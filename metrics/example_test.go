@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -25,7 +26,7 @@ func Example() {
 	}
 	store, _ := memorystore.New(nil)
 	_ = m.TrackKeys("memory", store.Len)
-	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(2)})
+	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.Per(2, time.Minute)})
 	mw, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{
 		Observe: m.Observe,
 		Logger:  m.Logger(nil), // count the misconfiguration warnings; log them as slog.Default does
@@ -65,7 +66,7 @@ func ExampleMetrics_SetNearLimit() {
 		panic(err)
 	}
 	store, _ := memorystore.New(nil)
-	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(4)})
+	limiter, _ := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.Per(4, time.Minute)})
 	mw, _ := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{Observe: m.Observe})
 	h := nethttp.Wrap(mw)(http.NotFoundHandler())
 

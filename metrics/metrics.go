@@ -40,12 +40,12 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
 // Outcome label values.
@@ -167,7 +167,7 @@ func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 		m.delay.Observe(res.Delay.Seconds())
 	}
 	near := m.nearFraction.Load()
-	all := res.Results() // nil for a Limiter of one policy
+	all := res.Results // nil for a Limiter of one policy
 	for i := range policies {
 		p := &policies[i]
 		own := res
@@ -185,22 +185,21 @@ func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 	}
 }
 
-// isBan reports whether violated is the name of policy's penalty box's
-// ban, policy + "/ban", without building that name on every decision.
-func isBan(violated, policy string) bool {
-	name, ok := strings.CutSuffix(violated, "/ban")
-	return ok && name == policy
+// banned reports whether res is the refusal of a penalty box's ban: its
+// only result is the ban's.
+func banned(res ratelimit.Result) bool {
+	return len(res.Results) == 1 && res.Results[0].Policy != nil && res.Results[0].Policy.Algorithm == algo.Ban
 }
 
 // outcome returns the outcome of the request res answers for policy,
 // whose own result is degraded or not.
 func outcome(policy string, res ratelimit.Result, degraded bool) string {
 	switch {
-	case slices.Contains(res.Violated(), policy):
+	case slices.Contains(res.Violated, policy):
 		return Limited
-	case slices.ContainsFunc(res.Violated(), func(v string) bool { return isBan(v, policy) }):
+	case banned(res) && res.Policy.Name == policy:
 		return Banned
-	case slices.Contains(res.DryRunViolated(), policy):
+	case slices.Contains(res.DryRunViolated, policy):
 		return DryRunLimited
 	case degraded:
 		return Fallback

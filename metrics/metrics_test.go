@@ -118,9 +118,9 @@ func (f collectorFunc) Describe(chan<- *prometheus.Desc)    {}
 func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
 
 func TestDecisionsCounted(t *testing.T) {
-	perKey := ratelimit.Policy{Name: "per-key", Limit: ratelimit.PerMinute(3)}
-	global := ratelimit.Policy{Name: "global", Limit: ratelimit.PerMinute(5), Global: true}
-	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true}
+	perKey := ratelimit.Policy{Name: "per-key", Limit: ratelimit.Per(3, time.Minute)}
+	global := ratelimit.Policy{Name: "global", Limit: ratelimit.Per(5, time.Minute), Global: true}
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(1, time.Minute), DryRun: true}
 	r := newRig(t, nil, perKey, global, shadow)
 	// a: 3 allowed, then refused by per-key; b: 2 allowed (global spent), 1 refused by global.
 	for range 4 {
@@ -162,8 +162,8 @@ func TestEachPolicysOwnFallback(t *testing.T) {
 	store, err := memorystore.New(nil)
 	require.NoError(t, err)
 	r := newRig(t, shadowDown{store},
-		ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(5)},
-		ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(1), DryRun: true})
+		ratelimit.Policy{Name: "api", Limit: ratelimit.Per(5, time.Minute)},
+		ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(1, time.Minute), DryRun: true})
 	assert.Equal(t, http.StatusOK, r.get("a"))
 	assert.Equal(t, 1, r.count("api", metrics.Allowed))
 	assert.Equal(t, 1, r.count("shadow", metrics.Fallback))
@@ -178,7 +178,7 @@ func TestInFlightRefusalsCounted(t *testing.T) {
 		entered <- struct{}{}
 		<-release
 	})
-	r := newRigWith(t, nil, slow, []ratelimit.Policy{{Name: "per-key", Limit: ratelimit.PerMinute(10)}}, &ratelimit.MiddlewareOptions{MaxInFlight: 1})
+	r := newRigWith(t, nil, slow, []ratelimit.Policy{{Name: "per-key", Limit: ratelimit.Per(10, time.Minute)}}, &ratelimit.MiddlewareOptions{MaxInFlight: 1})
 	done := make(chan int)
 	go func() { done <- r.get("a") }()
 	<-entered
@@ -242,7 +242,7 @@ func TestStoreErrorsAndDegraded(t *testing.T) {
 }
 
 func TestExposition(t *testing.T) {
-	r := newRig(t, nil, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+	r := newRig(t, nil, ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
 	r.get("a")
 	r.get("a")
 	err := testutil.GatherAndCompare(r.reg, strings.NewReader(`
@@ -331,9 +331,9 @@ func TestMiddlewareWarningsCounted(t *testing.T) {
 	require.NoError(t, err)
 	store, err := memorystore.New(nil)
 	require.NoError(t, err)
-	a, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(10)})
+	a, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.Per(10, time.Minute)})
 	require.NoError(t, err)
-	b, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(20)})
+	b, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.Per(20, time.Minute)})
 	require.NoError(t, err)
 	mw, err := ratelimit.NewMiddleware(a, keyByHeader, &ratelimit.MiddlewareOptions{
 		Observe:    m.Observe,
@@ -358,7 +358,7 @@ ratelimit_warnings_total{kind="shared-policy-name"} 1
 // A request that a policy's penalty box refuses is counted as "banned" by
 // that policy, the refusal that bans included, and never as allowed.
 func TestBansCounted(t *testing.T) {
-	login := ratelimit.Policy{Name: "login", Limit: ratelimit.PerHour(1),
+	login := ratelimit.Policy{Name: "login", Limit: ratelimit.Per(1, time.Hour),
 		Penalty: ratelimit.Penalty{After: 2, Within: time.Minute, For: time.Hour}}
 	r := newRig(t, nil, login)
 	for range 5 {
@@ -372,9 +372,9 @@ func TestBansCounted(t *testing.T) {
 // A ban refuses before the other policies are asked, so they count
 // nothing for the requests it refuses.
 func TestBanCountsOnlyItsPolicy(t *testing.T) {
-	login := ratelimit.Policy{Name: "login", Limit: ratelimit.PerHour(1),
+	login := ratelimit.Policy{Name: "login", Limit: ratelimit.Per(1, time.Hour),
 		Penalty: ratelimit.Penalty{After: 2, Within: time.Minute, For: time.Hour}}
-	api := ratelimit.Policy{Name: "api", Limit: ratelimit.PerHour(100)}
+	api := ratelimit.Policy{Name: "api", Limit: ratelimit.Per(100, time.Hour)}
 	r := newRig(t, nil, login, api)
 	for range 6 {
 		r.get("a") // allowed, limited, then banned four times

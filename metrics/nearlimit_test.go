@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -42,7 +43,7 @@ func nearCount(t *testing.T, reg *prometheus.Registry, policy string) int {
 // the decisions that leave 1 and 0 tokens are near the limit; those that
 // leave 9 to 2, and the refusal after them, are not.
 func TestNearLimitSteps(t *testing.T) {
-	r := newRig(t, nil, ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(10)})
+	r := newRig(t, nil, ratelimit.Policy{Name: "api", Limit: ratelimit.Per(10, time.Minute)})
 	step := func(i, wantStatus, wantNear int) {
 		t.Helper()
 		if got := r.get("a"); got != wantStatus {
@@ -86,7 +87,7 @@ func TestNearLimitFractions(t *testing.T) {
 		{1e-20, 10, 1},
 		{0.2, 1, 1},
 	} {
-		r := newRig(t, nil, ratelimit.Policy{Limit: ratelimit.PerMinute(tc.burst)})
+		r := newRig(t, nil, ratelimit.Policy{Limit: ratelimit.Per(tc.burst, time.Minute)})
 		if tc.fraction != 0 {
 			require.NoError(t, r.m.SetNearLimit(tc.fraction))
 		}
@@ -102,9 +103,9 @@ func TestNearLimitFractions(t *testing.T) {
 // burst. A dry-run policy counts while it would allow; no policy counts
 // for a request that another refused.
 func TestNearLimitPerPolicy(t *testing.T) {
-	perKey := ratelimit.Policy{Name: "per-key", Limit: ratelimit.PerMinute(10)}              // near: 1 or 0 left
-	global := ratelimit.Policy{Name: "global", Limit: ratelimit.PerMinute(15), Global: true} // near: 2, 1 or 0 left
-	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(3), DryRun: true}  // near: 0 left
+	perKey := ratelimit.Policy{Name: "per-key", Limit: ratelimit.Per(10, time.Minute)}              // near: 1 or 0 left
+	global := ratelimit.Policy{Name: "global", Limit: ratelimit.Per(15, time.Minute), Global: true} // near: 2, 1 or 0 left
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(3, time.Minute), DryRun: true}  // near: 0 left
 	r := newRig(t, nil, perKey, global, shadow)
 	for range 8 {
 		r.get("a") // per-key 9..2 left, global 14..7, shadow 2, 1, 0 (near), then would refuse
@@ -136,7 +137,7 @@ func TestNearLimitNotWhenDegraded(t *testing.T) {
 		require.NoError(t, err)
 		fo, err := failover.New(downStore{}, &failover.Options{Mode: mode, Local: local, Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
-		r := newRigWith(t, fo, nil, []ratelimit.Policy{{Limit: ratelimit.PerMinute(2)}}, &ratelimit.MiddlewareOptions{Logger: slog.New(slog.DiscardHandler)})
+		r := newRigWith(t, fo, nil, []ratelimit.Policy{{Limit: ratelimit.Per(2, time.Minute)}}, &ratelimit.MiddlewareOptions{Logger: slog.New(slog.DiscardHandler)})
 		for range 3 {
 			r.get("a")
 		}
@@ -148,7 +149,7 @@ func TestNearLimitNotWhenDegraded(t *testing.T) {
 // TestSetNearLimitRejects: a fraction outside (0, 1] is an error that
 // names it, and the fraction in force stays.
 func TestSetNearLimitRejects(t *testing.T) {
-	r := newRig(t, nil, ratelimit.Policy{Limit: ratelimit.PerMinute(10)})
+	r := newRig(t, nil, ratelimit.Policy{Limit: ratelimit.Per(10, time.Minute)})
 	require.NoError(t, r.m.SetNearLimit(0.5))
 	for _, tc := range []struct {
 		fraction float64

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"time"
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/memorystore"
@@ -16,7 +17,7 @@ func ExampleLimitBy() {
 	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "hello")
 	})
-	handler = nethttp.LimitBy(ratelimit.PerMinute(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key"))(handler)
+	handler = nethttp.LimitBy(ratelimit.Per(5, time.Minute).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key"))(handler)
 
 	codes := map[int]int{}
 	for range 11 {

@@ -41,7 +41,7 @@ func Wrap(m *ratelimit.Middleware) func(next http.Handler) http.Handler {
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var panicked any
-			m.Handle(w, r, func() (status int) {
+			m.Handle(w, r, func(r *http.Request) (status int) {
 				if !m.CountsResponses() {
 					next.ServeHTTP(w, r)
 					return 0

@@ -23,7 +23,7 @@ import (
 
 // batchPolicy refills a token every 12 minutes: nothing refills while a
 // test runs.
-var batchPolicy = &ratelimit.Policy{Name: "api", Limit: ratelimit.PerHour(5).WithBurst(10)}
+var batchPolicy = &ratelimit.Policy{Name: "api", Limit: ratelimit.Per(5, time.Hour).WithBurst(10)}
 
 // batchSlack covers scheduling on a loaded 2-core machine and the race
 // detector: no call may take longer than its deadline plus this.

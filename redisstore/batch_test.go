@@ -117,7 +117,7 @@ func TestBatchingExactCount(t *testing.T) {
 	// Every decision goes to Redis: the refusal cache would answer the
 	// refusals after the burst.
 	s := newStore(t, client, &redisstore.Options{Batching: true, Timeout: 5 * time.Second, NoRefusalCache: true})
-	p := &ratelimit.Policy{Name: "hot", Limit: ratelimit.PerHour(1).WithBurst(1000)}
+	p := &ratelimit.Policy{Name: "hot", Limit: ratelimit.Per(1, time.Hour).WithBurst(1000)}
 	admitted, failed := hammer(s, p, []string{"k"}, 64, 40)
 	assert.Zero(t, failed)
 	assert.Equal(t, int64(1000), admitted["k"], "64 goroutines × 40 requests against a burst of 1000")
@@ -151,7 +151,7 @@ func TestBatchingSharded(t *testing.T) {
 			h := new(scriptCalls)
 			tc.client.AddHook(h)
 			s := newStore(t, tc.client, &redisstore.Options{Batching: true, Timeout: 5 * time.Second})
-			p := &ratelimit.Policy{Name: "burst5", Limit: ratelimit.PerHour(1).WithBurst(5)}
+			p := &ratelimit.Policy{Name: "burst5", Limit: ratelimit.Per(1, time.Hour).WithBurst(5)}
 			var keys []string
 			for i := range 100 {
 				keys = append(keys, fmt.Sprint("user-", i))
@@ -179,7 +179,7 @@ func TestBatchingScriptFlush(t *testing.T) {
 	srv := redistest.Start(t)
 	s := newStore(t, srv.Client(), &redisstore.Options{Batching: true, Timeout: 5 * time.Second})
 	other := srv.Client()
-	p := &ratelimit.Policy{Name: "flush", Limit: ratelimit.PerHour(1).WithBurst(1000)}
+	p := &ratelimit.Policy{Name: "flush", Limit: ratelimit.Per(1, time.Hour).WithBurst(1000)}
 	var (
 		admitted atomic.Int64
 		failed   atomic.Int64

@@ -16,6 +16,7 @@ import (
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/failover"
 	"github.com/tokenfair/ratelimit/internal/keyhash"
+	"github.com/tokenfair/ratelimit/internal/storeerr"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/redisstore"
 	"github.com/tokenfair/ratelimit/redisstore/redistest"
@@ -53,7 +54,7 @@ func TestFailoverRecoversDespiteCanceledRequests(t *testing.T) {
 			srv := redistest.Start(t)
 			clock := new(storetest.Clock)
 			fo := newFailover(t, newStore(t, srv.Client(), &redisstore.Options{Timeout: callTimeout}), mode, clock.Now)
-			lim, err := ratelimit.New(fo, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+			lim, err := ratelimit.New(fo, ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
 			require.NoError(t, err)
 			_, err = lim.Take(ctx, "warm-up", 1)
 			require.NoError(t, err)
@@ -97,13 +98,13 @@ func poison(t *testing.T, srv *redistest.Server) {
 }
 
 // TestKeyStateStore: the store reports a key of another type, or a value
-// that is no state, as an error wrapping ratelimit.ErrKeyState that names
+// that is no state, as an error wrapping storeerr.ErrKeyState that names
 // the policy and the key's hash, never the key; with and without leases
 // and batching, and for a TakeAll.
 func TestKeyStateStore(t *testing.T) {
 	srv := redistest.Start(t)
 	poison(t, srv)
-	p := &ratelimit.Policy{Name: "default", Limit: ratelimit.PerMinute(100)}
+	p := &ratelimit.Policy{Name: "default", Limit: ratelimit.Per(100, time.Minute)}
 	ctx := context.Background()
 	for name, opts := range map[string]*redisstore.Options{
 		"plain":    nil,
@@ -114,7 +115,7 @@ func TestKeyStateStore(t *testing.T) {
 		for key, why := range map[string]string{"poisoned": "WRONGTYPE", "garbage": "no rate-limit state"} {
 			for range 3 { // with leases, the second take asks for one
 				_, err := s.Take(ctx, p, key, 1)
-				require.ErrorIs(t, err, ratelimit.ErrKeyState, "%s: %s", name, key)
+				require.ErrorIs(t, err, storeerr.ErrKeyState, "%s: %s", name, key)
 				assert.ErrorContains(t, err, `policy "default" key hash `+keyHash(key), "%s: %s", name, key)
 				assert.ErrorContains(t, err, why, "%s: %s", name, key)
 				assert.NotContains(t, err.Error(), key, "%s: the key itself", name)
@@ -125,10 +126,10 @@ func TestKeyStateStore(t *testing.T) {
 		assert.True(t, res.Allowed, name)
 	}
 	s := newStore(t, srv.Client(), nil)
-	global := &ratelimit.Policy{Name: "global", Limit: ratelimit.PerMinute(100), Global: true}
+	global := &ratelimit.Policy{Name: "global", Limit: ratelimit.Per(100, time.Minute), Global: true}
 	reqs := []ratelimit.BatchItem{{Policy: p, Key: "poisoned", Cost: 1}, {Policy: global, Key: "*", Cost: 1}}
 	err := s.TakeAll(ctx, reqs, make([]ratelimit.Result, 2))
-	require.ErrorIs(t, err, ratelimit.ErrKeyState)
+	require.ErrorIs(t, err, storeerr.ErrKeyState)
 	assert.ErrorContains(t, err, `one of policy "default" key hash `+keyHash("poisoned")+`, policy "global" key hash `+keyHash("*"))
 }
 
@@ -144,7 +145,7 @@ func TestKeyStateStaysPerKey(t *testing.T) {
 			srv := redistest.Start(t)
 			poison(t, srv)
 			fo := newFailover(t, newStore(t, srv.Client(), nil), mode, nil)
-			lim, err := ratelimit.New(fo, ratelimit.Policy{Limit: ratelimit.PerMinute(1)})
+			lim, err := ratelimit.New(fo, ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
 			require.NoError(t, err)
 			var logs bytes.Buffer
 			byClient := func(r *http.Request) (string, error) { return r.Header.Get("X-Client"), nil }
@@ -154,7 +155,7 @@ func TestKeyStateStaysPerKey(t *testing.T) {
 				r := httptest.NewRequest(http.MethodGet, "/geocode?q=paris", nil)
 				r.Header.Set("X-Client", client)
 				w := httptest.NewRecorder()
-				mw.Handle(w, r, func() int { return http.StatusOK })
+				mw.Handle(w, r, func(*http.Request) int { return http.StatusOK })
 				return w
 			}
 

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/storeerr"
 )
 
 // leases is the store's token leases (Options.Lease): for each busy key,
@@ -182,7 +183,7 @@ func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, 
 	e.mu.Unlock()
 
 	res, granted, err := s.lease(ctx, back, fp, p, rkey, cost, want)
-	if errors.Is(err, ratelimit.ErrKeyState) {
+	if errors.Is(err, storeerr.ErrKeyState) {
 		err = keyError([]ratelimit.BatchItem{{Policy: p, Key: key}}, err)
 	}
 
@@ -234,7 +235,7 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 		}
 		return c.err
 	})
-	if errors.Is(err, ratelimit.ErrKeyState) {
+	if errors.Is(err, storeerr.ErrKeyState) {
 		return ratelimit.Result{}, lease{}, err // for takeLeased to name the key
 	}
 	if err != nil {

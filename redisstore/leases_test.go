@@ -316,7 +316,7 @@ func TestLeaseEndBeatsRefusalCache(t *testing.T) {
 	for _, noCache := range []bool{true, false} {
 		c := new(storetest.Clock)
 		s := newStore(t, redistest.Start(t).Client(), &redisstore.Options{Clock: c.Now, Lease: lease, NoRefusalCache: noCache})
-		p := &ratelimit.Policy{Limit: ratelimit.PerMinute(17)} // leases of 2 at most
+		p := &ratelimit.Policy{Limit: ratelimit.Per(17, time.Minute)} // leases of 2 at most
 		ctx := context.Background()
 		for i := range 16 { // 1 alone, then leases of 2: the last one has a token left
 			res, err := s.Take(ctx, p, "k", 1)

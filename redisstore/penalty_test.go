@@ -20,7 +20,7 @@ import (
 // one server and on a Cluster when the key has a hash tag; during a ban,
 // with the refusal cache, one call a second at most.
 func TestPenaltyRoundTrips(t *testing.T) {
-	p := ratelimit.Policy{Name: "login", Limit: ratelimit.PerHour(2),
+	p := ratelimit.Policy{Name: "login", Limit: ratelimit.Per(2, time.Hour),
 		Penalty: ratelimit.Penalty{After: 2, Within: time.Minute, For: 10 * time.Minute}}
 	t.Run("server", func(t *testing.T) {
 		c := redistest.Start(t).Client()
@@ -55,7 +55,7 @@ func testPenaltyRoundTrips(t *testing.T, p ratelimit.Policy, client redis.Script
 		require.NoError(t, err)
 		require.Equal(t, allowed, res.Allowed)
 		if !allowed {
-			assert.Equal(t, violated, res.Violated())
+			assert.Equal(t, violated, res.Violated)
 		}
 		assert.Equal(t, want, calls()-before, "script calls")
 	}
@@ -85,7 +85,7 @@ func testPenaltyRoundTrips(t *testing.T, p ratelimit.Policy, client redis.Script
 func TestBanResetReachesOtherInstances(t *testing.T) {
 	client := redistest.Start(t).Client()
 	c := new(storetest.Clock)
-	p := ratelimit.Policy{Name: "login", Limit: ratelimit.PerHour(1), Penalty: ratelimit.Penalty{After: 1, For: time.Hour}}
+	p := ratelimit.Policy{Name: "login", Limit: ratelimit.Per(1, time.Hour), Penalty: ratelimit.Penalty{After: 1, For: time.Hour}}
 	lim := func() *ratelimit.Limiter {
 		l, err := ratelimit.New(newStore(t, client, &redisstore.Options{Clock: c.Now}), p)
 		require.NoError(t, err)
@@ -100,11 +100,11 @@ func TestBanResetReachesOtherInstances(t *testing.T) {
 		return res
 	}
 	require.True(t, take(a).Allowed)
-	require.Equal(t, []string{"login/ban"}, take(a).Violated())
-	require.Equal(t, []string{"login/ban"}, take(b).Violated(), "b learns of the ban")
+	require.Equal(t, []string{"login/ban"}, take(a).Violated)
+	require.Equal(t, []string{"login/ban"}, take(b).Violated, "b learns of the ban")
 	require.NoError(t, a.Reset(ctx, "mallory"))
 	c.Advance(time.Second - 1)
-	assert.Equal(t, []string{"login/ban"}, take(b).Violated(), "b's cache still answers")
+	assert.Equal(t, []string{"login/ban"}, take(b).Violated, "b's cache still answers")
 	c.Advance(1)
 	assert.True(t, take(b).Allowed, "a second on, b asks Redis: the reset lifted the ban")
 }
@@ -136,7 +136,7 @@ func TestPenaltyWithLeases(t *testing.T) {
 
 	// Another instance bans the key (its bucket of 1 spent, it is refused).
 	ban, err := ratelimit.New(newStore(t, client, &redisstore.Options{Clock: c.Now}),
-		ratelimit.Policy{Name: "api", Limit: ratelimit.PerHour(1), Penalty: p.Penalty})
+		ratelimit.Policy{Name: "api", Limit: ratelimit.Per(1, time.Hour), Penalty: p.Penalty})
 	require.NoError(t, err)
 	_, err = ban.Take(ctx, "busy-2", 1)
 	require.NoError(t, err)
@@ -149,7 +149,7 @@ func TestPenaltyWithLeases(t *testing.T) {
 	require.False(t, res.Allowed)
 	res, err = ban.Take(ctx, "busy-2", 1)
 	require.NoError(t, err)
-	require.Equal(t, []string{"api/ban"}, res.Violated(), "banned")
+	require.Equal(t, []string{"api/ban"}, res.Violated, "banned")
 	c.Advance(lease - 1)
 	res, err = a.Take(ctx, "busy-2", 1)
 	require.NoError(t, err)
@@ -157,5 +157,5 @@ func TestPenaltyWithLeases(t *testing.T) {
 	c.Advance(1)
 	res, err = a.Take(ctx, "busy-2", 1)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"api/ban"}, res.Violated(), "a lease time on, it has")
+	assert.Equal(t, []string{"api/ban"}, res.Violated, "a lease time on, it has")
 }

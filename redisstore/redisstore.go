@@ -55,7 +55,7 @@
 // that a custom key function forgot to hash. A key under the prefix that
 // holds something else than a state (a key of another type, a string that
 // does not parse, as another application sharing the prefix may write)
-// fails its own decisions with an error wrapping [ratelimit.ErrKeyState],
+// fails its own decisions with an error wrapping [storeerr.ErrKeyState],
 // which names the policy and the keyed hash of the key (the process's,
 // ratelimit.Event.KeyHash), never the key; the other keys are decided.
 package redisstore
@@ -79,6 +79,7 @@ import (
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/internal/algo"
 	"github.com/tokenfair/ratelimit/internal/keyhash"
+	"github.com/tokenfair/ratelimit/internal/storeerr"
 )
 
 var (
@@ -270,7 +271,7 @@ func (s *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 		return s.takeOne(ctx, 0, p, key, cost)
 	}
 	fp := fingerprint(s.seed, p.Name, key)
-	asks := cost > 0 || cost == 0 && p.Algorithm == ratelimit.Ban // what the refusal cache may refuse
+	asks := cost > 0 || cost == 0 && p.Algorithm == algo.Ban // what the refusal cache may refuse
 	if leased {
 		// The key's lease answers, without a round trip: a request it
 		// pays for, a look at the bucket (cost 0), tokens given back.
@@ -462,7 +463,7 @@ func (s *Store) group(parent context.Context, reqs []ratelimit.BatchItem, append
 	}
 	reply, err := s.decide(c)
 	s.dials.done(&c.watch)
-	if errors.Is(err, ratelimit.ErrKeyState) {
+	if errors.Is(err, storeerr.ErrKeyState) {
 		return nil, 0, keyError(reqs, err)
 	}
 	if err != nil {
@@ -534,7 +535,7 @@ func appendKind(args []any, r ratelimit.BatchItem) []any {
 	switch {
 	case r.Policy.Algorithm == ratelimit.LeakyShape:
 		kind, bound = "shape", algo.ShapeBound(iv, r.Policy.Limit.Burst(), int64(r.Policy.MaxDelay), r.Policy.Immediate)
-	case r.Policy.Algorithm == ratelimit.Ban:
+	case r.Policy.Algorithm == algo.Ban:
 		kind, inc = "ban", r.Cost // a ban's length, in nanoseconds
 	}
 	return append(args, kind, inc/1e9, inc%1e9, bound/1e9, bound%1e9)
@@ -627,13 +628,13 @@ func settle(cmd *redis.Cmd, calls ...*call) {
 
 // keyState returns the error of a group that the script could not decide,
 // g: one of its keys holds no rate-limit state (take.lua returns no other
-// error for a group). It wraps ratelimit.ErrKeyState, and never quotes the
+// error for a group). It wraps storeerr.ErrKeyState, and never quotes the
 // key, which g may.
 func keyState(g error) error {
 	if redis.HasErrorPrefix(g, "WRONGTYPE") {
-		return fmt.Errorf("%w: the Redis key holds another type of value (WRONGTYPE)", ratelimit.ErrKeyState)
+		return fmt.Errorf("%w: the Redis key holds another type of value (WRONGTYPE)", storeerr.ErrKeyState)
 	}
-	return fmt.Errorf("%w: the Redis key's value is no rate-limit state", ratelimit.ErrKeyState)
+	return fmt.Errorf("%w: the Redis key's value is no rate-limit state", storeerr.ErrKeyState)
 }
 
 // keyError returns err, the keyState error of the group of reqs, naming

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/storeerr"
 	"github.com/tokenfair/ratelimit/redisstore"
 	"github.com/tokenfair/ratelimit/redisstore/redistest"
 	"github.com/tokenfair/ratelimit/storetest"
@@ -66,7 +67,7 @@ var policy = &ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5).WithBu
 // slow is policy at a token every 10 s, for the tests on the Redis server's
 // clock: it runs on while they do, and on a loaded machine a test can take
 // far longer than policy's 200 ms a token.
-var slow = &ratelimit.Policy{Name: "api", Limit: ratelimit.PerMinute(6).WithBurst(10)}
+var slow = &ratelimit.Policy{Name: "api", Limit: ratelimit.Per(6, time.Minute).WithBurst(10)}
 
 // TestServerClock decides on the Redis server's own time.
 func TestServerClock(t *testing.T) {
@@ -178,7 +179,7 @@ func TestKeysOnClockOutliveTheirState(t *testing.T) {
 // goroutines each, hammer one key: exactly the burst is admitted.
 func TestInstancesShareOneQuota(t *testing.T) {
 	srv := redistest.Start(t)
-	p := &ratelimit.Policy{Name: "shared", Limit: ratelimit.PerHour(1).WithBurst(200)}
+	p := &ratelimit.Policy{Name: "shared", Limit: ratelimit.Per(1, time.Hour).WithBurst(200)}
 	var admitted, failed atomic.Int64
 	var wg sync.WaitGroup
 	for range 4 {
@@ -225,7 +226,7 @@ func TestClusterManyKeys(t *testing.T) {
 
 	// Several policies in one atomic step when the keys share a slot (a
 	// hash tag); ErrNotAtomic, having done nothing, when they do not.
-	daily := &ratelimit.Policy{Name: "daily", Limit: ratelimit.PerDay(3)}
+	daily := &ratelimit.Policy{Name: "daily", Limit: ratelimit.Per(3, 24*time.Hour)}
 	results := make([]ratelimit.Result, 2)
 	for i := range 3 {
 		err := s.TakeAll(ctx, []ratelimit.BatchItem{{Policy: slow, Key: "{tenant-1}", Cost: 1}, {Policy: daily, Key: "{tenant-1}", Cost: 1}}, results)
@@ -368,7 +369,7 @@ func TestMalformedReplies(t *testing.T) {
 		assert.Error(t, err, name)
 		assert.Equal(t, ratelimit.Result{}, res, name)
 		// Only a group's own error concerns one key; the rest is the store's.
-		assert.Equal(t, name == "group error", errors.Is(err, ratelimit.ErrKeyState), "%s: a key's state: %v", name, err)
+		assert.Equal(t, name == "group error", errors.Is(err, storeerr.ErrKeyState), "%s: a key's state: %v", name, err)
 	}
 	// The same fake with a well-formed reply: the checks above fail for
 	// their reasons, not for all replies.

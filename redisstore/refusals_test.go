@@ -151,7 +151,7 @@ func TestRefusalCacheSkipsARefusedBatch(t *testing.T) {
 		client := redistest.Start(t).Client()
 		c := new(storetest.Clock)
 		policies := []ratelimit.Policy{
-			{Name: "a", Limit: ratelimit.PerMinute(2)},
+			{Name: "a", Limit: ratelimit.Per(2, time.Minute)},
 			{Name: "b", Limit: ratelimit.PerSecond(10).WithBurst(1)},
 		}
 		instance := func() *ratelimit.Limiter {
@@ -166,11 +166,11 @@ func TestRefusalCacheSkipsARefusedBatch(t *testing.T) {
 		second := instance()
 		res, err = second.Take(ctx, "k", 1)
 		require.NoError(t, err)
-		require.Equal(t, []string{"b"}, res.Violated(), "b is empty; a would have been")
+		require.Equal(t, []string{"b"}, res.Violated, "b is empty; a would have been")
 		c.Advance(100 * time.Millisecond) // b has a token again, a still one
 		res, err = second.Take(ctx, "k", 1)
 		require.NoError(t, err)
-		assert.True(t, res.Allowed, "NoRefusalCache %v: refused by %v for %v", noCache, res.Violated(), res.RetryAfter)
+		assert.True(t, res.Allowed, "NoRefusalCache %v: refused by %v for %v", noCache, res.Violated, res.RetryAfter)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tokenfair/ratelimit/internal/algo"
 	"sync"
 	"testing"
 	"time"
@@ -51,7 +52,7 @@ func (g *gate) pass() {
 	}
 }
 
-func asksBan(r ratelimit.BatchItem) bool { return r.Policy.Algorithm == ratelimit.Ban && r.Cost == 0 }
+func asksBan(r ratelimit.BatchItem) bool { return r.Policy.Algorithm == algo.Ban && r.Cost == 0 }
 
 func (g *gate) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	res, err := g.Store.Take(ctx, p, key, cost)
@@ -107,12 +108,12 @@ func burst(t *testing.T, g *gate, l *ratelimit.Limiter, key string, n int) []rat
 // is answered with that ban.
 func testPenaltyBurstBansFor(t *testing.T, c *Clock, s ratelimit.Store) {
 	g := &gate{Store: s}
-	l := limiter(t, g, ratelimit.Policy{Name: "login", Limit: ratelimit.PerDay(1),
+	l := limiter(t, g, ratelimit.Policy{Name: "login", Limit: ratelimit.Per(1, 24*time.Hour),
 		Penalty: ratelimit.Penalty{After: 1, For: time.Minute, Max: 64 * time.Minute}})
 	require.True(t, limit(t, l, "k", 1).Allowed)
 	answers := map[string]int{} // the answers' policies and RetryAfters
 	for _, res := range burst(t, g, l, "k", 32) {
-		answers[fmt.Sprint(res.Violated(), " ", res.RetryAfter)]++
+		answers[fmt.Sprint(res.Violated, " ", res.RetryAfter)]++
 	}
 	assert.Equal(t, map[string]int{"[login/ban] 1m0s": 32}, answers, "the answers of a burst of 32")
 	assert.Equal(t, time.Minute, refusal(t, l, "k", "login/ban"), "the first ban lasts For")
@@ -127,14 +128,14 @@ func testPenaltyBurstBansFor(t *testing.T, c *Clock, s ratelimit.Store) {
 // answered with the ban; after a long quiet spell, 1 minute again.
 func testPenaltyBurstBackOff(t *testing.T, c *Clock, s ratelimit.Store) {
 	g := &gate{Store: s}
-	l := limiter(t, g, ratelimit.Policy{Name: "login", Limit: ratelimit.PerDay(1),
+	l := limiter(t, g, ratelimit.Policy{Name: "login", Limit: ratelimit.Per(1, 24*time.Hour),
 		Penalty: ratelimit.Penalty{After: 2, Within: 10 * time.Second, For: time.Minute, Max: 5 * time.Minute}})
 	require.True(t, limit(t, l, "k", 1).Allowed)
 	var bans []time.Duration
 	for round := range 6 {
 		answers := map[string]int{} // the answers' policies, and the bans' RetryAfters
 		for _, res := range burst(t, g, l, "k", 16) {
-			if a := fmt.Sprint(res.Violated()); a == "[login/ban]" {
+			if a := fmt.Sprint(res.Violated); a == "[login/ban]" {
 				answers[fmt.Sprint(a, " ", res.RetryAfter)]++
 			} else {
 				answers[a]++

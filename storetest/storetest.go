@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tokenfair/ratelimit/internal/algo"
 	"strconv"
 	"strings"
 	"sync"
@@ -368,7 +369,7 @@ func testClockBackwards(t *testing.T, c *Clock, s ratelimit.Store) {
 }
 
 func testLongLimits(t *testing.T, c *Clock, s ratelimit.Store) {
-	day := policy("day", ratelimit.PerDay(10000))
+	day := policy("day", ratelimit.Per(10000, 24*time.Hour))
 	run(t, c, s, day, []step{
 		{cost: 10000, want: allowed(0, 24*time.Hour)},
 		{cost: 1, want: refused(0, 8640*ms, 24*time.Hour)},
@@ -490,11 +491,11 @@ func testGlobalCapacity(t *testing.T, c *Clock, s ratelimit.Store) {
 				admitted++
 				continue
 			}
-			assert.Equal(t, []string{"global"}, res.Violated())
+			assert.Equal(t, []string{"global"}, res.Violated)
 			assert.Equal(t, "global", res.Policy.Name, "the refusing policy binds")
 			assert.Equal(t, time.Second, res.RetryAfter)
-			require.Len(t, res.Results(), 2)
-			assert.True(t, res.Results()[0].Allowed, "the per-client policy would have allowed it")
+			require.Len(t, res.Results, 2)
+			assert.True(t, res.Results[0].Allowed, "the per-client policy would have allowed it")
 		}
 	}
 	assert.Equal(t, 4, admitted)
@@ -503,26 +504,26 @@ func testGlobalCapacity(t *testing.T, c *Clock, s ratelimit.Store) {
 // testRefusedByGlobal: a client refused by the global policy keeps its own
 // tokens, as a later request proves.
 func testRefusedByGlobal(t *testing.T, c *Clock, s ratelimit.Store) {
-	perClient := ratelimit.Policy{Name: "per-client", Limit: ratelimit.PerHour(2)}
+	perClient := ratelimit.Policy{Name: "per-client", Limit: ratelimit.Per(2, time.Hour)}
 	g := ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(1), Global: true}
 	l := limiter(t, s, perClient, g)
 	require.True(t, limit(t, l, "a", 1).Allowed)
 	for range 3 {
 		res := limit(t, l, "b", 1)
 		require.False(t, res.Allowed)
-		assert.Equal(t, []string{"global"}, res.Violated())
+		assert.Equal(t, []string{"global"}, res.Violated)
 	}
 	c.Advance(time.Second)
 	res := limit(t, l, "b", 1)
 	require.True(t, res.Allowed)
-	assert.Equal(t, int64(1), res.Results()[0].Remaining, "b's own bucket lost nothing to the refusals")
+	assert.Equal(t, int64(1), res.Results[0].Remaining, "b's own bucket lost nothing to the refusals")
 	c.Advance(time.Second)
 	res = limit(t, l, "b", 1)
 	require.True(t, res.Allowed)
-	assert.Equal(t, int64(0), res.Results()[0].Remaining)
+	assert.Equal(t, int64(0), res.Results[0].Remaining)
 	c.Advance(time.Second)
 	res = limit(t, l, "b", 1)
-	assert.Equal(t, []string{"per-client"}, res.Violated(), "now b's own quota is spent")
+	assert.Equal(t, []string{"per-client"}, res.Violated, "now b's own quota is spent")
 }
 
 // testBatchNoMoment: a BatchStore's TakeAll that one request refuses
@@ -537,7 +538,7 @@ func testBatchNoMoment(t *testing.T, c *Clock, s ratelimit.Store) {
 		t.Skip("not a ratelimit.BatchStore")
 	}
 	l := limiter(t, s, ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(1).WithBurst(1000), Global: true},
-		ratelimit.Policy{Name: "per-client", Limit: ratelimit.PerHour(1)})
+		ratelimit.Policy{Name: "per-client", Limit: ratelimit.Per(1, time.Hour)})
 	global, perClient := &l.Policies()[0], &l.Policies()[1]
 	ctx := context.Background()
 	require.True(t, take(t, s, perClient, "c", 1).Allowed)
@@ -577,7 +578,7 @@ func testBatchNoMoment(t *testing.T, c *Clock, s ratelimit.Store) {
 // testMultiWindow: 5/s burst 10 and 15 a day; the result reports the
 // policy closest to exhaustion, and a refusal the policy that refused.
 func testMultiWindow(t *testing.T, c *Clock, s ratelimit.Store) {
-	l := limiter(t, s, ratelimit.Policy{Name: "burst", Limit: fivePerSecond}, ratelimit.Policy{Name: "daily", Limit: ratelimit.PerDay(15)})
+	l := limiter(t, s, ratelimit.Policy{Name: "burst", Limit: fivePerSecond}, ratelimit.Policy{Name: "daily", Limit: ratelimit.Per(15, 24*time.Hour)})
 	res := limit(t, l, "k", 1)
 	assert.Equal(t, "burst", res.Policy.Name, "9 left of the burst, 14 of the day")
 	assert.Equal(t, int64(9), res.Remaining)
@@ -593,29 +594,29 @@ func testMultiWindow(t *testing.T, c *Clock, s ratelimit.Store) {
 	}
 	res = limit(t, l, "k", 1)
 	assert.False(t, res.Allowed)
-	assert.Equal(t, []string{"daily"}, res.Violated())
+	assert.Equal(t, []string{"daily"}, res.Violated)
 	assert.Equal(t, 24*time.Hour/15-2*time.Second, res.RetryAfter)
 }
 
 // testDryRun: a dry-run policy decides and counts but never refuses.
 func testDryRun(t *testing.T, c *Clock, s ratelimit.Store) {
-	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerMinute(2), DryRun: true}
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(2, time.Minute), DryRun: true}
 	l := limiter(t, s, ratelimit.Policy{Name: "enforced", Limit: fivePerSecond}, shadow)
 	var dry [][]string
 	for range 5 {
 		res := limit(t, l, "k", 1)
 		require.True(t, res.Allowed)
-		assert.Empty(t, res.Violated())
+		assert.Empty(t, res.Violated)
 		assert.Equal(t, "enforced", res.Policy.Name, "dry-run policies never bind")
-		dry = append(dry, res.DryRunViolated())
+		dry = append(dry, res.DryRunViolated)
 	}
 	assert.Equal(t, [][]string{nil, nil, {"shadow"}, {"shadow"}, {"shadow"}}, dry)
 	for range 5 {
 		limit(t, l, "k", 1)
 	}
 	res := limit(t, l, "k", 1)
-	assert.Equal(t, []string{"enforced"}, res.Violated())
-	assert.Equal(t, []string{"shadow"}, res.DryRunViolated())
+	assert.Equal(t, []string{"enforced"}, res.Violated)
+	assert.Equal(t, []string{"shadow"}, res.DryRunViolated)
 }
 
 // testPoliciesConcurrent: in each of several rounds, goroutines released
@@ -625,7 +626,7 @@ func testDryRun(t *testing.T, c *Clock, s ratelimit.Store) {
 // refills, each client gets exactly what it has left.
 func testPoliciesConcurrent(t *testing.T, c *Clock, s ratelimit.Store) {
 	g := ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(200), Global: true}
-	l := limiter(t, s, ratelimit.Policy{Name: "per-client", Limit: ratelimit.PerHour(5)}, g)
+	l := limiter(t, s, ratelimit.Policy{Name: "per-client", Limit: ratelimit.Per(5, time.Hour)}, g)
 	for round := range 4 {
 		policiesConcurrentRound(t, c, l, fmt.Sprintf("round-%d-client-", round))
 	}
@@ -656,7 +657,7 @@ func policiesConcurrentRound(t *testing.T, c *Clock, l *ratelimit.Limiter, prefi
 	c.Advance(time.Second)
 	total = 0
 	for k := range counts {
-		left := limit(t, l, prefix+strconv.Itoa(k), 0).Results()[0].Remaining
+		left := limit(t, l, prefix+strconv.Itoa(k), 0).Results[0].Remaining
 		assert.Equal(t, 5-counts[k].Load(), left, "%s%d's tokens", prefix, k)
 		total += left
 	}
@@ -801,7 +802,7 @@ func testReset(t *testing.T, c *Clock, s ratelimit.Store) {
 // other key loses or gains a token, and the reset bucket ends full.
 func testResetConcurrent(t *testing.T, c *Clock, s ratelimit.Store) {
 	rs := resetStore(t, s)
-	p := policy("p", ratelimit.PerHour(1000))
+	p := policy("p", ratelimit.Per(1000, time.Hour))
 	const keys, goroutines, resets = 12, 4, 50
 	var spent [keys]atomic.Int64
 	race(t, goroutines+1, func(g int) error {
@@ -841,9 +842,9 @@ func testResetConcurrent(t *testing.T, c *Clock, s ratelimit.Store) {
 // every client shares, and the other clients' buckets as they were.
 func testPoliciesReset(t *testing.T, c *Clock, s ratelimit.Store) {
 	resetStore(t, s)
-	g := ratelimit.Policy{Name: "global", Limit: ratelimit.PerHour(100), Global: true}
-	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.PerDay(5), DryRun: true}
-	l := limiter(t, s, ratelimit.Policy{Name: "burst", Limit: fivePerSecond}, ratelimit.Policy{Name: "daily", Limit: ratelimit.PerDay(15)}, g, shadow)
+	g := ratelimit.Policy{Name: "global", Limit: ratelimit.Per(100, time.Hour), Global: true}
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(5, 24*time.Hour), DryRun: true}
+	l := limiter(t, s, ratelimit.Policy{Name: "burst", Limit: fivePerSecond}, ratelimit.Policy{Name: "daily", Limit: ratelimit.Per(15, 24*time.Hour)}, g, shadow)
 	for range 10 {
 		require.True(t, limit(t, l, "a", 1).Allowed)
 	}
@@ -852,13 +853,13 @@ func testPoliciesReset(t *testing.T, c *Clock, s ratelimit.Store) {
 	}
 	res := limit(t, l, "a", 1)
 	require.False(t, res.Allowed)
-	assert.Equal(t, []string{"burst"}, res.Violated())
+	assert.Equal(t, []string{"burst"}, res.Violated)
 
 	require.NoError(t, l.Reset(context.Background(), "a"))
 	remaining := func(key string) []int64 {
 		t.Helper()
 		var left []int64
-		for _, r := range limit(t, l, key, 0).Results() {
+		for _, r := range limit(t, l, key, 0).Results {
 			left = append(left, r.Remaining)
 		}
 		return left
@@ -875,7 +876,7 @@ func testPoliciesReset(t *testing.T, c *Clock, s ratelimit.Store) {
 // refused, and changes nothing, while a ban is on; a batch with a banned
 // key's question spends nothing.
 func testBan(t *testing.T, c *Clock, s ratelimit.Store) {
-	ban := &ratelimit.Policy{Name: "p/ban", Limit: ratelimit.Per(1, time.Nanosecond), Algorithm: ratelimit.Ban}
+	ban := &ratelimit.Policy{Name: "p/ban", Limit: ratelimit.Per(1, time.Nanosecond), Algorithm: algo.Ban}
 	run(t, c, s, ban, []step{
 		{cost: 0, want: allowed(0, 0)},
 		{cost: int64(time.Minute), want: allowed(0, time.Minute)},
@@ -907,7 +908,7 @@ func testBan(t *testing.T, c *Clock, s ratelimit.Store) {
 
 // penalized is a policy of 1 request an hour whose key is banned for a
 // minute on its third refusal within 10 s (strikes: 2, one back every 5 s).
-var penalized = ratelimit.Policy{Name: "login", Limit: ratelimit.PerHour(1),
+var penalized = ratelimit.Policy{Name: "login", Limit: ratelimit.Per(1, time.Hour),
 	Penalty: ratelimit.Penalty{After: 3, Within: 10 * time.Second, For: time.Minute}}
 
 // refusal checks that a request of key is refused by the policies violated,
@@ -916,7 +917,7 @@ func refusal(t *testing.T, l *ratelimit.Limiter, key string, violated ...string)
 	t.Helper()
 	res := limit(t, l, key, 1)
 	require.False(t, res.Allowed, "Take(%q)", key)
-	require.Equal(t, violated, res.Violated(), "Take(%q)", key)
+	require.Equal(t, violated, res.Violated, "Take(%q)", key)
 	return res.RetryAfter
 }
 
@@ -925,7 +926,7 @@ func refusal(t *testing.T, l *ratelimit.Limiter, key string, violated ...string)
 // bucket holds, refusals during the ban count no strike, and other keys
 // are not banned.
 func testPenaltyBans(t *testing.T, c *Clock, s ratelimit.Store) {
-	daily := ratelimit.Policy{Name: "daily", Limit: ratelimit.PerDay(100)}
+	daily := ratelimit.Policy{Name: "daily", Limit: ratelimit.Per(100, 24*time.Hour)}
 	l := limiter(t, s, penalized, daily)
 	require.True(t, limit(t, l, "k", 1).Allowed)
 	require.True(t, limit(t, l, "other", 1).Allowed)
@@ -946,7 +947,7 @@ func testPenaltyBans(t *testing.T, c *Clock, s ratelimit.Store) {
 	// A bucket that would allow does not end a ban.
 	c.Advance(2 * time.Hour)
 	assert.Equal(t, int64(1), limit(t, l, "k", 0).Remaining, "a full bucket")
-	one := limiter(t, s, ratelimit.Policy{Name: "login", Limit: ratelimit.PerHour(1),
+	one := limiter(t, s, ratelimit.Policy{Name: "login", Limit: ratelimit.Per(1, time.Hour),
 		Penalty: ratelimit.Penalty{After: 1, For: time.Minute}})
 	require.True(t, limit(t, one, "k", 1).Allowed)
 	assert.Equal(t, time.Minute, refusal(t, one, "k", "login/ban"), "After: 1 bans at the first refusal")
@@ -978,7 +979,7 @@ func testPenaltyStrikesAge(t *testing.T, c *Clock, s ratelimit.Store) {
 // ends is banned 1, 2, 4, then 5 minutes (the cap) and 5 again; after a
 // long quiet spell, 1 minute again.
 func testPenaltyBackOff(t *testing.T, c *Clock, s ratelimit.Store) {
-	p := ratelimit.Policy{Name: "login", Limit: ratelimit.PerDay(1),
+	p := ratelimit.Policy{Name: "login", Limit: ratelimit.Per(1, 24*time.Hour),
 		Penalty: ratelimit.Penalty{After: 2, Within: 10 * time.Second, For: time.Minute, Max: 5 * time.Minute}}
 	l := limiter(t, s, p)
 	require.True(t, limit(t, l, "k", 1).Allowed)

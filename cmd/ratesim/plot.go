@@ -264,7 +264,8 @@ func (p *svgWriter) write() {
 		start = "empty"
 	}
 	p.printf(`<text class="title" x="%d" y="24" font-size="16" font-weight="bold">`, marginLeft)
-	p.text(fmt.Sprintf("ratesim: %v, %v, buckets %s at time 0", s.policy.Algorithm, s.policy.Limit, start))
+	alg, _ := s.policy.Algorithm.MarshalText()
+	p.text(fmt.Sprintf("ratesim: %s, %v, buckets %s at time 0", alg, s.policy.Limit, start))
 	p.printf("</text>\n")
 	p.legend()
 	for i, pn := range s.panels {

@@ -20,6 +20,7 @@ package main
 import (
 	"log"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -44,7 +45,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(100)})
+	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Per(100, time.Minute)})
 	if err != nil {
 		log.Fatal(err)
 	}

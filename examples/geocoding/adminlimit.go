@@ -20,8 +20,8 @@ import (
 // empty, every admin request it sends is refused with 429, the right token
 // included: otherwise a 204 among the 429s would tell a guesser it had won.
 var (
-	adminFailuresPerClient = ratelimit.PerMinute(5)
-	adminFailuresInAll     = ratelimit.PerMinute(60)
+	adminFailuresPerClient = ratelimit.Per(5, time.Minute)
+	adminFailuresInAll     = ratelimit.Per(60, time.Minute)
 )
 
 // adminLogEvery is the interval at which failed admin tokens are logged:
@@ -74,7 +74,7 @@ func (g *adminGuard) wait(ctx context.Context, client string) time.Duration {
 		return time.Second
 	}
 	var wait time.Duration
-	for _, p := range res.Results() {
+	for _, p := range res.Results {
 		if p.Remaining < 1 {
 			l := p.Policy.Limit
 			// The time until one token is back: the bucket's refill,

@@ -81,9 +81,9 @@ func TestBlockAndSafeInvalid(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-block", "203.0.113.0/33"}, `geocoding: -block, -safe: ratelimit: Options.Block entry "203.0.113.0/33": want a CIDR prefix or an IP address`},
-		{[]string{"-key", "ip", "-safe", "10.0.0.0/8,office"}, `geocoding: -block, -safe: ratelimit: Options.Safe entry "office": want a CIDR prefix or an IP address`},
-		{[]string{"-block", "10.0.0.256"}, `geocoding: -block, -safe: ratelimit: Options.Block entry "10.0.0.256": want a CIDR prefix or an IP address`},
+		{[]string{"-block", "203.0.113.0/33"}, `geocoding: -block, -safe: ratelimit: MiddlewareOptions.Block entry "203.0.113.0/33": want a CIDR prefix or an IP address`},
+		{[]string{"-key", "ip", "-safe", "10.0.0.0/8,office"}, `geocoding: -block, -safe: ratelimit: MiddlewareOptions.Safe entry "office": want a CIDR prefix or an IP address`},
+		{[]string{"-block", "10.0.0.256"}, `geocoding: -block, -safe: ratelimit: MiddlewareOptions.Block entry "10.0.0.256": want a CIDR prefix or an IP address`},
 	} {
 		code, stderr := runExit(t, tc.args...)
 		assert.Equal(t, 2, code, "%v", tc.args)

@@ -18,6 +18,7 @@ package main
 import (
 	"log"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -45,7 +46,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(100)})
+	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Per(100, time.Minute)})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"time"
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/memorystore"
@@ -40,7 +41,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerMinute(100)})
+	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Per(100, time.Minute)})
 	if err != nil {
 		log.Fatal(err)
 	}

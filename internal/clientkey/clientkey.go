@@ -7,7 +7,6 @@ package clientkey
 import (
 	"crypto/sha256"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net/netip"
 	"reflect"
@@ -15,21 +14,17 @@ import (
 	"strings"
 )
 
-// The errors that ratelimit exports as ErrMissingKey and ErrBadRequest,
-// defined here so that the adapters' key functions return them too, and
-// ErrNoClientIP, a bad request.
-var (
-	ErrMissingKey = errors.New("ratelimit: missing key")
-	ErrBadRequest = errors.New("ratelimit: bad request")
-	ErrNoClientIP = fmt.Errorf("%w: no valid client IP", ErrBadRequest)
-)
+// Sentinels are the errors that the refusals of User and IP wrap:
+// ratelimit's ErrMissingKey and ErrBadRequest, which its callers pass in,
+// since this package cannot import ratelimit.
+type Sentinels struct{ MissingKey, BadRequest error }
 
 // Error is a refusal of a request that explains itself safely. Its text,
 // for logs, names the cause and the value at fault; Detail, for the
 // client, is one sentence that quotes no header value, no key and no
 // secret, only header names, type names, numbers and policy names.
 type Error struct {
-	Err       error  // the full error, wrapping ErrMissingKey or ErrBadRequest
+	Err       error  // the full error, wrapping a sentinel (see Sentinels)
 	Kind      Kind   // the kind of refusal
 	Detail    string // what was wrong, safe to show the client
 	Challenge string // for a missing key: the WWW-Authenticate challenge; "" for the default
@@ -88,37 +83,20 @@ func Hash(prefix, v string) string {
 // MaxUserIDLen is the longest user ID that User keeps as is.
 const MaxUserIDLen = 128
 
-// The refusals of User that quote no value.
-var (
-	errNoUser = &Error{
-		Err:       fmt.Errorf("%w: no user ID in the request's context", ErrMissingKey),
-		Kind:      KindMissingKey,
-		Detail:    "the request carries no user ID in its context",
-		Challenge: "Bearer",
-	}
-	errEmptyUser = &Error{
-		Err:       fmt.Errorf("%w: the user ID in the request's context is empty", ErrMissingKey),
-		Kind:      KindMissingKey,
-		Detail:    "the user ID in the request's context is empty",
-		Challenge: "Bearer",
-	}
-)
-
 // User returns the key of the user ID v, "user:" and the ID, for the types
 // of ID that authentication libraries store: a string; an integer of any
 // size, in decimal (so 42 and "42" are one ID, "user:42"); a [fmt.Stringer];
 // or a [16]byte, such as a UUID, in the canonical 8-4-4-4-12 lowercase hex
 // form; or a named type of one of them (type UserID string). An ID longer
 // than MaxUserIDLen is hashed: "user#:" and its Hash. No value or an empty
-// ID gives an *Error wrapping ErrMissingKey. A value of another type is the
-// server's mistake: an *Error of KindUserIDType, wrapping neither
-// ErrMissingKey nor ErrBadRequest, whose text names the type, never the
-// value.
-func User(v any) (string, error) {
+// ID gives an *Error wrapping s.MissingKey. A value of another type is the
+// server's mistake: an *Error of KindUserIDType, wrapping no sentinel,
+// whose text names the type, never the value.
+func (s Sentinels) User(v any) (string, error) {
 	var id string
 	switch v := v.(type) {
 	case nil:
-		return "", errNoUser
+		return "", s.noUser("no user ID in the request's context", "the request carries no user ID in its context")
 	case string:
 		id = v
 	case int:
@@ -159,11 +137,16 @@ func User(v any) (string, error) {
 	}
 	switch {
 	case id == "":
-		return "", errEmptyUser
+		return "", s.noUser("the user ID in the request's context is empty", "the user ID in the request's context is empty")
 	case len(id) > MaxUserIDLen:
 		return Hash("user#:", id), nil
 	}
 	return "user:" + id, nil
+}
+
+// noUser is User's refusal of a missing or empty ID, which quotes no value.
+func (s Sentinels) noUser(msg, detail string) *Error {
+	return &Error{Err: fmt.Errorf("%w: %s", s.MissingKey, msg), Kind: KindMissingKey, Detail: detail, Challenge: "Bearer"}
 }
 
 // named returns the ID held by v, of a named type whose underlying type is
@@ -241,12 +224,12 @@ func Addr(a netip.Addr, bits int) string {
 
 // IP returns the key of the address s, with or without a port (see
 // ParseAddr), grouped by bits as by Addr. An address that cannot be parsed
-// gives an *Error wrapping ErrNoClientIP.
-func IP(s string, bits int) (string, error) {
+// gives an *Error wrapping e.BadRequest.
+func (e Sentinels) IP(s string, bits int) (string, error) {
 	a, ok := ParseAddr(s)
 	if !ok {
 		return "", &Error{
-			Err:    fmt.Errorf("%w: %q", ErrNoClientIP, Clip(s)),
+			Err:    fmt.Errorf("%w: no valid client IP: %q", e.BadRequest, Clip(s)),
 			Kind:   KindClientIP,
 			Detail: "the request's client address is not an IP address",
 		}

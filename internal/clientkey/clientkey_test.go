@@ -1,6 +1,7 @@
 package clientkey_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -20,13 +21,13 @@ func TestIP(t *testing.T) {
 		"[2001:db8::1]:8080": "ip:2001:db8::/64",
 		"fe80::1%eth0":       "ip:fe80::/64",
 	} {
-		got, err := clientkey.IP(addr, bits)
+		got, err := sentinels.IP(addr, bits)
 		require.NoError(t, err, addr)
 		assert.Equal(t, want, got, "IP(%q, %d)", addr, bits)
 	}
 	for _, bad := range []string{"", "garbage", "0.0.0.0", "1.2.3.4:99999"} {
-		_, err := clientkey.IP(bad, bits)
-		assert.ErrorIs(t, err, clientkey.ErrNoClientIP, "%q", bad)
+		_, err := sentinels.IP(bad, bits)
+		assert.ErrorIs(t, err, errBad, "%q", bad)
 	}
 }
 
@@ -71,7 +72,7 @@ func TestUser(t *testing.T) {
 		{stringer("42"), "user:42"},
 		{uuid, "user:123e4567-e89b-12d3-a456-426614174000"},
 	} {
-		got, err := clientkey.User(tc.v)
+		got, err := sentinels.User(tc.v)
 		require.NoError(t, err, "User(%T %v)", tc.v, tc.v)
 		assert.Equal(t, tc.want, got, "User(%T %v)", tc.v, tc.v)
 	}
@@ -83,8 +84,8 @@ func TestUser(t *testing.T) {
 		{"", "the user ID in the request's context is empty"},
 		{stringer(""), "the user ID in the request's context is empty"},
 	} {
-		_, err := clientkey.User(tc.v)
-		require.ErrorIs(t, err, clientkey.ErrMissingKey, "User(%T)", tc.v)
+		_, err := sentinels.User(tc.v)
+		require.ErrorIs(t, err, errMissing, "User(%T)", tc.v)
 		var ce *clientkey.Error
 		require.ErrorAs(t, err, &ce, "User(%T)", tc.v)
 		assert.Equal(t, tc.detail, ce.Detail, "User(%T)", tc.v)
@@ -108,10 +109,10 @@ func TestUserUnusableType(t *testing.T) {
 		{[15]byte{}, "ratelimit: the user ID in the request's context is a [15]uint8, not a string, integer, fmt.Stringer or [16]byte"},
 		{[16]int8{}, "ratelimit: the user ID in the request's context is a [16]int8, not a string, integer, fmt.Stringer or [16]byte"},
 	} {
-		_, err := clientkey.User(tc.v)
+		_, err := sentinels.User(tc.v)
 		assert.EqualError(t, err, tc.text, "User(%T)", tc.v)
-		assert.NotErrorIs(t, err, clientkey.ErrMissingKey, "User(%T)", tc.v)
-		assert.NotErrorIs(t, err, clientkey.ErrBadRequest, "User(%T)", tc.v)
+		assert.NotErrorIs(t, err, errMissing, "User(%T)", tc.v)
+		assert.NotErrorIs(t, err, errBad, "User(%T)", tc.v)
 		var ce *clientkey.Error
 		require.ErrorAs(t, err, &ce, "User(%T)", tc.v)
 		assert.Equal(t, clientkey.KindUserIDType, ce.Kind, "User(%T)", tc.v)
@@ -138,20 +139,20 @@ func TestUserNamedTypes(t *testing.T) {
 		{uuid{0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x12, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x14, 0x17, 0x40, 0x00}, "user:123e4567-e89b-12d3-a456-426614174000"},
 		{userID(strings.Repeat("x", clientkey.MaxUserIDLen+1)), clientkey.Hash("user#:", strings.Repeat("x", clientkey.MaxUserIDLen+1))},
 	} {
-		got, err := clientkey.User(tc.v)
+		got, err := sentinels.User(tc.v)
 		require.NoError(t, err, "User(%T %v)", tc.v, tc.v)
 		assert.Equal(t, tc.want, got, "User(%T %v)", tc.v, tc.v)
 	}
-	_, err := clientkey.User(userID(""))
-	assert.ErrorIs(t, err, clientkey.ErrMissingKey, "an empty named ID")
+	_, err := sentinels.User(userID(""))
+	assert.ErrorIs(t, err, errMissing, "an empty named ID")
 }
 
 // IP's refusal explains itself without the address it could not parse.
 func TestIPDetail(t *testing.T) {
-	_, err := clientkey.IP("sk_secret", 0)
+	_, err := sentinels.IP("sk_secret", 0)
 	var ce *clientkey.Error
 	require.ErrorAs(t, err, &ce)
-	assert.ErrorIs(t, err, clientkey.ErrBadRequest)
+	assert.ErrorIs(t, err, errBad)
 	assert.Equal(t, "the request's client address is not an IP address", ce.Detail)
 	assert.Equal(t, clientkey.KindClientIP, ce.Kind)
 }
@@ -165,3 +166,9 @@ func TestHash(t *testing.T) {
 		assert.Equal(t, prefix+digest, clientkey.Hash(prefix, "x"), "prefix %q", prefix)
 	}
 }
+
+var (
+	errMissing = errors.New("missing")
+	errBad     = errors.New("bad")
+	sentinels  = clientkey.Sentinels{MissingKey: errMissing, BadRequest: errBad}
+)

@@ -26,7 +26,7 @@ import (
 )
 
 func main() {
-	limit := ratelimit.PerMinute(1) // one request, then 429
+	limit := ratelimit.Per(1, time.Minute) // one request, then 429
 	key := ratelimit.KeyByAPIKey("X-API-Key")
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
 

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -82,7 +83,7 @@ func TestKeyByContextValueUnusableTypeIs500(t *testing.T) {
 // One credential is one client however its scheme is spelled: the four
 // spellings of one bearer token share one bucket of 2.
 func TestKeyByAPIKeyAuthorizationOneBucket(t *testing.T) {
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerMinute(2)})
+	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.Per(2, time.Minute)})
 	require.NoError(t, err)
 	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("Authorization"), nil)
 	require.NoError(t, err)

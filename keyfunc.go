@@ -210,7 +210,7 @@ func KeyByContextValue(ctxKey any) KeyFunc {
 	if ctxKey == nil {
 		panic(errors.New("ratelimit: KeyByContextValue: nil context key"))
 	}
-	return func(r *http.Request) (string, error) { return clientkey.User(r.Context().Value(ctxKey)) }
+	return func(r *http.Request) (string, error) { return keyErrors.User(r.Context().Value(ctxKey)) }
 }
 
 // joinKeys joins key parts into one key without ambiguity, for composite
@@ -285,3 +285,6 @@ func JoinKeyFuncs(fs ...KeyFunc) KeyFunc {
 		return joinKeys(parts...), nil
 	}
 }
+
+// keyErrors makes clientkey's refusals wrap this package's errors.
+var keyErrors = clientkey.Sentinels{MissingKey: ErrMissingKey, BadRequest: ErrBadRequest}
