@@ -9,12 +9,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/fakeclock"
 	"github.com/tokenfair/ratelimit/internal/quick"
 	"github.com/tokenfair/ratelimit/memorystore"
 )
@@ -68,19 +68,25 @@ func newFixture(t *testing.T, nh NewHandler, s setup) *fixture {
 
 func newSide(t *testing.T, s setup, build func(*ratelimit.Limiter, http.Handler) http.Handler) *side {
 	t.Helper()
-	store := s.store
-	if store == nil {
-		epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-		ms, err := memorystore.New(&memorystore.Options{Clock: func() time.Time { return epoch }})
-		require.NoError(t, err)
-		store = ms
-	}
-	l, err := ratelimit.New(store, ratelimit.Policy{Name: "per-key", Limit: s.limit})
-	require.NoError(t, err)
+	l := newLimiter(t, s.store, s.limit)
 	sd := &side{entered: make(chan struct{}, 1), release: make(chan struct{}, 1)}
 	sd.srv = httptest.NewServer(build(l, next(sd)))
 	t.Cleanup(sd.srv.Close)
 	return sd
+}
+
+// newLimiter returns a limiter of one policy, "per-key", of limit l, on
+// store, or on a memorystore whose clock never moves if store is nil.
+func newLimiter(t *testing.T, store ratelimit.Store, l ratelimit.Limit) *ratelimit.Limiter {
+	t.Helper()
+	if store == nil {
+		ms, err := memorystore.New(&memorystore.Options{Clock: new(fakeclock.Clock).Now})
+		require.NoError(t, err)
+		store = ms
+	}
+	lim, err := ratelimit.New(store, ratelimit.Policy{Name: "per-key", Limit: l})
+	require.NoError(t, err)
+	return lim
 }
 
 // statusWriter records the status of next's answer, which always calls

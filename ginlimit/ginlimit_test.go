@@ -69,168 +69,56 @@ func TestNewErrors(t *testing.T) {
 	assert.Error(t, err)
 	_, err = ginlimit.New(lim, ginlimit.KeyByValue("user"), &ratelimit.MiddlewareOptions{Headers: 99})
 	assert.Error(t, err)
-	_, err = ginlimit.KeyByClientIP(&ratelimit.IPOptions{IPv6Prefix: 129})
-	assert.EqualError(t, err, "ginlimit: KeyByClientIP: IPv6Prefix 129: want 1 to 128, or 0 for the default, 64")
 	_, err = ginlimit.KeyByClientIP(&ratelimit.IPOptions{TrustedProxies: []string{"10.0.0.0/8"}})
 	assert.ErrorContains(t, err, "Engine.SetTrustedProxies", "TrustedProxies would be ignored")
-	_, err = ginlimit.KeyByClientIP(&ratelimit.IPOptions{Header: "Forwarded"})
-	assert.Error(t, err, "Header would be ignored")
 }
 
-// keyOf returns the key that f gives a request from remoteAddr, with
-// X-Forwarded-For xff, to an engine that trusts the proxies in trusted.
-func keyOf(t *testing.T, f ginlimit.KeyFunc, trusted []string, remoteAddr, xff string) (string, error) {
-	t.Helper()
-	c, e := gin.CreateTestContext(httptest.NewRecorder())
-	require.NoError(t, e.SetTrustedProxies(trusted))
-	c.Request = httptest.NewRequest(http.MethodGet, "/", nil)
-	c.Request.RemoteAddr = remoteAddr
-	if xff != "" {
-		c.Request.Header.Set("X-Forwarded-For", xff)
-	}
-	return f(c)
-}
-
-func TestKeyByClientIP(t *testing.T) {
-	byIP, err := ginlimit.KeyByClientIP(nil)
-	require.NoError(t, err)
-	by64, err := ginlimit.KeyByClientIP(&ratelimit.IPOptions{IPv6Prefix: 64})
-	require.NoError(t, err)
-	by128, err := ginlimit.KeyByClientIP(&ratelimit.IPOptions{IPv6Prefix: 128})
-	require.NoError(t, err)
-	proxies := []string{"10.0.0.0/8"}
-	for _, tc := range []struct {
-		f               ginlimit.KeyFunc
-		trusted         []string
-		remoteAddr, xff string
-		want            string
-	}{
-		{byIP, nil, "192.0.2.1:1234", "", "ip:192.0.2.1"},
-		{byIP, nil, "192.0.2.1:1234", "203.0.113.7", "ip:192.0.2.1"}, // no trusted proxy: header ignored
-		{byIP, proxies, "10.1.2.3:1234", "203.0.113.7", "ip:203.0.113.7"},
-		{byIP, proxies, "10.1.2.3:1234", "198.51.100.1, 203.0.113.7", "ip:203.0.113.7"},
-		{byIP, proxies, "192.0.2.50:1234", "203.0.113.7", "ip:192.0.2.50"}, // untrusted peer
-		{byIP, nil, "[::ffff:192.0.2.1]:80", "", "ip:192.0.2.1"},
-		{byIP, nil, "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::/64"}, // IPv6 by /64 by default
-		{by128, nil, "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::7"},
-		{by64, nil, "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::/64"},
-		{by64, nil, "192.0.2.1:1234", "", "ip:192.0.2.1"},
-	} {
-		got, err := keyOf(t, tc.f, tc.trusted, tc.remoteAddr, tc.xff)
-		if assert.NoError(t, err, "RemoteAddr %q, X-Forwarded-For %q", tc.remoteAddr, tc.xff) {
-			assert.Equal(t, tc.want, got, "RemoteAddr %q, X-Forwarded-For %q", tc.remoteAddr, tc.xff)
-		}
-	}
-	_, err = keyOf(t, byIP, nil, "not-an-address", "")
-	assert.ErrorIs(t, err, ratelimit.ErrBadRequest)
-}
-
-// TestKeyByClientIPMatchesCore: without proxies, Gin's client is the peer,
-// and its key is the core's key for the same peer. (Gin finds no client in
-// a zoned peer such as [fe80::1%eth0]:3, which net.ParseIP refuses; the
-// key function then answers ErrNoClientIP.)
-func TestKeyByClientIPMatchesCore(t *testing.T) {
-	byIP, err := ginlimit.KeyByClientIP(nil)
-	require.NoError(t, err)
-	core, err := ratelimit.KeyByIP(nil)
-	require.NoError(t, err)
-	for _, addr := range []string{"192.0.2.1:1", "[::ffff:10.0.0.1]:2", "[2001:DB8::1]:4", "[::1]:5", "[2001:db8::ffff:0:1]:6"} {
-		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.RemoteAddr = addr
-		want, err := core(r)
-		require.NoError(t, err, addr)
-		got, err := keyOf(t, byIP, nil, addr, "")
-		require.NoError(t, err, addr)
-		assert.Equal(t, want, got, addr)
-	}
-}
-
-type userID int
-
-func (u userID) String() string { return fmt.Sprintf("u%d", int(u)) }
-
-func TestKeyByValue(t *testing.T) {
-	byUser := ginlimit.KeyByValue("user")
-	core := ratelimit.KeyByContextValue("user")
-	long := string(make([]byte, 200))
-	type namedID string
-	for _, v := range []any{"alice", userID(42), long, 42, uint64(42), [16]byte{15: 1}, namedID("alice")} {
-		c, _ := gin.CreateTestContext(httptest.NewRecorder())
-		c.Set("user", v)
-		got, err := byUser(c)
-		require.NoError(t, err)
-		// gin.Context is a context.Context whose Value reads c.Keys.
-		want, err := core(httptest.NewRequest(http.MethodGet, "/", nil).WithContext(c))
-		require.NoError(t, err)
-		assert.Equal(t, want, got)
-	}
-	for _, v := range []any{nil, ""} {
-		c, _ := gin.CreateTestContext(httptest.NewRecorder())
-		if v != nil {
-			c.Set("user", v)
-		}
-		_, err := byUser(c)
-		assert.ErrorIs(t, err, ratelimit.ErrMissingKey, "value %#v", v)
-	}
-	// A value of a type that cannot be a key is the server's mistake (500),
-	// not the client's (401).
-	for _, v := range []any{4.2, map[string]int{}} {
-		c, _ := gin.CreateTestContext(httptest.NewRecorder())
-		if v != nil {
-			c.Set("user", v)
-		}
-		_, err := byUser(c)
-		require.Error(t, err, "value %#v", v)
-		assert.NotErrorIs(t, err, ratelimit.ErrMissingKey, "value %#v", v)
-		assert.NotErrorIs(t, err, ratelimit.ErrBadRequest, "value %#v", v)
-	}
-}
-
-// TestNewWithGinKeys runs both key functions in a real engine: users
-// authenticated by an earlier handler, and anonymous clients behind a
-// trusted proxy.
-func TestNewWithGinKeys(t *testing.T) {
-	byUser, err := ginlimit.New(newLimiter(t, ratelimit.PerMinute(2)), ginlimit.KeyByValue("user"), nil)
-	require.NoError(t, err)
-	byIP, err := ginlimit.KeyByClientIP(nil)
-	require.NoError(t, err)
-	byIPLimit, err := ginlimit.New(newLimiter(t, ratelimit.PerMinute(1)), byIP, nil)
-	require.NoError(t, err)
-
-	e := gin.New()
-	require.NoError(t, e.SetTrustedProxies([]string{"10.0.0.0/8"}))
-	auth := func(c *gin.Context) {
-		if u := c.GetHeader("X-User"); u != "" {
-			c.Set("user", u)
-		}
-	}
-	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
-	e.GET("/user", auth, byUser, ok)
-	e.GET("/anon", byIPLimit, ok)
-
-	get := func(path, user, remoteAddr, xff string) int {
-		r := httptest.NewRequest(http.MethodGet, path, nil)
-		if user != "" {
-			r.Header.Set("X-User", user)
-		}
-		if remoteAddr != "" {
-			r.RemoteAddr = remoteAddr
-		}
-		if xff != "" {
-			r.Header.Set("X-Forwarded-For", xff)
-		}
-		w := httptest.NewRecorder()
-		e.ServeHTTP(w, r)
-		return w.Code
-	}
-	assert.Equal(t, []int{200, 200, 429, 200, 401}, []int{
-		get("/user", "alice", "", ""), get("/user", "alice", "", ""), get("/user", "alice", "", ""),
-		get("/user", "bob", "", ""), get("/user", "", "", ""),
-	})
-	const proxy = "10.1.2.3:4000"
-	assert.Equal(t, []int{200, 429, 200, 429}, []int{
-		get("/anon", "", proxy, "203.0.113.7"), get("/anon", "", proxy, "198.51.100.1, 203.0.113.7"),
-		get("/anon", "", proxy, "203.0.113.8"), get("/anon", "", "203.0.113.8:1", "192.0.2.99"),
+// TestKeys runs adaptertest's tests of KeyByClientIP and KeyByValue. (Gin
+// finds no client in a zoned peer such as [fe80::1%eth0]:3, which
+// net.ParseIP refuses; KeyByClientIP then answers ErrNoClientIP.)
+func TestKeys(t *testing.T) {
+	adaptertest.RunKeys(t, adaptertest.Keys{
+		IPName: "ginlimit: KeyByClientIP",
+		ByIP: func(opts *ratelimit.IPOptions) (func(*http.Request, []string) (string, error), error) {
+			byIP, err := ginlimit.KeyByClientIP(opts)
+			if err != nil {
+				return nil, err
+			}
+			return func(r *http.Request, proxies []string) (string, error) {
+				c, e := gin.CreateTestContext(httptest.NewRecorder())
+				if err := e.SetTrustedProxies(proxies); err != nil {
+					return "", err
+				}
+				c.Request = r
+				return byIP(c)
+			}, nil
+		},
+		ByValue: func(name string, v any) (string, error) {
+			c, _ := gin.CreateTestContext(httptest.NewRecorder())
+			if v != nil {
+				c.Set(name, v)
+			}
+			return ginlimit.KeyByValue(name)(c)
+		},
+		Engine: func(t *testing.T, proxies []string, user, anon *ratelimit.Limiter) http.Handler {
+			byUser, err := ginlimit.New(user, ginlimit.KeyByValue("user"), nil)
+			require.NoError(t, err)
+			byIP, err := ginlimit.KeyByClientIP(nil)
+			require.NoError(t, err)
+			byIPLimit, err := ginlimit.New(anon, byIP, nil)
+			require.NoError(t, err)
+			e := gin.New()
+			require.NoError(t, e.SetTrustedProxies(proxies))
+			auth := func(c *gin.Context) {
+				if u := c.GetHeader("X-User"); u != "" {
+					c.Set("user", u)
+				}
+			}
+			ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
+			e.GET("/user", auth, byUser, ok)
+			e.GET("/anon", byIPLimit, ok)
+			return e
+		},
 	})
 }
 
