@@ -8,32 +8,22 @@
 //			m, err := ratelimit.NewMiddleware(l, key, opts)
 //			require.NoError(t, err)
 //			engine := myframework.New()
-//			engine.Use(myadapter.Middleware(m))
+//			engine.Use(myadapter.Wrap(m))
 //			engine.Any("/*", myframework.Wrap(next))
 //			return engine
 //		})
 //	}
 //
-// The suite builds the limiters (on stores whose clock never moves),
-// stores and options; the adapter only puts the middleware in front of
-// next inside its framework's real engine. Each test sends the same
-// requests over real HTTP connections to the adapter and to a reference,
-// the core middleware on a bare net/http server, and requires identical
-// answers on the wire (status, every header field but Date, body bytes)
-// and the same number of runs of next.
-//
-// It checks what an adapter is responsible for: next runs only when the
+// Each test sends the same requests over real HTTP connections to the
+// adapter and to a reference, the core middleware on a bare net/http
+// server, and requires identical answers on the wire (status, every header
+// field but Date, body bytes) and the same number of runs of next. It
+// checks what an adapter is responsible for: next runs only when the
 // request is admitted, and its answer reaches the client untouched; a
-// refusal or an error (default or custom handlers, GET or HEAD) stops the
-// chain and is the core's answer; the status of the response reaches
-// Options.CountIf, also for a response whose handler panicked after it
-// began; an in-flight slot (Options.MaxInFlight) is held while
-// next runs and released after it, also when it panics; Options.Skip; the
-// address lists (Options.Block answers 403, Options.Safe skips); the
-// rate-limit field names reach the wire as the core spells them
-// ("RateLimit-Policy", not "Ratelimit-Policy"), which a Go client, since
-// it canonicalises names, cannot see: that test reads the raw response.
-// What the core decides alone is tested in package ratelimit.
+// refusal or an error is the core's answer; the response's status reaches
+// Options.CountIf; an in-flight slot is held while next runs; Skip, Block
+// and Safe; the field names as the core spells them. [RunKeys] tests an
+// adapter's own key functions.
 package adaptertest
 
 import (

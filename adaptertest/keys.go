@@ -14,7 +14,7 @@ import (
 )
 
 // Keys is an adapter's own key functions, those that read the framework's
-// context, as RunKeys builds and runs them.
+// context, as RunKeys builds and runs them. Every field must be set.
 type Keys struct {
 	// IPName is what the errors of the key function by client address
 	// begin with, such as "ginlimit: KeyByClientIP".

@@ -20,6 +20,7 @@ import (
 	"github.com/tokenfair/ratelimit/adaptertest"
 	"github.com/tokenfair/ratelimit/echolimit"
 	"github.com/tokenfair/ratelimit/memorystore"
+	"github.com/tokenfair/ratelimit/storetest"
 )
 
 func TestMain(m *testing.M) {
@@ -280,8 +281,7 @@ func TestKeyByRealIPExtractors(t *testing.T) {
 // BenchmarkAllowed measures the adapter on an allowed request through the
 // real engine, against the bare engine.
 func BenchmarkAllowed(b *testing.B) {
-	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	store, err := memorystore.New(&memorystore.Options{Clock: func() time.Time { return clock }})
+	store, err := memorystore.New(&memorystore.Options{Clock: new(storetest.Clock).Now})
 	require.NoError(b, err)
 	// Time stands still and the bucket holds 10^15 tokens: every request is
 	// allowed.

@@ -14,12 +14,11 @@ import (
 	"github.com/tokenfair/ratelimit"
 )
 
-// RunGiveBacks runs the suite's randomized test of give-backs against the
-// exact model (GiveBackModel in Run) alone, for a store configured in a way
-// whose other decisions the suite does not expect (a Redis store that
-// leases tokens), and a test that Run leaves out: give-backs of one bucket
-// that overlap are exact, for a store that keeps what was given back per
-// take ([ratelimit.RefundStore]).
+// RunGiveBacks runs the suite's tests of give-backs alone: GiveBackModel,
+// which Run runs too, and GiveBacksOverlap, which it does not (give-backs
+// that overlap on one bucket are exact). It is for a
+// [ratelimit.RefundStore] configured so that the suite's other tests do
+// not hold, such as a Redis store that leases tokens.
 func RunGiveBacks(t *testing.T, newStore NewStore) {
 	t.Helper()
 	runTests(t, newStore, []test{

@@ -13,13 +13,11 @@
 //	}
 //
 // The suite drives time through the clock it hands to the factory, so the
-// store must read time only from it. It checks exact decisions (refill to
-// the nanosecond, costs, refusals that spend nothing), that keys and
-// policies are independent (keys that differ only in case, in spaces or
-// after their 255th byte included), and that concurrent requests on one
-// key admit exactly the burst. For a [ratelimit.ResetStore] it checks that Reset
-// forgets one bucket exactly, and no other; for other stores those tests
-// are skipped.
+// store must read time only from it. It checks exact decisions, that keys
+// and policies never share a bucket, and an exact count under concurrency;
+// the tests of an optional interface ([ratelimit.ResetStore],
+// [ratelimit.RefundStore], [ratelimit.BatchStore]) are skipped for a store
+// that does not implement it.
 package storetest
 
 import (
