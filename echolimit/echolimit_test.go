@@ -1,11 +1,9 @@
 package echolimit_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,6 +19,7 @@ import (
 	"github.com/tokenfair/ratelimit/adaptertest"
 	"github.com/tokenfair/ratelimit/echolimit"
 	"github.com/tokenfair/ratelimit/memorystore"
+	"github.com/tokenfair/ratelimit/storetest"
 )
 
 func TestMain(m *testing.M) {
@@ -94,12 +93,8 @@ func TestNewErrors(t *testing.T) {
 	assert.Error(t, err)
 	_, err = echolimit.New(lim, echolimit.KeyByValue("user"), &ratelimit.MiddlewareOptions{Headers: 99}, nil)
 	assert.Error(t, err)
-	_, err = echolimit.KeyByRealIP(&ratelimit.IPOptions{IPv6Prefix: 200})
-	assert.EqualError(t, err, "echolimit: KeyByRealIP: IPv6Prefix 200: want 1 to 128, or 0 for the default, 64")
 	_, err = echolimit.KeyByRealIP(&ratelimit.IPOptions{TrustedProxies: []string{"10.0.0.0/8"}})
 	assert.ErrorContains(t, err, "IPExtractor", "TrustedProxies would be ignored")
-	_, err = echolimit.KeyByRealIP(&ratelimit.IPOptions{Header: "Forwarded"})
-	assert.Error(t, err, "Header would be ignored")
 }
 
 // TestHTTPError checks what the application's HTTPErrorHandler receives.
@@ -176,159 +171,10 @@ func TestDebugIndents(t *testing.T) {
 	}
 }
 
-func TestKeyByRealIP(t *testing.T) {
-	byIP, err := echolimit.KeyByRealIP(nil)
-	require.NoError(t, err)
-	by64, err := echolimit.KeyByRealIP(&ratelimit.IPOptions{IPv6Prefix: 64})
-	require.NoError(t, err)
-	by128, err := echolimit.KeyByRealIP(&ratelimit.IPOptions{IPv6Prefix: 128})
-	require.NoError(t, err)
-	viaXFF := echo.ExtractIPFromXFFHeader(echo.TrustIPRange(mustCIDR(t, "10.0.0.0/8")))
-	for _, tc := range []struct {
-		f               echolimit.KeyFunc
-		extractor       echo.IPExtractor
-		remoteAddr, xff string
-		want            string
-	}{
-		{byIP, nil, "192.0.2.1:1234", "", "ip:192.0.2.1"},
-		{byIP, nil, "192.0.2.1:1234", "203.0.113.7", "ip:192.0.2.1"}, // no extractor: the peer, never the header
-		{byIP, echo.ExtractIPDirect(), "192.0.2.1:1234", "203.0.113.7", "ip:192.0.2.1"},
-		{byIP, viaXFF, "10.1.2.3:1234", "203.0.113.7", "ip:203.0.113.7"},
-		{byIP, viaXFF, "10.1.2.3:1234", "198.51.100.1, 203.0.113.7", "ip:203.0.113.7"},
-		{byIP, viaXFF, "192.0.2.50:1234", "203.0.113.7", "ip:192.0.2.50"}, // untrusted peer
-		{byIP, nil, "[::ffff:192.0.2.1]:80", "", "ip:192.0.2.1"},
-		{byIP, echo.ExtractIPDirect(), "[::ffff:192.0.2.1]:80", "", "ip:192.0.2.1"},
-		{byIP, nil, "[fe80::1%eth0]:80", "", "ip:fe80::/64"}, // IPv6 by /64 by default
-		{by128, nil, "[fe80::1%eth0]:80", "", "ip:fe80::1"},
-		{by128, echo.ExtractIPDirect(), "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::7"},
-		{by64, nil, "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::/64"},
-		{by64, echo.ExtractIPDirect(), "[2001:db8:1:2::7]:443", "", "ip:2001:db8:1:2::/64"},
-	} {
-		e := echo.New()
-		e.IPExtractor = tc.extractor
-		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.RemoteAddr = tc.remoteAddr
-		if tc.xff != "" {
-			r.Header.Set("X-Forwarded-For", tc.xff)
-		}
-		got, err := tc.f(e.NewContext(r, httptest.NewRecorder()))
-		if assert.NoError(t, err, "RemoteAddr %q, X-Forwarded-For %q", tc.remoteAddr, tc.xff) {
-			assert.Equal(t, tc.want, got, "RemoteAddr %q, X-Forwarded-For %q", tc.remoteAddr, tc.xff)
-		}
-	}
-	e := echo.New()
-	r := httptest.NewRequest(http.MethodGet, "/", nil)
-	r.RemoteAddr = "garbage"
-	_, err = byIP(e.NewContext(r, httptest.NewRecorder()))
-	assert.ErrorIs(t, err, ratelimit.ErrBadRequest)
-}
-
-func mustCIDR(t *testing.T, s string) *net.IPNet {
-	t.Helper()
-	_, n, err := net.ParseCIDR(s)
-	require.NoError(t, err)
-	return n
-}
-
-type userID int
-
-func (u userID) String() string { return fmt.Sprintf("u%d", int(u)) }
-
-func TestKeyByValue(t *testing.T) {
-	byUser := echolimit.KeyByValue("user")
-	core := ratelimit.KeyByContextValue(ctxKey{})
-	long := string(make([]byte, 200))
-	e := echo.New()
-	type namedID string
-	for _, v := range []any{"alice", userID(42), long, 42, uint64(42), [16]byte{15: 1}, namedID("alice")} {
-		c := e.NewContext(httptest.NewRequest(http.MethodGet, "/", nil), httptest.NewRecorder())
-		c.Set("user", v)
-		got, err := byUser(c)
-		require.NoError(t, err)
-		want, err := core(httptest.NewRequest(http.MethodGet, "/", nil).WithContext(context.WithValue(context.Background(), ctxKey{}, v)))
-		require.NoError(t, err)
-		assert.Equal(t, want, got)
-	}
-	for _, v := range []any{nil, ""} {
-		c := e.NewContext(httptest.NewRequest(http.MethodGet, "/", nil), httptest.NewRecorder())
-		if v != nil {
-			c.Set("user", v)
-		}
-		_, err := byUser(c)
-		assert.ErrorIs(t, err, ratelimit.ErrMissingKey, "value %#v", v)
-	}
-	// A value of a type that cannot be a key is the server's mistake (500),
-	// not the client's (401).
-	for _, v := range []any{4.2, map[string]int{}} {
-		c := e.NewContext(httptest.NewRequest(http.MethodGet, "/", nil), httptest.NewRecorder())
-		if v != nil {
-			c.Set("user", v)
-		}
-		_, err := byUser(c)
-		require.Error(t, err, "value %#v", v)
-		assert.NotErrorIs(t, err, ratelimit.ErrMissingKey, "value %#v", v)
-		assert.NotErrorIs(t, err, ratelimit.ErrBadRequest, "value %#v", v)
-	}
-}
-
-type ctxKey struct{}
-
-// TestNewWithEchoKeys runs both key functions in a real Echo instance: users
-// authenticated by an earlier middleware, and anonymous clients behind a
-// trusted proxy.
-func TestNewWithEchoKeys(t *testing.T) {
-	byUser, err := echolimit.New(newLimiter(t, ratelimit.Per(2, time.Minute)), echolimit.KeyByValue("user"), nil, nil)
-	require.NoError(t, err)
-	byIP, err := echolimit.KeyByRealIP(nil)
-	require.NoError(t, err)
-	byIPLimit, err := echolimit.New(newLimiter(t, ratelimit.Per(1, time.Minute)), byIP, nil, nil)
-	require.NoError(t, err)
-
-	e := echo.New()
-	e.IPExtractor = echo.ExtractIPFromXFFHeader(echo.TrustIPRange(mustCIDR(t, "10.0.0.0/8")))
-	auth := func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			if u := c.Request().Header.Get("X-User"); u != "" {
-				c.Set("user", u)
-			}
-			return next(c)
-		}
-	}
-	ok := func(c echo.Context) error { return c.String(http.StatusOK, "ok") }
-	e.GET("/user", ok, auth, byUser)
-	e.GET("/anon", ok, byIPLimit)
-
-	get := func(path, user, remoteAddr, xff string) int {
-		r := httptest.NewRequest(http.MethodGet, path, nil)
-		if user != "" {
-			r.Header.Set("X-User", user)
-		}
-		if remoteAddr != "" {
-			r.RemoteAddr = remoteAddr
-		}
-		if xff != "" {
-			r.Header.Set("X-Forwarded-For", xff)
-		}
-		w := httptest.NewRecorder()
-		e.ServeHTTP(w, r)
-		return w.Code
-	}
-	assert.Equal(t, []int{200, 200, 429, 200, 401}, []int{
-		get("/user", "alice", "", ""), get("/user", "alice", "", ""), get("/user", "alice", "", ""),
-		get("/user", "bob", "", ""), get("/user", "", "", ""),
-	})
-	const proxy = "10.1.2.3:4000"
-	assert.Equal(t, []int{200, 429, 200, 429}, []int{
-		get("/anon", "", proxy, "203.0.113.7"), get("/anon", "", proxy, "198.51.100.1, 203.0.113.7"),
-		get("/anon", "", proxy, "203.0.113.8"), get("/anon", "", "203.0.113.8:1", "192.0.2.99"),
-	})
-}
-
 // BenchmarkAllowed measures the adapter on an allowed request through the
 // real engine, against the bare engine.
 func BenchmarkAllowed(b *testing.B) {
-	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	store, err := memorystore.New(&memorystore.Options{Clock: func() time.Time { return clock }})
+	store, err := memorystore.New(&memorystore.Options{Clock: new(storetest.Clock).Now})
 	require.NoError(b, err)
 	// Time stands still and the bucket holds 10^15 tokens: every request is
 	// allowed.

@@ -31,19 +31,11 @@ const (
 	// ratelimit.ErrStore, which the middleware answers with 503 and
 	// Retry-After: nothing passes that was not counted.
 	Closed
-	// Local decides in an in-process store with the shared quota divided
-	// among the instances: with N instances each allows 1/N of the rate and
-	// of the burst (at least 1, and at least the request's cost) and of
-	// Policy.Immediate, so that together they stay near the shared quota
-	// instead of multiplying it. What a Local decision spends stays spent:
-	// the Limiter gives nothing back to a degraded result, so while
-	// degraded a response that Options.CountIf does not count still counts.
-	// A penalty box (Policy.Penalty) counts strikes and bans in the Local
-	// store, undivided: a key is banned by an instance that refused it
-	// Penalty.After times. A ban made in the primary before the failure is
-	// not in the Local store, so it does not hold while degraded (its
-	// key gets the Local share), and a Local ban holds only while
-	// degraded, in this instance.
+	// Local decides in Options.Local with the shared quota divided among
+	// the instances: each allows 1/Instances of the rate, of the burst (at
+	// least 1, and at least the request's cost) and of Policy.Immediate.
+	// What it spends stays spent; a penalty box goes on in the Local store,
+	// undivided (docs/stores.md).
 	Local
 )
 
@@ -104,17 +96,12 @@ type Options struct {
 	Clock func() time.Time
 }
 
-// Store is a [ratelimit.Store] that forwards to a primary store and, when
-// that fails, decides by its [Mode] until the primary answers again. After
-// a failure it stops calling the primary, so requests do not each pay its
-// timeout, and sends one probe request every ProbeInterval; the first probe
-// that succeeds makes it healthy again. A call whose own context ended is
-// not a failure of the primary, nor a success: a probe that ended so lets
-// the next call probe. An error about one key's state (wrapping
-// [storeerr.ErrKeyState]) is the primary's answer: it is returned as it
-// is, and the store is healthy. While degraded, in every mode, a give-back
-// (Refund) does nothing: the tokens stay spent. Store is safe for
-// concurrent use.
+// Store is a [ratelimit.Store] that forwards to a primary store and, while
+// that fails, decides by its [Mode]. While degraded it sends the primary
+// one probe request every ProbeInterval, and the first that succeeds makes
+// it healthy again. A call whose own context ended, and an error about one
+// key's state ([storeerr.ErrKeyState]), are no failure of the primary.
+// Store is safe for concurrent use.
 type Store struct {
 	primary   ratelimit.Store
 	cfg       Options
@@ -177,13 +164,9 @@ func (f *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 	return f.fallback(ctx, p, key, cost, cause)
 }
 
-// TakeAll implements [ratelimit.BatchStore]: while healthy, with the
-// primary store's TakeAll, or ratelimit.ErrNotAtomic when the primary has
-// none or cannot. While degraded, Local decides in the Local store,
-// atomically if that is a BatchStore (as a memorystore is) whatever the
-// primary: a request that one policy refuses then spends nothing from the
-// others. (The Limiter gives nothing back to a degraded store, so
-// decisions taken one at a time in Local mode keep what a refusal spent.)
+// TakeAll implements [ratelimit.BatchStore]: with the primary's TakeAll
+// while healthy (ratelimit.ErrNotAtomic if it has none), and in Local mode
+// while degraded with the Local store's, if it is a BatchStore.
 func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
 	var cause error
 	if ask, probe := f.askPrimary(); ask {
@@ -306,13 +289,9 @@ func (f *Store) fallback(ctx context.Context, p *ratelimit.Policy, key string, c
 
 var _ ratelimit.RefundStore = (*Store)(nil)
 
-// Refund implements [ratelimit.RefundStore]: while healthy, the primary
-// store gives the tokens back, if it can (it is a RefundStore); while
-// degraded, nothing is given back, in every mode. The tokens were spent in
-// the primary, which cannot take them back now, and never in the Local
-// store, which must not gain them (and the Limiter gives nothing back of
-// a degraded result); so they stay spent, leaving the bucket emptier than
-// it should be, never fuller.
+// Refund implements [ratelimit.RefundStore]: while healthy the primary
+// gives the tokens back, if it is a RefundStore; while degraded nothing is
+// given back, in every mode.
 func (f *Store) Refund(ctx context.Context, p *ratelimit.Policy, key string, cost int64, took ratelimit.Result) error {
 	rs, ok := f.primary.(ratelimit.RefundStore)
 	if !ok || f.degraded.Load() {

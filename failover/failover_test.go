@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/failover"
@@ -26,6 +27,7 @@ import (
 )
 
 // flakyStore is a memorystore that fails while down is set, counting calls.
+// It can also forget a key (ratelimit.ResetStore), but decides no batch.
 type flakyStore struct {
 	inner ratelimit.Store
 	down  atomic.Bool
@@ -46,6 +48,14 @@ func (f *flakyStore) Refund(ctx context.Context, p *ratelimit.Policy, key string
 	return f.inner.(ratelimit.RefundStore).Refund(ctx, p, key, cost, took)
 }
 
+func (f *flakyStore) Reset(ctx context.Context, p *ratelimit.Policy, key string) error {
+	f.calls.Add(1)
+	if f.down.Load() {
+		return errDown
+	}
+	return f.inner.(ratelimit.ResetStore).Reset(ctx, p, key)
+}
+
 func (f *flakyStore) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	f.calls.Add(1)
 	if f.down.Load() {
@@ -60,6 +70,8 @@ func (f *flakyStore) Take(ctx context.Context, p *ratelimit.Policy, key string, 
 	return f.inner.Take(ctx, p, key, cost)
 }
 
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
 var discard = slog.New(slog.DiscardHandler)
 
 func memoryStore(t *testing.T, clock func() time.Time) *memorystore.Store {
@@ -69,23 +81,34 @@ func memoryStore(t *testing.T, clock func() time.Time) *memorystore.Store {
 	return s
 }
 
+// failoverRig is what the tests build: a failover.Store over a flaky
+// primary, with its Local store, on a fake clock, and what the Store's
+// hooks reported.
 type failoverRig struct {
 	clock   *storetest.Clock
 	primary *flakyStore
+	local   ratelimit.Store
 	store   *failover.Store
 	errors  atomic.Int64
 	changes []bool
 	mu      sync.Mutex
 }
 
-func newFailover(t *testing.T, mode failover.Mode, instances int64) *failoverRig {
+// newFailover returns a rig whose Store decides in mode, for instances,
+// while its primary fails. The primary is a memorystore on the rig's
+// clock, and so is the Local store unless local gives one.
+func newFailover(t *testing.T, mode failover.Mode, instances int64, local ...ratelimit.Store) *failoverRig {
 	t.Helper()
 	rig := &failoverRig{clock: new(storetest.Clock)}
 	rig.primary = &flakyStore{inner: memoryStore(t, rig.clock.Now)}
+	rig.local = memoryStore(t, rig.clock.Now)
+	if len(local) > 0 {
+		rig.local = local[0]
+	}
 	var err error
 	rig.store, err = failover.New(rig.primary, &failover.Options{
 		Mode:      mode,
-		Local:     memoryStore(t, rig.clock.Now),
+		Local:     rig.local,
 		Instances: instances,
 		OnError:   func(err error) { rig.errors.Add(1) },
 		OnHealthChange: func(healthy bool, err error) {
@@ -108,9 +131,11 @@ type server struct {
 	calls int
 }
 
-func newServer(t *testing.T, l ratelimit.Limit, store ratelimit.Store) *server {
+// serve returns a server whose limiter of one policy, of limit l, decides
+// in the rig's Store.
+func (rig *failoverRig) serve(t *testing.T, l ratelimit.Limit) *server {
 	t.Helper()
-	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: l})
+	lim, err := ratelimit.New(rig.store, ratelimit.Policy{Limit: l})
 	require.NoError(t, err)
 	byClient := func(r *http.Request) (string, error) { return r.Header.Get("X-Client"), nil }
 	mw, err := ratelimit.NewMiddleware(lim, byClient, &ratelimit.MiddlewareOptions{Logger: discard})
@@ -141,9 +166,18 @@ func (s *server) get(client string) *httptest.ResponseRecorder {
 	return w
 }
 
+// TestConformance runs the suite through a healthy failover.Store.
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
+		s, err := failover.New(memoryStore(t, now), &failover.Options{Mode: failover.Local, Local: memoryStore(t, now), Logger: discard})
+		require.NoError(t, err)
+		return s
+	})
+}
+
 func TestFailoverOpen(t *testing.T) {
 	rig := newFailover(t, failover.Open, 1)
-	s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), rig.store)
+	s := rig.serve(t, ratelimit.PerSecond(5).WithBurst(10))
 	w := s.get("c")
 	require.Equal(t, 200, w.Code)
 	assert.Equal(t, `"default";r=9;t=1`, field(w.Header(), "RateLimit"), "healthy: checked")
@@ -175,7 +209,7 @@ func TestFailoverOpen(t *testing.T) {
 
 func TestFailoverClosed(t *testing.T) {
 	rig := newFailover(t, failover.Closed, 1)
-	s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), rig.store)
+	s := rig.serve(t, ratelimit.PerSecond(5).WithBurst(10))
 	rig.primary.down.Store(true)
 	for range 3 {
 		w := s.get("c")
@@ -212,7 +246,7 @@ func TestFailoverClosedErrors(t *testing.T) {
 // fallback allows a burst of 5, refilling at 2.5/s.
 func TestFailoverLocal(t *testing.T) {
 	rig := newFailover(t, failover.Local, 2)
-	s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), rig.store)
+	s := rig.serve(t, ratelimit.PerSecond(5).WithBurst(10))
 	rig.primary.down.Store(true)
 	var codes []int
 	for range 6 {

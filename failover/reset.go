@@ -11,13 +11,10 @@ import (
 var _ ratelimit.ResetStore = (*Store)(nil)
 
 // Reset implements [ratelimit.ResetStore]: it forgets key's bucket under p
-// in the primary store and, in Local mode, in the Local store too, so that
-// the key starts full whichever store decides next. It asks the primary
-// even while degraded, and its answer counts as any call's does (OnError,
-// and the switch between healthy and degraded). It returns the primary's
-// error, joined with the Local store's if that failed too, or an error
-// wrapping [errors.ErrUnsupported] that names a store that is not a
-// ResetStore.
+// in the primary and, in Local mode, in the Local store too. It asks the
+// primary even while degraded. It returns the primary's error, joined with
+// the Local store's, or an error wrapping [errors.ErrUnsupported] that
+// names a store that is not a ResetStore.
 func (f *Store) Reset(ctx context.Context, p *ratelimit.Policy, key string) error {
 	primary, ok := f.primary.(ratelimit.ResetStore)
 	if !ok {

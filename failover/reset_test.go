@@ -11,44 +11,13 @@ import (
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/failover"
-	"github.com/tokenfair/ratelimit/storetest"
 )
-
-// resettable is a flakyStore over a memorystore that can also reset, and
-// fails to while down.
-type resettable struct{ *flakyStore }
-
-func (r resettable) Reset(ctx context.Context, p *ratelimit.Policy, key string) error {
-	r.calls.Add(1)
-	if r.down.Load() {
-		return errDown
-	}
-	return r.inner.(ratelimit.ResetStore).Reset(ctx, p, key)
-}
-
-// TestConformance runs the suite through a healthy failover.Store.
-func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
-		s, err := failover.New(memoryStore(t, now), &failover.Options{Mode: failover.Local, Local: memoryStore(t, now), Logger: discard})
-		require.NoError(t, err)
-		return s
-	})
-}
-
-func newResettable(t *testing.T, mode failover.Mode, local ratelimit.Store) (*failover.Store, *flakyStore, *storetest.Clock) {
-	t.Helper()
-	clock := new(storetest.Clock)
-	primary := &flakyStore{inner: memoryStore(t, clock.Now)}
-	s, err := failover.New(resettable{primary}, &failover.Options{Mode: mode, Local: local, Instances: 2, Logger: discard, Clock: clock.Now})
-	require.NoError(t, err)
-	return s, primary, clock
-}
 
 // In Local mode Reset forgets the bucket in both stores: a key that spent
 // its local share while the primary was down starts full in each.
 func TestResetBothStores(t *testing.T) {
-	local := memoryStore(t, nil)
-	s, primary, _ := newResettable(t, failover.Local, local)
+	rig := newFailover(t, failover.Local, 2)
+	s, primary, local := rig.store, rig.primary, rig.local
 	p := &ratelimit.Policy{Name: "p", Limit: ratelimit.Per(10, time.Hour)}
 	ctx := context.Background()
 	_, err := s.Take(ctx, p, "k", 4)
@@ -74,8 +43,8 @@ func TestResetBothStores(t *testing.T) {
 // A primary that fails to reset makes Reset fail with its error (the Local
 // store is still reset), and the Store degraded.
 func TestResetPrimaryFails(t *testing.T) {
-	local := memoryStore(t, nil)
-	s, primary, _ := newResettable(t, failover.Local, local)
+	rig := newFailover(t, failover.Local, 2)
+	s, primary, local := rig.store, rig.primary, rig.local
 	p := &ratelimit.Policy{Name: "p", Limit: ratelimit.Per(10, time.Hour)}
 	ctx := context.Background()
 	share := &ratelimit.Policy{Name: "p", Limit: ratelimit.Per(5, time.Hour)}
@@ -100,18 +69,19 @@ func TestResetStoresWithoutReset(t *testing.T) {
 	assert.EqualError(t, s.Reset(ctx, p, "k"), "failover: Reset: the primary store, a failover_test.takeOnly, cannot forget a key (unsupported operation): it does not implement ratelimit.ResetStore")
 	assert.True(t, s.Healthy(), "not a failure of the primary")
 
-	s, _, _ = newResettable(t, failover.Local, takeOnly{memoryStore(t, nil)})
+	s = newFailover(t, failover.Local, 2, takeOnly{memoryStore(t, nil)}).store
 	assert.EqualError(t, s.Reset(ctx, p, "k"), "failover: Reset: the Local store, a failover_test.takeOnly, cannot forget a key (unsupported operation): it does not implement ratelimit.ResetStore")
 
 	// Outside Local mode the Local store is unused, and not reset.
-	s, _, _ = newResettable(t, failover.Open, takeOnly{memoryStore(t, nil)})
+	s = newFailover(t, failover.Open, 2, takeOnly{memoryStore(t, nil)}).store
 	assert.NoError(t, s.Reset(ctx, p, "k"))
 }
 
 // Closed mode: a Limiter's Reset reports the primary's failure as a store
 // error.
 func TestResetThroughLimiter(t *testing.T) {
-	s, primary, _ := newResettable(t, failover.Closed, nil)
+	rig := newFailover(t, failover.Closed, 2)
+	s, primary := rig.store, rig.primary
 	l, err := ratelimit.New(s, ratelimit.Policy{Name: "p", Limit: ratelimit.Per(10, time.Hour)})
 	require.NoError(t, err)
 	ctx := context.Background()

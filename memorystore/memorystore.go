@@ -1,92 +1,25 @@
 // Package memorystore is the in-process [ratelimit.Store]: a sharded hash
-// table of 16-byte slots (about 34 bytes a key, with the tables' room to
-// grow) that decides a key it holds without a lock and without allocating.
+// table that decides a key it holds without a lock and without allocating,
+// in about 34 bytes a key.
 //
-// A bucket is found by a 64-bit fingerprint of its policy name and key
-// (maphash, with a seed drawn when the store is made); the key itself is not
-// kept. Two keys with the same fingerprint share one bucket, which makes
-// both stricter, never looser; with n keys held the chance that any two
-// share is about n²/2⁶⁵ (3 in 100 million at a million keys; with fewer than
-// 256 shards, 2 to 256 times that), and since the seed is secret and new in
-// every process nobody can aim for it. Each slot is one int64 of the
-// fingerprint (the 56 bits that its shard does not imply) and the kind of
-// bucket, and one of the bucket's state, in open-addressing tables of plain
-// integers that the garbage collector never scans.
-//
-// A decision stays exact without a lock because a bucket's whole state is
-// that one int64: it reads the state, decides, and swaps the new state in
-// with a compare-and-swap, which fails if another decision changed the
-// state meanwhile; it then decides again on the newer state, so no update
-// is lost and two requests never spend the same token. Inserting a key,
-// dropping one and replacing a table take the shard's lock, and never move
-// a key within a table or reuse a slot: a dropped key's slot is marked
-// dead for good (by a compare-and-swap too, so a decision in flight either
-// lands before or fails and looks again under the lock), and a rebuild
-// kills each slot as it copies its state into a new table. So a
-// compare-and-swap can only ever change the key it was meant for. When two
-// decisions do race for one bucket, the decisions on that shard take its
-// lock for the next millisecond: on a hot key a queue on a lock costs less
-// than swaps that keep failing. A batch ([Store.TakeAll]) holds the slots
-// of its keys under their shards' locks until it has decided them all.
-//
-// Memory is bounded in two ways, and the store starts no goroutine for
-// either. A key whose bucket has been full again for a second carries no
-// information worth its slot, so it is dropped: a shard's table about to
-// fill past 3/4 is rebuilt without those keys (and without its dead slots),
-// and grows only if it is still more than half full, so idle keys never
-// make it grow. And at most once per millisecond of the store's clock, a
-// decision on a shard looks at the next 8 slots from a cursor, drops the
-// keys full for a second and shrinks the table when less than 1/8 of it is
-// live: a bounded amount of work that goes round the whole table as the
-// shard is used. (A shard nobody uses keeps what it holds; a store nobody
-// uses is freed like any other value.)
-//
-// And the number of keys is capped ([Options].MaxKeys, default 1 048 576):
-// to admit a new key into a full shard the store first drops any keys with
-// a full bucket among a sample of 8 keys of that shard, else evicts the
-// sampled key whose bucket is closest to full relative to its own limit
-// (the least time to full ÷ burst × interval; exact for the first 125
-// limits a shard holds keys of, and for more the nearest of those). What a
-// flood of unique keys at the cap can do is bounded:
-//
-//   - It never evicts a Global policy's bucket (one per policy, which the
-//     cap does not count), so a global policy never admits more than its
-//     burst at one instant.
-//   - It never evicts a ban ([ratelimit.Penalty]) in force, so it never
-//     lifts one.
-//   - It may evict any other bucket, which starts again full: a client
-//     gets back at most the tokens its bucket was missing (and the
-//     give-backs of its requests open then, at most their cost), and only
-//     once the sample holds no bucket fuller for its limit. A penalty box's
-//     count of refusals ("/strikes") and its memory of bans ("/bans") are
-//     such buckets: evicting them lets a client be refused up to
-//     Penalty.After − 1 more times before its next ban, or makes that ban
-//     last Penalty.For rather than longer.
-//   - It never grows memory. A new key whose shard is at the cap with
-//     nothing but global buckets and bans in force fails closed: it is not
-//     kept, and its request is refused as by an empty bucket (Retry-After
-//     cost × interval), until a ban ends; a new ban there is not kept
-//     either (the request that earned it is still refused). Only a client
-//     that gets a shard's worth of keys banned at once brings this about.
-//
-// Size the cap above the number of clients active within the time an empty
-// bucket of your limit takes to fill (burst × interval).
-//
-// Time comes from a monotonic clock (wall-clock jumps do not affect
-// decisions) unless [Options].Clock injects another, whose times must lie
-// between the years 1970 and 2162: a bucket's state is a time in Unix
-// nanoseconds, 0 for a bucket never seen, and up to two spans of a limit
-// (50 years each, at most) ahead of now.
+// Memory stays bounded without a goroutine: a key whose bucket has been
+// full for a second is dropped as the store is used, and Options.MaxKeys
+// caps the keys held. At the cap a new key evicts a bucket close to full,
+// never a Global policy's bucket nor a ban in force; size the cap above the
+// number of clients active within the time an empty bucket takes to fill
+// (burst × interval). docs/stores.md says what eviction may give back, and
+// how the table decides exactly without a lock.
 package memorystore
 
 import (
 	"context"
 	"fmt"
-	"github.com/tokenfair/ratelimit/internal/algo"
 	"hash/maphash"
 	"math/bits"
 	"slices"
 	"time"
+
+	"github.com/tokenfair/ratelimit/internal/algo"
 
 	"github.com/tokenfair/ratelimit"
 )
@@ -108,17 +41,13 @@ var _ ratelimit.BatchStore = (*Store)(nil)
 // Options configures a Store. A nil *Options, like the zero Options, gives
 // every field its default.
 type Options struct {
-	// Clock is the store's time source, reading between 1970 and 2162 (see
-	// the package documentation). Nil means the system's monotonic clock,
-	// so that wall-clock jumps do not affect decisions.
+	// Clock is the store's time source, whose times must lie between the
+	// years 1970 and 2162. Nil means the system's monotonic clock.
 	Clock func() time.Time
 
 	// MaxKeys caps the number of keys held, not counting the buckets of
-	// Global policies (one per policy). Zero means 1 048 576 (1<<20). The
-	// cap is kept per shard (MaxKeys divided by the number of shards), so
-	// eviction may begin slightly before MaxKeys keys when keys hash
-	// unevenly, and never after. The package documentation says what
-	// happens at the cap.
+	// Global policies (one per policy), shard by shard: eviction may begin
+	// slightly before MaxKeys keys, never after. Zero means 1 048 576.
 	MaxKeys int
 
 	// Shards is the number of shards, each with its own table and the lock
@@ -267,12 +196,14 @@ func noRoom(res ratelimit.Result, p *ratelimit.Policy, cost int64) ratelimit.Res
 	return res
 }
 
-// TakeAll implements [ratelimit.BatchStore]: it locks the shards of every
-// key (in shard order, so concurrent batches cannot deadlock), takes the
-// slot of each key held so that no decision changes it meanwhile, decides
-// each request at one instant, and writes the new states only if all were
-// allowed. Requests on the same bucket are decided one after the other.
+// TakeAll implements [ratelimit.BatchStore]: it decides every request at
+// one instant and spends only if all are allowed; requests on one bucket
+// are decided one after the other. It never fails.
 func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
+	// Lock the shards of every key (in shard order, so that concurrent
+	// batches cannot deadlock), take the slot of each key held so that no
+	// decision changes it meanwhile, decide each request at one instant,
+	// and write the new states only if all were allowed.
 	var fpBuf [8]uint64
 	fps := fpBuf[:0]
 	for _, r := range reqs {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"testing"
 	"time"
@@ -19,11 +20,34 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func newStore(t *testing.T, opts *Options) *Store {
-	t.Helper()
+// newStore returns a store configured by opts.
+func newStore(tb testing.TB, opts *Options) *Store {
+	tb.Helper()
 	s, err := New(opts)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	return s
+}
+
+// newLimiter returns a limiter of policies on s.
+func newLimiter(t *testing.T, s *Store, policies ...ratelimit.Policy) *ratelimit.Limiter {
+	t.Helper()
+	l, err := ratelimit.New(s, policies...)
+	require.NoError(t, err)
+	return l
+}
+
+// raceEnabled reports whether the test runs under the race detector.
+func raceEnabled() bool {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range info.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
 }
 
 func TestConformance(t *testing.T) {
@@ -258,8 +282,157 @@ func TestTakeAllSameBucketTwice(t *testing.T) {
 	assert.Equal(t, int64(2), res.Remaining, "the refused batch spent nothing")
 }
 
-func TestGiveBacks(t *testing.T) {
-	storetest.RunGiveBacks(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
-		return newStore(t, &Options{Clock: now})
+// TestKeyFlood sends 10 000 000 distinct keys through a store capped at
+// 100 000 keys: it never holds more, and its heap stays within the cap's
+// worth of memory. (Without the race detector, which would make it slow:
+// ./scripts/test runs it on its own.)
+func TestKeyFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10 000 000 requests")
+	}
+	if raceEnabled() {
+		t.Skip("10 000 000 requests under the race detector")
+	}
+	const keys, limit = 10_000_000, 100_000
+	s := newStore(t, &Options{MaxKeys: limit})
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	buf := []byte("ip:")
+	ctx := context.Background()
+	peak := uint64(0)
+	for i := range keys {
+		key := string(strconv.AppendInt(buf[:3], int64(i), 10))
+		res, err := s.Take(ctx, &p, key, 1)
+		require.NoError(t, err)
+		require.True(t, res.Allowed, "a new key is always admitted")
+		if i%1_000_000 == 0 {
+			var m runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&m)
+			peak = max(peak, m.HeapAlloc)
+		}
+	}
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	peak = max(peak, after.HeapAlloc)
+	assert.LessOrEqual(t, s.Len(), limit)
+	growth := int64(peak) - int64(before.HeapAlloc)
+	t.Logf("%d keys held; heap grew by %.1f MB at most (%.0f bytes per held key)", s.Len(), float64(growth)/1e6, float64(growth)/float64(s.Len()))
+	assert.Less(t, growth, int64(8_000_000), "100 000 slots of 16 bytes, at least a quarter of the tables empty, a table being copied as it grows")
+}
+
+// A policy that never refuses in a benchmark (a billion tokens) and keeps
+// every key held (each request leaves the bucket a second short of full, so
+// no key is full again before the benchmark ends, and none is dropped).
+var benchPolicy = ratelimit.Policy{Name: "bench", Limit: ratelimit.PerSecond(1).WithBurst(1_000_000_000)}
+
+// keys returns n keys shaped like the output of ratelimit.KeyByAPIKey.
+func keys(n int) []string {
+	ks := make([]string, n)
+	for i := range ks {
+		ks[i] = fmt.Sprintf("ak:%022d", i)
+	}
+	return ks
+}
+
+func BenchmarkTakeOneKey(b *testing.B) {
+	for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.LeakyPolice, ratelimit.LeakyShape} {
+		name, _ := alg.MarshalText()
+		b.Run(string(name), func(b *testing.B) {
+			s := newStore(b, nil)
+			p := benchPolicy
+			p.Algorithm = alg
+			ctx := context.Background()
+			b.ReportAllocs()
+			allowed := 0
+			for b.Loop() {
+				if res, _ := s.Take(ctx, &p, "ak:one", 1); res.Allowed {
+					allowed++
+				}
+			}
+			if allowed == 0 {
+				b.Fatal("nothing allowed")
+			}
+		})
+	}
+}
+
+func BenchmarkTake100kKeys(b *testing.B) {
+	s := newStore(b, nil)
+	ks := keys(100_000)
+	ctx := context.Background()
+	for _, k := range ks {
+		s.Take(ctx, &benchPolicy, k, 1)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if res, _ := s.Take(ctx, &benchPolicy, ks[i%len(ks)], 1); !res.Allowed {
+			b.Fatal("refused")
+		}
+		i++
+	}
+}
+
+func BenchmarkTakeParallel1kKeys(b *testing.B) {
+	s := newStore(b, nil)
+	ks := keys(1000)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if res, _ := s.Take(ctx, &benchPolicy, ks[i%len(ks)], 1); !res.Allowed {
+				panic("refused")
+			}
+			i += 7
+		}
 	})
+}
+
+// BenchmarkBytesPerKey reports the heap held per key, the key's own bytes
+// included, after 1 000 000 keys (run it with -benchtime=1x). Each key is a
+// fresh string that only the store keeps, under a limit (10 a day) that
+// keeps every key held however long the loop takes.
+func BenchmarkBytesPerKey(b *testing.B) {
+	const n = 1_000_000
+	daily := ratelimit.Policy{Name: "bench", Limit: ratelimit.Per(10, 24*time.Hour)}
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		s := newStore(b, &Options{MaxKeys: 2 * n})
+		for i := range n {
+			s.Take(context.Background(), &daily, fmt.Sprintf("ak:%022d", i), 1)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if s.Len() != n {
+			b.Fatalf("held %d keys, want %d", s.Len(), n)
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/key")
+		runtime.KeepAlive(s)
+	}
+}
+
+// BenchmarkTakeNewKeysAtCap decides a stream of new keys at the key cap, so
+// that every request inserts a key and evicts one.
+func BenchmarkTakeNewKeysAtCap(b *testing.B) {
+	const maxKeys = 1 << 16
+	s := newStore(b, &Options{MaxKeys: maxKeys})
+	ks := keys(16 * maxKeys)
+	ctx := context.Background()
+	for _, k := range ks[:maxKeys] {
+		s.Take(ctx, &benchPolicy, k, 1)
+	}
+	b.ReportAllocs()
+	i := maxKeys
+	for b.Loop() {
+		if res, _ := s.Take(ctx, &benchPolicy, ks[i%len(ks)], 1); !res.Allowed {
+			b.Fatal("refused")
+		}
+		i++
+	}
 }

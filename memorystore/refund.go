@@ -9,11 +9,8 @@ import (
 
 var _ ratelimit.RefundStore = (*Store)(nil)
 
-// Refund implements [ratelimit.RefundStore]: under the shard's lock, it
-// gives back to key's bucket under p what its credit allows (see
-// [ratelimit.RefundStore]), swapping the new state in as a decision does.
-// A bucket with a credit keeps it in its shard, beside the table, and its
-// decisions take the shard's lock. It never fails.
+// Refund implements [ratelimit.RefundStore]: it gives back to key's bucket
+// under p what the take still costs it. It never fails.
 func (s *Store) Refund(_ context.Context, p *ratelimit.Policy, key string, cost int64, took ratelimit.Result) error {
 	fp := s.fingerprint(p.Name, key)
 	sh := s.shard(fp)
@@ -24,6 +21,10 @@ func (s *Store) Refund(_ context.Context, p *ratelimit.Policy, key string, cost 
 	if sl == nil {
 		return nil // a bucket not held is full: nothing is owed
 	}
+	// Under the shard's lock, give back what the credit allows (see
+	// ratelimit.RefundStore), swapping the new state in as a decision does.
+	// A bucket with a credit keeps it in its shard, beside the table, and
+	// its decisions take the shard's lock.
 	sh.settle(sl, func(b *credit.Bucket, state int64) int64 {
 		return b.Refund(p, state, now, cost, owed(took.Until))
 	})

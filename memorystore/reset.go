@@ -9,16 +9,9 @@ import (
 
 var _ ratelimit.ResetStore = (*Store)(nil)
 
-// Reset implements [ratelimit.ResetStore]: it makes key's bucket under p
-// full, if the store holds it, so that the next request finds it full. It
-// never fails. Under the shard's lock it swaps the state to now, as a
-// decision does (a decision in flight on the bucket either lands before
-// the reset or fails its compare-and-swap and decides again on a full
-// bucket), and adds what the bucket owed to its credit, so that Refund
-// gives nothing back of what was taken before the reset; the slot goes
-// once that credit has run out. No other bucket changes. (A bucket that
-// shares the key's fingerprint, a chance of about n/2⁶⁴ with n keys held
-// and 256 shards or more, is reset with it.)
+// Reset implements [ratelimit.ResetStore]: the next request finds key's
+// bucket under p full, and no give-back credits what was taken before.
+// No other bucket changes. It never fails.
 func (s *Store) Reset(_ context.Context, p *ratelimit.Policy, key string) error {
 	fp := s.fingerprint(p.Name, key)
 	sh := s.shard(fp)
@@ -29,6 +22,14 @@ func (s *Store) Reset(_ context.Context, p *ratelimit.Policy, key string) error 
 	if sl == nil {
 		return nil
 	}
+	// Swap the state to now, as a decision does (a decision in flight on
+	// the bucket either lands before the reset or fails its
+	// compare-and-swap and decides again on a full bucket), and add what
+	// the bucket owed to its credit, so that Refund gives nothing back of
+	// what was taken before the reset; the slot goes once that credit has
+	// run out. (A bucket that shares the key's fingerprint, a chance of
+	// about n/2⁶⁴ with n keys held and 256 shards or more, is reset with
+	// it.)
 	sh.settle(sl, func(b *credit.Bucket, state int64) int64 { return b.Reset(state, now) })
 	sh.idle(sl, now)
 	return nil

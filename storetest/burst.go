@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tokenfair/ratelimit/internal/algo"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tokenfair/ratelimit/internal/algo"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -8,23 +8,91 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
 )
 
-// RunGiveBacks runs the suite's randomized test of give-backs against the
-// exact model (GiveBackModel in Run) alone, for a store configured in a way
-// whose other decisions the suite does not expect (a Redis store that
-// leases tokens), and a test that Run leaves out: give-backs of one bucket
-// that overlap are exact, for a store that keeps what was given back per
-// take ([ratelimit.RefundStore]).
+// RunGiveBacks runs the suite's tests of give-backs alone: GiveBackModel,
+// which Run runs too, and GiveBacksOverlap, which it does not (give-backs
+// that overlap on one bucket are exact). It is for a
+// [ratelimit.RefundStore] configured so that the suite's other tests do
+// not hold, such as a Redis store that leases tokens.
 func RunGiveBacks(t *testing.T, newStore NewStore) {
 	t.Helper()
 	runTests(t, newStore, []test{
 		{"GiveBackModel", testGiveBackModel},
 		{"GiveBacksOverlap", testGiveBacksOverlap},
 	})
+}
+
+// testGiveBack: a refund gives back exactly what the take still costs the
+// bucket: all of it at once, what is left of it later, nothing once the
+// bucket has been full since, and nothing of a take made before a reset.
+// Open requests that do not count (Options.CountIf) can therefore never
+// bank tokens beyond the burst.
+func testGiveBack(t *testing.T, c *Clock, s ratelimit.Store) {
+	rs, ok := s.(ratelimit.RefundStore)
+	if !ok {
+		t.Skip("the store does not implement ratelimit.RefundStore")
+	}
+	p := policy("p", fivePerSecond)
+	refund := func(key string, cost int64, took ratelimit.Result) {
+		t.Helper()
+		require.NoError(t, rs.Refund(context.Background(), p, key, cost, took), "Refund(%q, %d)", key, cost)
+	}
+	remaining := func(key string) int64 { t.Helper(); return take(t, s, p, key, 0).Remaining }
+
+	// At once: the bucket is as if the take had not happened.
+	six := take(t, s, p, "k", 6)
+	refund("k", 6, six)
+	assert.EqualValues(t, 10, remaining("k"), "an immediate refund gives everything back")
+	// Later: only what the bucket has not earned back since.
+	six = take(t, s, p, "k", 6) // full again at +1.2 s
+	c.Advance(400 * ms)
+	refund("k", 6, six)
+	assert.EqualValues(t, 10, remaining("k"))
+	two := take(t, s, p, "k", 2)   // state +400 ms
+	eight := take(t, s, p, "k", 8) // state +2 s
+	c.Advance(300 * ms)            // the two are due back at +400 ms: 100 ms of them is owed
+	refund("k", 2, two)
+	res := take(t, s, p, "k", 0)
+	assert.Equal(t, 1600*ms, res.ResetAfter, "a refund credits until − now, not the whole cost")
+	c.Advance(2 * time.Second) // full
+	refund("k", 8, eight)
+	assert.EqualValues(t, 10, remaining("k"), "nothing beyond full")
+
+	// Banking: five open requests, the bucket refills, five more spend it,
+	// then the open ones are given back: nothing comes back.
+	var open []ratelimit.Result
+	for range 5 {
+		open = append(open, take(t, s, p, "b", 1))
+	}
+	c.Advance(2 * time.Second) // full again
+	for range 10 {
+		require.True(t, take(t, s, p, "b", 1).Allowed)
+	}
+	for _, r := range open {
+		refund("b", 1, r)
+	}
+	assert.False(t, take(t, s, p, "b", 1).Allowed, "refunds of takes the bucket has earned back since bank nothing")
+
+	// A reset between the take and the refund: the bucket the tokens came
+	// from was forgotten, so nothing comes back.
+	if rst, ok := s.(ratelimit.ResetStore); ok {
+		took := take(t, s, p, "r", 5)
+		require.NoError(t, rst.Reset(context.Background(), p, "r"))
+		require.True(t, take(t, s, p, "r", 10).Allowed)
+		refund("r", 5, took)
+		assert.False(t, take(t, s, p, "r", 1).Allowed, "a refund after a reset banks nothing")
+		c.Advance(2 * time.Second)
+		require.NoError(t, rst.Reset(context.Background(), p, "r"))
+		c.Advance(1) // a take at the reset's instant may have been before it: it gets nothing back
+		took = take(t, s, p, "r", 4)
+		refund("r", 4, took)
+		assert.EqualValues(t, 10, remaining("r"), "a take after the reset is given back")
+	}
 }
 
 // testGiveBacksOverlap: three requests of one key are open at once and

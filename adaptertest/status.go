@@ -1,0 +1,60 @@
+package adaptertest
+
+import (
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+func testCountIf(t *testing.T, nh NewHandler) {
+	// The login guard: two failures a minute, successes never count. The
+	// adapter must hand the core the status of the response, before the
+	// client has it.
+	seen := make(chan int, 20)
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(2, time.Minute), opts: &ratelimit.MiddlewareOptions{
+		CountIf: func(status int) bool {
+			seen <- status
+			return status >= 400
+		},
+	}})
+	for _, status := range []int{200, 204, 201, 0, 401, 500} {
+		path := "/status/" + strconv.Itoa(status)
+		if status == 0 { // no WriteHeader: the status is 200
+			path, status = "/implicit", http.StatusOK
+		}
+		f.send(request{client: "alice", path: path})
+		require.Len(t, seen, 2, "CountIf runs once on each side")
+		assert.Equal(t, [2]int{status, status}, [2]int{<-seen, <-seen}, "the status CountIf saw for %s: reference, adapter", path)
+	}
+	assertStopped(t, f.send(request{client: "alice"}), http.StatusTooManyRequests)
+	assert.Zero(t, len(seen), "CountIf saw a refused request")
+}
+
+// testAborted: a response counts once it has begun, whatever happens after;
+// only a handler that wrote nothing and panicked gets its cost back. The
+// adapter must report the status of a response whose handler panicked
+// after it began (a download whose client hung up: httputil.ReverseProxy
+// panics with http.ErrAbortHandler), and let the panic go on.
+func testAborted(t *testing.T, nh NewHandler) {
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(1, time.Minute), opts: &ratelimit.MiddlewareOptions{
+		CountIf: func(status int) bool { return status < 400 }, // downloads count, failures do not
+	}})
+	for _, sd := range []*side{f.ref, f.adapter} {
+		for range 3 {
+			_, err := sd.do(request{client: "alice", path: "/panic"})
+			require.Error(t, err, "the server closes the connection")
+		}
+		_, err := sd.do(request{client: "alice", path: "/abort"})
+		require.Error(t, err, "the body is cut short")
+		r := sd.must(t, request{client: "alice", path: "/abort"})
+		assertStopped(t, r, http.StatusTooManyRequests)
+	}
+	assert.Equal(t, f.ref.calls.Load(), f.adapter.calls.Load())
+	assert.EqualValues(t, 4, f.adapter.calls.Load(), "three panics that wrote nothing were given back; the begun download counted")
+}
