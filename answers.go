@@ -23,13 +23,32 @@ func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 	if banned(res) {
 		detail = "Banned after repeated refusals, for " + strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10) + " s more."
 	}
-	writeProblem(w, http.StatusTooManyRequests, problemQuotaExceeded, "Quota Exceeded", detail, res.Violated)
+	writeProblem(w, http.StatusTooManyRequests, problemQuotaExceeded, "Quota Exceeded", detail, &res)
 }
 
 // banned reports whether res is the refusal of a penalty box's ban: its
 // only result is the ban's.
 func banned(res Result) bool {
 	return len(res.Results) == 1 && res.Results[0].Policy != nil && res.Results[0].Policy.Algorithm == algo.Ban
+}
+
+// appendViolated appends the member "violated-policies": the names of the
+// enforcing policies that refused res.
+func appendViolated(b []byte, res Result) []byte {
+	b = append(b, `,"violated-policies":[`...)
+	if res.Results == nil && res.Policy != nil {
+		b = jsontext.AppendString(b, res.Policy.Name, true)
+	}
+	first := true
+	for _, r := range res.Results {
+		if !r.Allowed && !r.Policy.DryRun {
+			if !first {
+				b = append(b, ',')
+			}
+			b, first = jsontext.AppendString(b, r.Policy.Name, true), false
+		}
+	}
+	return append(b, ']')
 }
 
 // storeLinesEvery is the least time between two log lines about store
@@ -224,7 +243,7 @@ const (
 // encoding/json escapes it (HTML characters included), so that an adapter
 // that re-encodes the body, such as Echo's error handler, writes the same
 // bytes.
-func writeProblem(w http.ResponseWriter, status int, typ, title, detail string, violated []string) {
+func writeProblem(w http.ResponseWriter, status int, typ, title, detail string, refused *Result) {
 	b := make([]byte, 0, 256)
 	b = append(b, `{"type":`...)
 	b = jsontext.AppendString(b, typ, true)
@@ -236,15 +255,8 @@ func writeProblem(w http.ResponseWriter, status int, typ, title, detail string, 
 		b = append(b, `,"detail":`...)
 		b = jsontext.AppendString(b, detail, true)
 	}
-	if len(violated) > 0 {
-		b = append(b, `,"violated-policies":[`...)
-		for i, name := range violated {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = jsontext.AppendString(b, name, true)
-		}
-		b = append(b, ']')
+	if refused != nil {
+		b = appendViolated(b, *refused)
 	}
 	b = append(b, "}\n"...)
 	h := w.Header()

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/refusers"
 	"github.com/tokenfair/ratelimit/nethttp"
 )
 
@@ -426,7 +427,7 @@ func TestInFlightRefusalObserved(t *testing.T) {
 	assert.Same(t, lim, obs.events[0].Limiter)
 	assert.Equal(t, "default", obs.events[0].Result.Policy.Name)
 	assert.False(t, obs.events[1].Result.Allowed)
-	assert.Equal(t, []string{"inflight"}, obs.events[1].Result.Violated)
+	assert.Equal(t, []string{"inflight"}, refusers.Names(obs.events[1].Result, false))
 	assert.Equal(t, "inflight", obs.events[1].Result.Policy.Name)
 	assert.Equal(t, time.Second, obs.events[1].Result.RetryAfter)
 	assert.Same(t, lim, obs.events[1].Limiter)

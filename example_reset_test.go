@@ -27,7 +27,7 @@ func ExampleLimiter_Reset() {
 		limiter.Take(ctx, "client-1", 1)
 	}
 	res, _ := limiter.Take(ctx, "client-1", 1)
-	fmt.Println("before: allowed", res.Allowed, "violated", res.Violated)
+	fmt.Println("before: allowed", res.Allowed, "refused by", res.Policy.Name) // the binding policy
 
 	if err := limiter.Reset(ctx, "client-1"); err != nil {
 		panic(err)
@@ -37,7 +37,7 @@ func ExampleLimiter_Reset() {
 		fmt.Printf("after: %s remaining %d\n", r.Policy.Name, r.Remaining)
 	}
 	// Output:
-	// before: allowed false violated [per-client]
+	// before: allowed false refused by per-client
 	// after: per-client remaining 2
 	// after: global remaining 96
 }

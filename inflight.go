@@ -25,8 +25,7 @@ func newInflight(perKey, total int, name string) *inflight {
 		item:   `"` + inflightName + `";q=` + strconv.FormatInt(sfInteger(int64(q)), 10) + `;qu="concurrent-requests"`,
 		policy: Policy{Name: inflightName, Limit: Per(int64(q), time.Second)},
 	}
-	f.refused = Result{Policy: &f.policy, RetryAfter: time.Second, ResetAfter: time.Second,
-		Violated: []string{inflightName}}
+	f.refused = Result{Policy: &f.policy, RetryAfter: time.Second, ResetAfter: time.Second}
 	return f
 }
 

@@ -23,7 +23,6 @@ type Limiter struct {
 	all      []int    // indexes of every policy
 	enforce  []int    // indexes of the enforcing policies
 	dryRun   []int    // indexes of the dry-run policies
-	refused  []string // Violated of a refusal by the only policy
 	names    []string // every policy's name
 	single   *Policy  // the only policy, if it is enforced; else nil
 	boxes    []*box   // the policies' penalty boxes
@@ -67,7 +66,6 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 	if len(l.policies) == 1 && len(l.enforce) == 1 && l.boxes == nil {
 		l.single = &l.policies[0]
 	}
-	l.refused = l.names[:1:1]
 	return l, nil
 }
 
@@ -108,10 +106,6 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int64) (res Result,
 	}
 	if res.Policy == nil {
 		res.Policy = p
-	}
-	res.cost = cost
-	if !res.Allowed {
-		res.Violated = l.refused
 	}
 	return res, nil
 }
@@ -196,7 +190,7 @@ func (l *Limiter) takeMany(ctx context.Context, key string, cost int64) (Result,
 		}
 		results[i] = res
 	}
-	return l.combine(results, allowed, cost), nil
+	return l.combine(results, allowed), nil
 }
 
 // takeAll takes cost from key under the policies at idx, all or nothing,
@@ -275,11 +269,11 @@ func (l *Limiter) giveBackAll(ctx context.Context, idx []int, key string, cost i
 
 // Refund gives back cost of the tokens that took, a Result of this
 // Limiter's Take for key, spent, as if that much of the request had not
-// happened: at most what took spent, once per took. It does nothing for a
+// happened. cost must be at most what took spent, and the give-backs of one
+// took must add up to no more (a store cannot tell). It does nothing for a
 // refused or degraded took, or with a store that is no [RefundStore]. It
 // returns an error wrapping ErrStore when the store fails.
 func (l *Limiter) Refund(ctx context.Context, key string, cost int64, took Result) error {
-	cost = min(cost, took.cost)
 	rs, ok := l.store.(RefundStore)
 	if !ok || cost <= 0 || !took.Allowed || took.Degraded {
 		return nil
@@ -299,19 +293,10 @@ func (l *Limiter) Refund(ctx context.Context, key string, cost int64, took Resul
 
 // combine makes the Result of a request decided by several policies: the
 // binding policy's result, the lists, and every policy's result.
-func (l *Limiter) combine(results []Result, allowed bool, cost int64) Result {
+func (l *Limiter) combine(results []Result, allowed bool) Result {
 	var delay time.Duration
-	var violated, dry []string
 	for _, i := range l.enforce {
 		delay = max(delay, results[i].Delay)
-		if !results[i].Allowed {
-			violated = append(violated, l.names[i])
-		}
-	}
-	for _, i := range l.dryRun {
-		if !results[i].Allowed {
-			dry = append(dry, l.names[i])
-		}
 	}
 	idx := l.enforce
 	if len(idx) == 0 {
@@ -323,7 +308,7 @@ func (l *Limiter) combine(results []Result, allowed bool, cost int64) Result {
 	if allowed {
 		res.RetryAfter, res.Delay = 0, delay
 	}
-	res.Violated, res.DryRunViolated, res.Results, res.cost = violated, dry, results, cost
+	res.Results = results
 	return res
 }
 

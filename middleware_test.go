@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/refusers"
 	"github.com/tokenfair/ratelimit/internal/storeerr"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/nethttp"
@@ -499,7 +500,7 @@ func TestLimiterTakeErrors(t *testing.T) {
 	assert.Equal(t, int64(0), res.Remaining)
 	assert.Equal(t, time.Second, res.ResetAfter)
 	assert.Zero(t, res.RetryAfter)
-	assert.Nil(t, res.Violated)
+	assert.Nil(t, refusers.Names(res, false))
 	assert.NotZero(t, res.Until, "the store's time until which the take can be given back")
 	assert.Same(t, &lim.Policies()[0], res.Policy, "the deciding policy is the limiter's own")
 	assert.Equal(t, ratelimit.PerSecond(5), res.Policy.Limit)

@@ -20,9 +20,7 @@ type Event struct {
 	// ErrKeyState errors), another one in the next process, and a reader
 	// of the logs cannot compute it for a guessed key.
 	KeyHash uint64
-	// Result is the decision; Result.Violated and Result.DryRunViolated
-	// name the policies that refused or would have. It is the zero Result
-	// when Err is set.
+	// Result is the decision; the zero Result when Err is set.
 	Result Result
 	// Err is why no decision could be taken (wrapping ErrMissingKey,
 	// ErrBadRequest, ErrStore, ...), or nil.

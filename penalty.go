@@ -95,11 +95,10 @@ func (b Penalty) bans(name string) *Policy {
 // A box is the penalty box of one of a Limiter's policies: the policies of
 // its state.
 type box struct {
-	policy  int      // the index of the policy it punishes
-	strikes *Policy  // the strikes' bucket; nil when one refusal bans
-	bans    *Policy  // the bans remembered, for the back-off (see Penalty.bans); nil without
-	ban     Policy   // the ban
-	refused []string // Violated of a refusal by the ban
+	policy  int     // the index of the policy it punishes
+	strikes *Policy // the strikes' bucket; nil when one refusal bans
+	bans    *Policy // the bans remembered, for the back-off (see Penalty.bans); nil without
+	ban     Policy  // the ban
 }
 
 // newBox returns the penalty box of the i-th policy p, which has one.
@@ -110,7 +109,6 @@ func newBox(i int, p *Policy) *box {
 		b.strikes = &Policy{Name: p.Name + "/strikes", Limit: Per(pen.After-1, pen.Within).WithBurst(pen.After - 1), Algorithm: strikes}
 	}
 	b.bans = pen.bans(p.Name)
-	b.refused = []string{b.ban.Name}
 	return b
 }
 
@@ -134,8 +132,7 @@ func (l *Limiter) banned(ctx context.Context, key string) (Result, bool, error) 
 // result, of policy b.ban, is its only one.
 func (l *Limiter) banResult(b *box, res Result) Result {
 	res.Policy, res.Allowed = &b.ban, false
-	return Result{Policy: &l.policies[b.policy], RetryAfter: res.RetryAfter, ResetAfter: res.ResetAfter,
-		Violated: b.refused, Results: []Result{res}}
+	return Result{Policy: &l.policies[b.policy], RetryAfter: res.RetryAfter, ResetAfter: res.ResetAfter, Results: []Result{res}}
 }
 
 // strike counts the refusal of key by the policies that results say

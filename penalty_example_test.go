@@ -22,19 +22,26 @@ func ExamplePenalty() {
 	ctx := context.Background()
 	for i := range 8 {
 		res, _ := limiter.Take(ctx, "account-42", 1)
-		fmt.Println(i+1, res.Allowed, res.Violated, res.RetryAfter)
+		refusedBy := "-"
+		if !res.Allowed {
+			refusedBy = res.Policy.Name
+			if res.Results != nil { // a ban's refusal: the ban's own result
+				refusedBy = res.Results[0].Policy.Name
+			}
+		}
+		fmt.Println(i+1, res.Allowed, refusedBy, res.RetryAfter)
 	}
 	now = now.Add(10 * time.Minute) // the ban is over, and the bucket is full again
 	res, _ := limiter.Take(ctx, "account-42", 1)
 	fmt.Println("later", res.Allowed)
 	// Output:
-	// 1 true [] 0s
-	// 2 true [] 0s
-	// 3 true [] 0s
-	// 4 true [] 0s
-	// 5 true [] 0s
-	// 6 false [login] 12s
-	// 7 false [login] 12s
-	// 8 false [login/ban] 10m0s
+	// 1 true - 0s
+	// 2 true - 0s
+	// 3 true - 0s
+	// 4 true - 0s
+	// 5 true - 0s
+	// 6 false login 12s
+	// 7 false login 12s
+	// 8 false login/ban 10m0s
 	// later true
 }

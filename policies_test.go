@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/refusers"
 	"github.com/tokenfair/ratelimit/nethttp"
 )
 
@@ -168,19 +169,19 @@ func TestResultsPerPolicy(t *testing.T) {
 		assert.Same(t, &ps[i], r.Policy, "Results()[%d]", i)
 	}
 	assert.Equal(t, int64(9999), res.Results[1].Remaining)
-	assert.Nil(t, res.Violated)
-	assert.Nil(t, res.DryRunViolated)
+	assert.Nil(t, refusers.Names(res, false))
+	assert.Nil(t, refusers.Names(res, true))
 
 	res, err = lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
 	assert.True(t, res.Allowed)
-	assert.Equal(t, []string{"shadow"}, res.DryRunViolated)
+	assert.Equal(t, []string{"shadow"}, refusers.Names(res, true))
 
 	res, err = lim.Take(ctx, "k", 9)
 	require.NoError(t, err)
 	assert.False(t, res.Allowed)
 	assert.Same(t, &ps[0], res.Policy)
-	assert.Equal(t, []string{"per-key"}, res.Violated)
+	assert.Equal(t, []string{"per-key"}, refusers.Names(res, false))
 	assert.Equal(t, ratelimit.PerSecond(5).WithBurst(10), res.Policy.Limit)
 	assert.Equal(t, "5/s burst 10", res.Policy.Limit.String())
 	assert.True(t, res.Results[1].Allowed, "daily would have allowed it")
@@ -208,8 +209,8 @@ func TestDryRunLookDecidesByTheAlgorithm(t *testing.T) {
 	require.NoError(t, err)
 	res, err := lim.Take(ctx, "k", 5)
 	require.NoError(t, err)
-	require.Equal(t, []string{"tb"}, res.Violated)
-	assert.Nil(t, res.DryRunViolated, "a wait of 8 s fits the queue's 10 s")
+	require.Equal(t, []string{"tb"}, refusers.Names(res, false))
+	assert.Nil(t, refusers.Names(res, true), "a wait of 8 s fits the queue's 10 s")
 	assert.True(t, res.Results[1].Allowed)
 
 	// A queue 3 s long, of 2 s room: a would-be refusal, by 1 s.
@@ -224,8 +225,8 @@ func TestDryRunLookDecidesByTheAlgorithm(t *testing.T) {
 	}
 	res, err = lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
-	require.Equal(t, []string{"tb"}, res.Violated)
-	assert.Equal(t, []string{"shape"}, res.DryRunViolated)
+	require.Equal(t, []string{"tb"}, refusers.Names(res, false))
+	assert.Equal(t, []string{"shape"}, refusers.Names(res, true))
 	assert.Equal(t, time.Second, res.Results[1].RetryAfter, "3 s of wait against 2 s of room")
 }
 

@@ -99,8 +99,8 @@ type Policy struct {
 	// bucket per key.
 	Global bool
 	// DryRun makes the policy decide and count but never refuse; a request
-	// it alone would refuse is reported in Result.DryRunViolated. The
-	// default enforces the policy.
+	// it alone would refuse is allowed, with the policy's own refusal in
+	// Result.Results. The default enforces the policy.
 	DryRun bool
 	// Penalty bans a key that the policy keeps refusing. The zero value
 	// (the default) bans nobody.

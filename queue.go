@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"net/http"
+	"slices"
 	"time"
 )
 
@@ -81,13 +82,11 @@ func (m *Middleware) refuseQueued(r *http.Request, d *decision) {
 	res := d.res
 	res.Allowed, res.Remaining, res.RetryAfter, res.Delay = false, 0, res.Delay, 0
 	res.ResetAfter = max(res.ResetAfter, res.RetryAfter)
-	if res.Results == nil {
-		res.Violated = []string{res.Policy.Name}
-	} else {
-		res.Violated = nil
-		for i, p := range d.lim.Policies() {
-			if !p.DryRun && res.Results[i].Delay > 0 {
-				res.Violated = append(res.Violated, p.Name)
+	if res.Results != nil {
+		res.Results = slices.Clone(res.Results)
+		for i := range res.Results {
+			if r := &res.Results[i]; r.Delay > 0 {
+				r.Allowed, r.RetryAfter, r.Delay = false, r.Delay, 0
 			}
 		}
 	}

@@ -33,23 +33,13 @@ type Result struct {
 	// A Limiter hands it back to the store untouched.
 	Until int64
 
-	// Violated names the policies that refused the request; nil when it
-	// is allowed. A request refused by a penalty box's ban names the ban,
-	// POLICY/ban. Set by a Limiter; shared: do not modify it.
-	Violated []string
-	// DryRunViolated names the dry-run policies that would have refused
-	// the request. Set by a Limiter; shared: do not modify it.
-	DryRunViolated []string
 	// Results has every policy's result, in the Limiter's order, when the
-	// Limiter has more than one; nil otherwise. A request refused by a
-	// penalty box's ban has the ban's result alone, whose Policy is the
-	// box's (an Algorithm none of the exported ones). When it was refused, the
-	// results of the policies that allowed it say what they would have
-	// left had it passed (a refused request spends nothing from any
-	// policy). Set by a Limiter; shared: do not modify it.
+	// Limiter has more than one policy, or a dry-run one; nil otherwise.
+	// The policies whose result is not Allowed refused the request (a
+	// dry-run one would have). A request refused by a penalty box's ban
+	// has the ban's result alone, whose Policy is named POLICY/ban. Set by
+	// a Limiter; shared: do not modify it.
 	Results []Result
-
-	cost int64 // the tokens the Limiter's Take spent, for Refund
 }
 
 // bindsOver reports whether r binds rather than b, of one request's

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/failover"
+	"github.com/tokenfair/ratelimit/internal/refusers"
 	"github.com/tokenfair/ratelimit/internal/storeerr"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/storetest"
@@ -382,7 +383,7 @@ func TestFailoverLocalRefusalSpendsNothing(t *testing.T) {
 	for range 4 {
 		res, err = lim.Take(ctx, "k", 1)
 		require.NoError(t, err)
-		require.Equal(t, []string{"b"}, res.Violated)
+		require.Equal(t, []string{"b"}, refusers.Names(res, false))
 	}
 	look, err := lim.Take(ctx, "k", 0)
 	require.NoError(t, err)
@@ -496,7 +497,7 @@ func TestDryRunStoreError(t *testing.T) {
 		res, err := lim.Take(context.Background(), "k", 1)
 		require.NoError(t, err)
 		assert.True(t, res.Allowed, "request %d", i+1)
-		assert.Empty(t, res.DryRunViolated)
+		assert.Empty(t, refusers.Names(res, true))
 	}
 	res, err := lim.Take(context.Background(), "k", 1)
 	require.NoError(t, err)
@@ -677,14 +678,14 @@ func TestFailoverLocalPenaltyBox(t *testing.T) {
 			first = res
 		}
 		refused++
-		if slices.Equal([]string{"default/ban"}, res.Violated) {
+		if slices.Equal([]string{"default/ban"}, refusers.Names(res, false)) {
 			bans++
 		}
 	}
 	assert.Equal(t, 5, admitted, "a share of burst 5, then banned")
 	assert.Equal(t, 995, refused)
 	assert.Equal(t, 995, bans, "refusals by the ban")
-	assert.Equal(t, []string{"default/ban"}, first.Violated, "the refusal that bans is the ban's")
+	assert.Equal(t, []string{"default/ban"}, refusers.Names(first, false), "the refusal that bans is the ban's")
 	assert.Equal(t, time.Hour, first.RetryAfter, "the ban's whole length, not a share of it")
 	assert.False(t, rig.store.Healthy())
 }
@@ -707,10 +708,10 @@ func TestFailoverLocalPenaltyUndivided(t *testing.T) {
 	for i := range 2 {
 		res, err = lim.Take(ctx, "k", 1)
 		require.NoError(t, err)
-		require.Equal(t, []string{"default"}, res.Violated, "refusal %d: no ban yet", i+1)
+		require.Equal(t, []string{"default"}, refusers.Names(res, false), "refusal %d: no ban yet", i+1)
 	}
 	res, err = lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"default/ban"}, res.Violated, "the third refusal bans")
+	assert.Equal(t, []string{"default/ban"}, refusers.Names(res, false), "the third refusal bans")
 	assert.Equal(t, time.Minute, res.RetryAfter, "a first ban lasts Penalty.For")
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/internal/algo"
+	"github.com/tokenfair/ratelimit/internal/refusers"
 	"github.com/tokenfair/ratelimit/storetest"
 )
 
@@ -478,7 +479,7 @@ func TestAllPinnedShardRefusesABatch(t *testing.T) {
 	res, err := api.Take(ctx, "new", 1)
 	require.NoError(t, err)
 	assert.False(t, res.Allowed, "no room for the new key")
-	assert.Equal(t, []string{"api"}, res.Violated)
+	assert.Equal(t, []string{"api"}, refusers.Names(res, false))
 	res, err = newLimiter(t, s, global).Take(ctx, "anyone", 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(100), res.Remaining, "the refused request spent from the global bucket")

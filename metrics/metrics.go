@@ -39,7 +39,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -157,7 +156,7 @@ func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 		case name == inFlightPolicy:
 			m.decisions.WithLabelValues(inFlightPolicy, Limited).Inc()
 			return
-		case outcome(name, res, res.Degraded) == Banned:
+		case banned(res):
 			// A ban answers before the other policies are asked.
 			m.decisions.WithLabelValues(name, Banned).Inc()
 			return
@@ -174,7 +173,7 @@ func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 		if all != nil {
 			own = all[i]
 		}
-		o := outcome(p.Name, res, own.Degraded)
+		o := outcome(p, res, own)
 		m.decisions.WithLabelValues(p.Name, o).Inc()
 		if o != Allowed || !res.Allowed {
 			continue
@@ -191,17 +190,15 @@ func banned(res ratelimit.Result) bool {
 	return len(res.Results) == 1 && res.Results[0].Policy != nil && res.Results[0].Policy.Algorithm == algo.Ban
 }
 
-// outcome returns the outcome of the request res answers for policy,
-// whose own result is degraded or not.
-func outcome(policy string, res ratelimit.Result, degraded bool) string {
+// outcome returns the outcome for p of the request that res answers,
+// where own is p's own result.
+func outcome(p *ratelimit.Policy, res, own ratelimit.Result) string {
 	switch {
-	case slices.Contains(res.Violated, policy):
-		return Limited
-	case banned(res) && res.Policy.Name == policy:
-		return Banned
-	case slices.Contains(res.DryRunViolated, policy):
+	case !own.Allowed && p.DryRun:
 		return DryRunLimited
-	case degraded:
+	case !own.Allowed:
+		return Limited
+	case own.Degraded:
 		return Fallback
 	}
 	return Allowed

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tokenfair/ratelimit/internal/algo"
+	"github.com/tokenfair/ratelimit/internal/refusers"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -114,7 +115,7 @@ func testPenaltyBurstBansFor(t *testing.T, c *Clock, s ratelimit.Store) {
 	require.True(t, limit(t, l, "k", 1).Allowed)
 	answers := map[string]int{} // the answers' policies and RetryAfters
 	for _, res := range burst(t, g, l, "k", 32) {
-		answers[fmt.Sprint(res.Violated, " ", res.RetryAfter)]++
+		answers[fmt.Sprint(refusers.Names(res, false), " ", res.RetryAfter)]++
 	}
 	assert.Equal(t, map[string]int{"[login/ban] 1m0s": 32}, answers, "the answers of a burst of 32")
 	assert.Equal(t, time.Minute, refusal(t, l, "k", "login/ban"), "the first ban lasts For")
@@ -136,7 +137,7 @@ func testPenaltyBurstBackOff(t *testing.T, c *Clock, s ratelimit.Store) {
 	for round := range 6 {
 		answers := map[string]int{} // the answers' policies, and the bans' RetryAfters
 		for _, res := range burst(t, g, l, "k", 16) {
-			if a := fmt.Sprint(res.Violated); a == "[login/ban]" {
+			if a := fmt.Sprint(refusers.Names(res, false)); a == "[login/ban]" {
 				answers[fmt.Sprint(a, " ", res.RetryAfter)]++
 			} else {
 				answers[a]++

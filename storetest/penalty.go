@@ -11,6 +11,7 @@ import (
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/internal/algo"
+	"github.com/tokenfair/ratelimit/internal/refusers"
 )
 
 // testBan: the Ban algorithm, a penalty box's ban, whose state is the time
@@ -60,7 +61,7 @@ func refusal(t *testing.T, l *ratelimit.Limiter, key string, violated ...string)
 	t.Helper()
 	res := limit(t, l, key, 1)
 	require.False(t, res.Allowed, "Take(%q)", key)
-	require.Equal(t, violated, res.Violated, "Take(%q)", key)
+	require.Equal(t, violated, refusers.Names(res, false), "Take(%q)", key)
 	return res.RetryAfter
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/refusers"
 )
 
 var global = ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(1).WithBurst(4), Global: true}
@@ -29,7 +30,7 @@ func testGlobalCapacity(t *testing.T, c *Clock, s ratelimit.Store) {
 				admitted++
 				continue
 			}
-			assert.Equal(t, []string{"global"}, res.Violated)
+			assert.Equal(t, []string{"global"}, refusers.Names(res, false))
 			assert.Equal(t, "global", res.Policy.Name, "the refusing policy binds")
 			assert.Equal(t, time.Second, res.RetryAfter)
 			require.Len(t, res.Results, 2)
@@ -49,7 +50,7 @@ func testRefusedByGlobal(t *testing.T, c *Clock, s ratelimit.Store) {
 	for range 3 {
 		res := limit(t, l, "b", 1)
 		require.False(t, res.Allowed)
-		assert.Equal(t, []string{"global"}, res.Violated)
+		assert.Equal(t, []string{"global"}, refusers.Names(res, false))
 	}
 	c.Advance(time.Second)
 	res := limit(t, l, "b", 1)
@@ -61,7 +62,7 @@ func testRefusedByGlobal(t *testing.T, c *Clock, s ratelimit.Store) {
 	assert.Equal(t, int64(0), res.Results[0].Remaining)
 	c.Advance(time.Second)
 	res = limit(t, l, "b", 1)
-	assert.Equal(t, []string{"per-client"}, res.Violated, "now b's own quota is spent")
+	assert.Equal(t, []string{"per-client"}, refusers.Names(res, false), "now b's own quota is spent")
 }
 
 // testBatchNoMoment: a BatchStore's TakeAll that one request refuses
@@ -132,7 +133,7 @@ func testMultiWindow(t *testing.T, c *Clock, s ratelimit.Store) {
 	}
 	res = limit(t, l, "k", 1)
 	assert.False(t, res.Allowed)
-	assert.Equal(t, []string{"daily"}, res.Violated)
+	assert.Equal(t, []string{"daily"}, refusers.Names(res, false))
 	assert.Equal(t, 24*time.Hour/15-2*time.Second, res.RetryAfter)
 }
 
@@ -144,17 +145,17 @@ func testDryRun(t *testing.T, c *Clock, s ratelimit.Store) {
 	for range 5 {
 		res := limit(t, l, "k", 1)
 		require.True(t, res.Allowed)
-		assert.Empty(t, res.Violated)
+		assert.Empty(t, refusers.Names(res, false))
 		assert.Equal(t, "enforced", res.Policy.Name, "dry-run policies never bind")
-		dry = append(dry, res.DryRunViolated)
+		dry = append(dry, refusers.Names(res, true))
 	}
 	assert.Equal(t, [][]string{nil, nil, {"shadow"}, {"shadow"}, {"shadow"}}, dry)
 	for range 5 {
 		limit(t, l, "k", 1)
 	}
 	res := limit(t, l, "k", 1)
-	assert.Equal(t, []string{"enforced"}, res.Violated)
-	assert.Equal(t, []string{"shadow"}, res.DryRunViolated)
+	assert.Equal(t, []string{"enforced"}, refusers.Names(res, false))
+	assert.Equal(t, []string{"shadow"}, refusers.Names(res, true))
 }
 
 // testPoliciesConcurrent: in each of several rounds, goroutines released

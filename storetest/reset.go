@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/refusers"
 )
 
 // resetStore returns s as a ResetStore, or skips the test.
@@ -118,7 +119,7 @@ func testPoliciesReset(t *testing.T, c *Clock, s ratelimit.Store) {
 	}
 	res := limit(t, l, "a", 1)
 	require.False(t, res.Allowed)
-	assert.Equal(t, []string{"burst"}, res.Violated)
+	assert.Equal(t, []string{"burst"}, refusers.Names(res, false))
 
 	require.NoError(t, l.Reset(context.Background(), "a"))
 	remaining := func(key string) []int64 {
