@@ -38,7 +38,17 @@ type httpPeer struct {
 var httpPeers = []httpPeer{
 	{"none", func(_ testing.TB, _ limit, next http.Handler) http.Handler { return next }},
 	{"tokenfair", func(tb testing.TB, l limit, next http.Handler) http.Handler {
-		return nethttp.Wrap(tokenfairMiddleware(tb, l))(next)
+		return nethttp.Wrap(tokenfairMiddleware(tb, l, nil))(next)
+	}},
+	{"tokenfair-result", func(tb testing.TB, l limit, next http.Handler) http.Handler {
+		// The decision in the handler's context, read there (ResultFrom).
+		read := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, ok := ratelimit.ResultFrom(r.Context()); !ok {
+				tb.Fatal("no Result in the handler's context")
+			}
+			next.ServeHTTP(w, r)
+		})
+		return nethttp.Wrap(tokenfairMiddleware(tb, l, &ratelimit.MiddlewareOptions{ResultInContext: true}))(read)
 	}},
 	{"tokenfair-apikey", func(tb testing.TB, l limit, next http.Handler) http.Handler {
 		return tokenfairHTTP(tb, l, ratelimit.KeyByAPIKey("X-API-Key"), next)
@@ -96,13 +106,13 @@ var httpPeers = []httpPeer{
 		}))
 	}},
 	{"tokenfair-echo", func(tb testing.TB, l limit, next http.Handler) http.Handler {
-		return echoServer(next, echolimit.Wrap(tokenfairMiddleware(tb, l), nil))
+		return echoServer(next, echolimit.Wrap(tokenfairMiddleware(tb, l, nil), nil))
 	}},
 	{"gin-none", func(_ testing.TB, _ limit, next http.Handler) http.Handler {
 		return ginServer(next)
 	}},
 	{"tokenfair-gin", func(tb testing.TB, l limit, next http.Handler) http.Handler {
-		return ginServer(next, ginlimit.Wrap(tokenfairMiddleware(tb, l)))
+		return ginServer(next, ginlimit.Wrap(tokenfairMiddleware(tb, l, nil)))
 	}},
 	{"tollbooth", func(_ testing.TB, l limit, next http.Handler) http.Handler {
 		lmt := tollbooth.NewLimiter(float64(l.n)/l.per.Seconds(), nil)
@@ -123,13 +133,13 @@ func tokenfairHTTP(tb testing.TB, l limit, key ratelimit.KeyFunc, next http.Hand
 
 // tokenfairMiddleware returns our core middleware keyed by client IP, for
 // the framework adapters.
-func tokenfairMiddleware(tb testing.TB, l limit) *ratelimit.Middleware {
+func tokenfairMiddleware(tb testing.TB, l limit, opts *ratelimit.MiddlewareOptions) *ratelimit.Middleware {
 	byIP, err := ratelimit.KeyByIP(nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	lim, _ := tokenfairLimiter(tb, l)
-	mw, err := ratelimit.NewMiddleware(lim, byIP, nil)
+	mw, err := ratelimit.NewMiddleware(lim, byIP, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
