@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
 // refusals is the store's local refusal cache: for the keys whose last
@@ -119,7 +120,7 @@ func (c *refusals) refuseAll(fps []uint64, reqs []ratelimit.BatchItem, results [
 // bucket's state is at least sent + res.ResetAfter from then on; for a
 // ban's question answered "not banned", with leases, that it is not banned.
 func (c *refusals) record(fp uint64, r ratelimit.BatchItem, sent int64, res ratelimit.Result) {
-	ban := r.Policy.Algorithm == ratelimit.Ban
+	ban := r.Policy.Algorithm == algo.Ban
 	switch {
 	case ban && r.Cost == 0 && res.Allowed:
 		if c.clearFor > 0 {
