@@ -420,10 +420,59 @@ local function write(key, st, nowS, nowN, nowMs, slack)
   end
 end
 
+-- plain decides a group of one key of kind "gcra" or "shape" whose bucket
+-- holds a plain state (no credit, no leases: most keys, most of the time)
+-- as group would, in fewer steps. For any other key it returns nil, having
+-- changed nothing.
+local function plain(key, j, nowS, nowN, slack)
+  local kind = ARGV[j]
+  if kind ~= "gcra" and kind ~= "shape" then
+    return nil
+  end
+  local dS, dN = 0, 0
+  local stored = redis.pcall("GET", key)
+  if stored then
+    local s, n = string.match(type(stored) == "string" and stored or "", "^(%d+):(%d+)$")
+    if not s then
+      return nil
+    end
+    dS, dN = sub(tonumber(s), tonumber(n), nowS, nowN)
+    if dS < 0 then
+      dS, dN = 0, 0
+    end
+  end
+  local incS, incN = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+  local bS, bN = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
+  local aS, aN = add(dS, dN, incS, incN)
+  local allowed = 1
+  if positive(incS, incN) then
+    if kind == "shape" then
+      allowed = le(dS, dN, bS, bN) and 1 or 0
+    else
+      allowed = le(aS, aN, bS, bN) and 1 or 0
+    end
+  end
+  if allowed == 1 then
+    if positive(aS, aN) then
+      local s, n = add(nowS, nowN, aS, aN)
+      redis.call("SET", key, string.format("%d:%d", s, n), "PX", aS * 1000 + math.ceil(aN / 1000000) + slack)
+    else
+      redis.call("DEL", key)
+    end
+  end
+  return {allowed, dS, dN, 0, 0, nowS, nowN}
+end
+
 -- group decides the m keys of a group, KEYS[k + 1] on, whose kinds and
 -- arguments start at ARGV[j], at one instant, and writes their new states
 -- only if every key allows. It returns the group's reply.
 local function group(k, j, m, nowS, nowN, slack)
+  if m == 1 then
+    local out = plain(KEYS[k + 1], j, nowS, nowN, slack)
+    if out then
+      return out
+    end
+  end
   local nowMs = nowS * 1000 + math.floor(nowN / 1000000)
   local out, states, all = {}, {}, true
   for i = 1, m do
