@@ -134,7 +134,8 @@ func (s *Store) newCall(ctx context.Context, n int) *call {
 
 // appendKind appends to args the kind of r's decision and its arguments
 // (see take.lua): the increment and the bound, pairs of seconds and
-// nanoseconds.
+// nanoseconds. TokenBucket, LeakyPolice and a penalty box's algo.Strikes
+// are all a token bucket, "gcra".
 func appendKind(args []any, r ratelimit.BatchItem) []any {
 	iv := int64(r.Policy.Limit.Interval())
 	var kind any = "gcra"
