@@ -166,8 +166,8 @@ func (c *call) keys() []any { return c.args[3 : 3+c.n] }
 func (c *call) argv() []any { return c.args[3+c.n:] }
 
 // decide sends c and returns its reply or error. Through a go-redis client
-// it may share a round trip with concurrent calls (see batcher); through
-// any other Scripter it goes alone.
+// it may share a round trip with concurrent calls (see batcher), unless
+// Options.NoBatching; through any other Scripter it goes alone.
 func (s *Store) decide(c *call) ([]any, error) {
 	switch {
 	case s.proc == nil:
