@@ -45,11 +45,12 @@ var redisPeers = []redisPeer{
 			return true
 		}
 	}},
+	// tokenfair is ours with the defaults: decisions that arrive while a
+	// round trip is in flight share the next one, in one script call.
 	{"tokenfair", tokenfairRedis(redisstore.Options{})},
-	// tokenfair-batching is ours with Options.Batching: decisions that
-	// arrive while a round trip is in flight share the next one, in a
-	// pipeline.
-	{"tokenfair-batching", tokenfairRedis(redisstore.Options{Batching: true})},
+	// tokenfair-no-batching is ours with Options.NoBatching: every
+	// decision in a round trip of its own.
+	{"tokenfair-no-batching", tokenfairRedis(redisstore.Options{NoBatching: true})},
 	{"redis_rate", func(tb testing.TB, c *redis.Client, l limit) func(context.Context, string) bool {
 		lim := redis_rate.NewLimiter(c)
 		limit := redis_rate.Limit{Rate: l.n, Burst: l.n, Period: l.per}

@@ -90,7 +90,7 @@ func batchFixture(t *testing.T, timeout time.Duration) (*redistest.Server, *redi
 	client := srv.Client()
 	h := new(trips)
 	client.AddHook(h)
-	s, err := New(client, &Options{Batching: true, Timeout: timeout})
+	s, err := New(client, &Options{Timeout: timeout})
 	require.NoError(t, err)
 	return srv, client, s, h
 }

@@ -19,16 +19,16 @@ import (
 	"github.com/tokenfair/ratelimit/storetest"
 )
 
-// TestConformanceBatching runs the whole suite through the batching path,
-// on one Redis and on a Cluster.
-func TestConformanceBatching(t *testing.T) {
+// TestConformanceNoBatching runs the whole suite with every decision in a
+// round trip of its own, on one Redis and on a Cluster.
+func TestConformanceNoBatching(t *testing.T) {
 	single := redistest.Start(t).Client()
 	cluster, _ := redistest.StartCluster(t, 3)
 	for name, client := range map[string]redis.Scripter{"single": single, "cluster": cluster} {
 		t.Run(name, func(t *testing.T) {
 			var n atomic.Int64
 			storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
-				return newStore(t, client, &redisstore.Options{Batching: true, Clock: now,
+				return newStore(t, client, &redisstore.Options{NoBatching: true, Clock: now,
 					Prefix:  fmt.Sprintf("test%d:", n.Add(1)),
 					Timeout: 2 * time.Second}) // the deadline is tested elsewhere; these runs share 2 loaded cores
 			})
@@ -116,7 +116,7 @@ func TestBatchingExactCount(t *testing.T) {
 	client.AddHook(h)
 	// Every decision goes to Redis: the refusal cache would answer the
 	// refusals after the burst.
-	s := newStore(t, client, &redisstore.Options{Batching: true, Timeout: 5 * time.Second, NoRefusalCache: true})
+	s := newStore(t, client, &redisstore.Options{Timeout: 5 * time.Second, NoRefusalCache: true})
 	p := &ratelimit.Policy{Name: "hot", Limit: ratelimit.Per(1, time.Hour).WithBurst(1000)}
 	admitted, failed := hammer(s, p, []string{"k"}, 64, 40)
 	assert.Zero(t, failed)
@@ -150,7 +150,7 @@ func TestBatchingSharded(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := new(scriptCalls)
 			tc.client.AddHook(h)
-			s := newStore(t, tc.client, &redisstore.Options{Batching: true, Timeout: 5 * time.Second})
+			s := newStore(t, tc.client, &redisstore.Options{Timeout: 5 * time.Second})
 			p := &ratelimit.Policy{Name: "burst5", Limit: ratelimit.Per(1, time.Hour).WithBurst(5)}
 			var keys []string
 			for i := range 100 {
@@ -177,7 +177,7 @@ func TestBatchingSharded(t *testing.T) {
 // no call an error and no key a token.
 func TestBatchingScriptFlush(t *testing.T) {
 	srv := redistest.Start(t)
-	s := newStore(t, srv.Client(), &redisstore.Options{Batching: true, Timeout: 5 * time.Second})
+	s := newStore(t, srv.Client(), &redisstore.Options{Timeout: 5 * time.Second})
 	other := srv.Client()
 	p := &ratelimit.Policy{Name: "flush", Limit: ratelimit.Per(1, time.Hour).WithBurst(1000)}
 	var (

@@ -22,7 +22,7 @@ func BenchmarkTake(b *testing.B) {
 	b.Cleanup(func() { c.Close() })
 	p := &ratelimit.Policy{Name: "bench", Limit: ratelimit.PerSecond(1e9).WithBurst(1e9)}
 	for _, batching := range []bool{false, true} {
-		s, err := redisstore.New(c, &redisstore.Options{Batching: batching})
+		s, err := redisstore.New(c, &redisstore.Options{NoBatching: !batching})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -55,7 +55,7 @@ func defaultClient(t *testing.T, addr string) *redis.Client {
 // fails at once, not at its deadline, with the cause, again and again.
 func TestRefusedFailsFast(t *testing.T) {
 	for _, batching := range []bool{false, true} {
-		s := newStore(t, defaultClient(t, refusedAddr(t)), &redisstore.Options{Timeout: dialDeadline, Batching: batching})
+		s := newStore(t, defaultClient(t, refusedAddr(t)), &redisstore.Options{Timeout: dialDeadline, NoBatching: !batching})
 		for i := range 3 {
 			start := time.Now()
 			_, err := s.Take(context.Background(), policy, "k", 1)
@@ -73,7 +73,7 @@ func TestRefusedFailsFast(t *testing.T) {
 // fails ends at once, those queued for a batch too.
 func TestRefusedFailsFastConcurrently(t *testing.T) {
 	for _, batching := range []bool{false, true} {
-		s := newStore(t, defaultClient(t, refusedAddr(t)), &redisstore.Options{Timeout: dialDeadline, Batching: batching})
+		s := newStore(t, defaultClient(t, refusedAddr(t)), &redisstore.Options{Timeout: dialDeadline, NoBatching: !batching})
 		var wg sync.WaitGroup
 		errs := make([]error, 16)
 		start := time.Now()
@@ -225,7 +225,7 @@ func TestLocalDialFailurePasses(t *testing.T) {
 						return d.DialContext(ctx, network, addr)
 					}})
 				t.Cleanup(func() { c.Close() })
-				s := newStore(t, c, &redisstore.Options{Timeout: dialDeadline, Batching: batching})
+				s := newStore(t, c, &redisstore.Options{Timeout: dialDeadline, NoBatching: !batching})
 				var wg sync.WaitGroup
 				errs := make([]error, 2)
 				for i := range errs {
@@ -247,7 +247,7 @@ func TestManyStoresOneClientFailFast(t *testing.T) {
 	c := defaultClient(t, refusedAddr(t))
 	stores := make([]*redisstore.Store, 5)
 	for i := range stores {
-		stores[i] = newStore(t, c, &redisstore.Options{Timeout: dialDeadline, Batching: i%2 == 1})
+		stores[i] = newStore(t, c, &redisstore.Options{Timeout: dialDeadline, NoBatching: i%2 == 0})
 	}
 	for i, s := range stores {
 		start := time.Now()

@@ -1,12 +1,8 @@
 package redisstore_test
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -15,8 +11,6 @@ import (
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/failover"
-	"github.com/tokenfair/ratelimit/internal/keyhash"
-	"github.com/tokenfair/ratelimit/internal/storeerr"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/redisstore"
 	"github.com/tokenfair/ratelimit/redisstore/redistest"
@@ -79,104 +73,6 @@ func TestFailoverRecoversDespiteCanceledRequests(t *testing.T) {
 			assert.Equal(t, 200, checked, "requests decided by Redis, of 200")
 			assert.Equal(t, 1, admitted, "admitted through a 1/min limit, of 200")
 			assert.True(t, fo.Healthy())
-		})
-	}
-}
-
-// keyHash is the hash by which the errors and log lines of a key's state
-// name the key: ratelimit.Event.KeyHash's, keyed per process.
-func keyHash(key string) string { return fmt.Sprintf("%016x", keyhash.Sum(key)) }
-
-// poison writes, under the store's default prefix and the policy
-// "default", what another application sharing the prefix might: a hash
-// for the key "poisoned" and a string that is no state for "garbage".
-func poison(t *testing.T, srv *redistest.Server) {
-	t.Helper()
-	c := srv.Client()
-	require.NoError(t, c.HSet(context.Background(), "ratelimit:default:poisoned", "f", "v").Err())
-	require.NoError(t, c.Set(context.Background(), "ratelimit:default:garbage", "not-a-state", 0).Err())
-}
-
-// TestKeyStateStore: the store reports a key of another type, or a value
-// that is no state, as an error wrapping storeerr.ErrKeyState that names
-// the policy and the key's hash, never the key; with and without leases
-// and batching, and for a TakeAll.
-func TestKeyStateStore(t *testing.T) {
-	srv := redistest.Start(t)
-	poison(t, srv)
-	p := &ratelimit.Policy{Name: "default", Limit: ratelimit.Per(100, time.Minute)}
-	ctx := context.Background()
-	for name, opts := range map[string]*redisstore.Options{
-		"plain":    nil,
-		"leases":   {Lease: 50 * time.Millisecond},
-		"batching": {Batching: true},
-	} {
-		s := newStore(t, srv.Client(), opts)
-		for key, why := range map[string]string{"poisoned": "WRONGTYPE", "garbage": "no rate-limit state"} {
-			for range 3 { // with leases, the second take asks for one
-				_, err := s.Take(ctx, p, key, 1)
-				require.ErrorIs(t, err, storeerr.ErrKeyState, "%s: %s", name, key)
-				assert.ErrorContains(t, err, `policy "default" key hash `+keyHash(key), "%s: %s", name, key)
-				assert.ErrorContains(t, err, why, "%s: %s", name, key)
-				assert.NotContains(t, err.Error(), key, "%s: the key itself", name)
-			}
-		}
-		res, err := s.Take(ctx, p, "other", 1)
-		require.NoError(t, err, name)
-		assert.True(t, res.Allowed, name)
-	}
-	s := newStore(t, srv.Client(), nil)
-	global := &ratelimit.Policy{Name: "global", Limit: ratelimit.Per(100, time.Minute), Global: true}
-	reqs := []ratelimit.BatchItem{{Policy: p, Key: "poisoned", Cost: 1}, {Policy: global, Key: "*", Cost: 1}}
-	err := s.TakeAll(ctx, reqs, make([]ratelimit.Result, 2))
-	require.ErrorIs(t, err, storeerr.ErrKeyState)
-	assert.ErrorContains(t, err, `one of policy "default" key hash `+keyHash("poisoned")+`, policy "global" key hash `+keyHash("*"))
-}
-
-// TestKeyStateStaysPerKey: keys that another application wrote under the
-// prefix (a hash, a string that is no state) fail their own requests with
-// 503, the key's hash in the log, while every other key is still decided
-// by Redis and the failover store stays healthy, in every mode. (Before,
-// one such key degraded the store: in Open mode 20 of 20 requests of
-// another client passed its 1/min limit.)
-func TestKeyStateStaysPerKey(t *testing.T) {
-	for _, mode := range modes {
-		t.Run(mode.String(), func(t *testing.T) {
-			srv := redistest.Start(t)
-			poison(t, srv)
-			fo := newFailover(t, newStore(t, srv.Client(), nil), mode, nil)
-			lim, err := ratelimit.New(fo, ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
-			require.NoError(t, err)
-			var logs bytes.Buffer
-			byClient := func(r *http.Request) (string, error) { return r.Header.Get("X-Client"), nil }
-			mw, err := ratelimit.NewMiddleware(lim, byClient, &ratelimit.MiddlewareOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-			require.NoError(t, err)
-			get := func(client string) *httptest.ResponseRecorder {
-				r := httptest.NewRequest(http.MethodGet, "/geocode?q=paris", nil)
-				r.Header.Set("X-Client", client)
-				w := httptest.NewRecorder()
-				mw.Handle(w, r, func(*http.Request) int { return http.StatusOK })
-				return w
-			}
-
-			codes := map[string]map[int]int{"poisoned": {}, "garbage": {}, "c": {}}
-			checked := 0 // answers to c with the fields of a decision of Redis
-			for range 20 {
-				for _, client := range []string{"poisoned", "garbage", "c"} {
-					w := get(client)
-					codes[client][w.Code]++
-					if client == "c" && len(w.Header()["RateLimit"]) > 0 {
-						checked++
-					}
-				}
-			}
-			assert.Equal(t, map[int]int{503: 20}, codes["poisoned"])
-			assert.Equal(t, map[int]int{503: 20}, codes["garbage"])
-			assert.Equal(t, map[int]int{200: 1, 429: 19}, codes["c"], "a 1/min limit")
-			assert.Equal(t, 20, checked, "c's answers decided by Redis, of 20")
-			assert.True(t, fo.Healthy())
-			assert.Contains(t, logs.String(), "key hash "+keyHash("poisoned"), "the first 503 is logged")
-			assert.NotContains(t, logs.String(), "poisoned")
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/refusers"
 	"github.com/tokenfair/ratelimit/redisstore"
 	"github.com/tokenfair/ratelimit/redisstore/redistest"
 	"github.com/tokenfair/ratelimit/storetest"
@@ -55,7 +56,7 @@ func testPenaltyRoundTrips(t *testing.T, p ratelimit.Policy, client redis.Script
 		require.NoError(t, err)
 		require.Equal(t, allowed, res.Allowed)
 		if !allowed {
-			assert.Equal(t, violated, res.Violated)
+			assert.Equal(t, violated, refusers.Names(res, false))
 		}
 		assert.Equal(t, want, calls()-before, "script calls")
 	}
@@ -100,11 +101,11 @@ func TestBanResetReachesOtherInstances(t *testing.T) {
 		return res
 	}
 	require.True(t, take(a).Allowed)
-	require.Equal(t, []string{"login/ban"}, take(a).Violated)
-	require.Equal(t, []string{"login/ban"}, take(b).Violated, "b learns of the ban")
+	require.Equal(t, []string{"login/ban"}, refusers.Names(take(a), false))
+	require.Equal(t, []string{"login/ban"}, refusers.Names(take(b), false), "b learns of the ban")
 	require.NoError(t, a.Reset(ctx, "mallory"))
 	c.Advance(time.Second - 1)
-	assert.Equal(t, []string{"login/ban"}, take(b).Violated, "b's cache still answers")
+	assert.Equal(t, []string{"login/ban"}, refusers.Names(take(b), false), "b's cache still answers")
 	c.Advance(1)
 	assert.True(t, take(b).Allowed, "a second on, b asks Redis: the reset lifted the ban")
 }
@@ -149,7 +150,7 @@ func TestPenaltyWithLeases(t *testing.T) {
 	require.False(t, res.Allowed)
 	res, err = ban.Take(ctx, "busy-2", 1)
 	require.NoError(t, err)
-	require.Equal(t, []string{"api/ban"}, res.Violated, "banned")
+	require.Equal(t, []string{"api/ban"}, refusers.Names(res, false), "banned")
 	c.Advance(lease - 1)
 	res, err = a.Take(ctx, "busy-2", 1)
 	require.NoError(t, err)
@@ -157,5 +158,5 @@ func TestPenaltyWithLeases(t *testing.T) {
 	c.Advance(1)
 	res, err = a.Take(ctx, "busy-2", 1)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"api/ban"}, res.Violated, "a lease time on, it has")
+	assert.Equal(t, []string{"api/ban"}, refusers.Names(res, false), "a lease time on, it has")
 }

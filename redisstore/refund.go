@@ -8,10 +8,9 @@ import (
 
 var _ ratelimit.RefundStore = (*Store)(nil)
 
-// Refund implements [ratelimit.RefundStore] in one round trip, within the
-// store's Timeout: the script gives back what the take still costs the
-// bucket at the Redis server's now (take.lua's "refund"). Tokens that a
-// lease paid for go back into that lease while it lasts, without a round
+// Refund implements [ratelimit.RefundStore] in one round trip: the bucket
+// gets back what the take still costs it (take.lua's "refund"). Tokens that
+// a lease paid for go back into that lease while it lasts, without a round
 // trip, and are lost once it has ended.
 func (s *Store) Refund(parent context.Context, p *ratelimit.Policy, key string, cost int64, took ratelimit.Result) error {
 	if cost <= 0 || took.Until == 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/refusers"
 	"github.com/tokenfair/ratelimit/redisstore"
 	"github.com/tokenfair/ratelimit/redisstore/redistest"
 	"github.com/tokenfair/ratelimit/storetest"
@@ -166,11 +167,11 @@ func TestRefusalCacheSkipsARefusedBatch(t *testing.T) {
 		second := instance()
 		res, err = second.Take(ctx, "k", 1)
 		require.NoError(t, err)
-		require.Equal(t, []string{"b"}, res.Violated, "b is empty; a would have been")
+		require.Equal(t, []string{"b"}, refusers.Names(res, false), "b is empty; a would have been")
 		c.Advance(100 * time.Millisecond) // b has a token again, a still one
 		res, err = second.Take(ctx, "k", 1)
 		require.NoError(t, err)
-		assert.True(t, res.Allowed, "NoRefusalCache %v: refused by %v for %v", noCache, res.Violated, res.RetryAfter)
+		assert.True(t, res.Allowed, "NoRefusalCache %v: refused by %v for %v", noCache, refusers.Names(res, false), res.RetryAfter)
 	}
 }
 

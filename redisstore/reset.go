@@ -56,19 +56,12 @@ redis.call("SET", KEYS[1], string.format("%d:%d;%d:%d", nowS, nowN, cS, cN), "PX
 return 1
 `)
 
-// Reset implements [ratelimit.ResetStore] in one round trip: it makes
-// key's bucket under p (PREFIX + POLICY + ":" + KEY) full, with the tokens
-// leased from it forgotten, within the store's Timeout, and drops what
-// this instance's refusal cache and lease know of it, so that its next
-// request goes to Redis and finds the bucket full. What the bucket owed
-// becomes its credit, so that a give-back of a take made before the reset
-// credits nothing; the key is deleted once that has run out. Resetting a
-// bucket that Redis does not hold is not an error.
-//
-// Other instances are not told. One whose refusal cache holds a refusal of
-// the key, or a ban, refuses it locally for a second at most, then asks
-// Redis again (see Options.NoRefusalCache); one that holds a lease of the
-// key (Options.Lease) spends what is left of it until it ends.
+// Reset implements [ratelimit.ResetStore] in one round trip: key's bucket
+// under p is full again, the tokens leased from it forgotten, and what this
+// instance's refusal cache and lease knew of it dropped. Resetting a bucket
+// that Redis does not hold is not an error. Other instances are not told:
+// one that holds a refusal of the key (or a ban) refuses it locally for a
+// second at most, one that holds a lease of it spends what is left.
 func (s *Store) Reset(ctx context.Context, p *ratelimit.Policy, key string) error {
 	var reply any
 	args := []any{"", "", 0}

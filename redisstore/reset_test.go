@@ -20,7 +20,7 @@ import (
 )
 
 // The conformance suite's Reset tests run in TestConformance,
-// TestConformanceCluster and TestConformanceBatching.
+// TestConformanceCluster and TestConformanceNoBatching.
 
 // Reset makes the bucket full and no other: not the same key under another
 // policy, not another key, not a long key's hashed name, not a hash-tagged

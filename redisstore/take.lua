@@ -79,6 +79,14 @@
 -- can compute the whole result from it.
 
 local G = 1000000000
+local K = 4 -- the epochs a lease's room is kept
+local NL = 4 -- the takes given back that a bucket remembers
+
+-- Redis expires keys on its own clock. A key decided on the caller's clock
+-- (Options.Clock) is kept this many ms longer than its information lasts,
+-- since that clock may run behind Redis's: a key that expired early would
+-- be a full bucket too soon. Keeping a key longer changes no decision.
+local SLACK = 10000
 
 local function add(aS, aN, bS, bN)
   local s, n = aS + bS, aN + bN
@@ -114,288 +122,390 @@ local function stride(kind)
   return 5
 end
 
-local K = 4 -- the epochs a lease's room is kept
-local NL = 4 -- the takes given back that a bucket remembers
-
--- Redis expires keys on its own clock. A key decided on the caller's clock
--- (Options.Clock) is kept this many ms longer than its information lasts,
--- since that clock may run behind Redis's: a key that expired early would
--- be a full bucket too soon. Keeping a key longer changes no decision.
-local SLACK = 10000
+-- A key's state while its group is decided, a table:
+--   dS, dN   how far the state is ahead of now, leases counted (0, 0 when
+--            it is not); the decision's starting point, and what the reply
+--            reports
+--   aS, aN   once decided, the new state's distance from now, which may be
+--            negative (a refund that empties the bucket)
+--   cS, cN   the bucket's credit
+--   later    what the bucket remembers of the takes given back: until,
+--            given, each a pair, 4 numbers a take (nil: none)
+--   L, E     the leases' epochs' length (0: no lease) and the current epoch
+--   room     the spans leased in epochs E, E - 1, …: room[2r - 1],
+--            room[2r] for epoch E - r + 1 (nil: none)
+--   hS, hN   the sum of room: the span the bucket must not refill into
 
 local clock -- the server's time, once read
 
+-- now returns a group's now from its pair of arguments s, n, and how much
+-- longer than its information a key is kept (see SLACK).
+local function now(s, n)
+  if s ~= "" then
+    return tonumber(s), tonumber(n), SLACK
+  end
+  if not clock then
+    local t = redis.call("TIME")
+    clock = {tonumber(t[1]), tonumber(t[2]) * 1000}
+  end
+  return clock[1], clock[2], 0
+end
+
+-- readGiveBacks reads into st the credit and the takes given back at the
+-- start of rest (";" credit, then "/" until given, each at most NL times),
+-- forgetting the takes whose until is not after now: they, and those before
+-- them, can get nothing back. It returns the rest, or nil when malformed.
+local function readGiveBacks(st, rest, nowS, nowN)
+  local a, b, tail = string.match(rest, "^;(%d+):(%d+)(.*)$")
+  if not a then
+    return nil
+  end
+  st.cS, st.cN, rest = tonumber(a), tonumber(b), tail
+  local later = {}
+  while string.sub(rest, 1, 1) == "/" and #later < 4 * NL do
+    local w, x, y, z, more = string.match(rest, "^/(%d+):(%d+):(%d+):(%d+)(.*)$")
+    if not w then
+      return nil
+    end
+    w, x = tonumber(w), tonumber(x)
+    if not le(w, x, nowS, nowN) then
+      later[#later + 1], later[#later + 2] = w, x
+      later[#later + 1], later[#later + 2] = tonumber(y), tonumber(z)
+    end
+    rest = more
+  end
+  st.later = later
+  return rest
+end
+
+-- readRoom reads into st the leases of rest (":L:E" and K pairs), moved on
+-- to the current epoch. It reports whether rest is well formed.
+local function readRoom(st, rest, nowMs)
+  local v = {}
+  for x in string.gmatch(rest, ":(%d+)") do
+    v[#v + 1] = tonumber(x)
+  end
+  if #v ~= 2 + 2 * K or string.match(rest, "^[:%d]+$") == nil or v[1] == 0 then
+    return false
+  end
+  local L = v[1]
+  local E = math.floor(nowMs / L)
+  local shift = E - v[2] -- epochs since the state was written
+  local room = {}
+  for r = 1, K do
+    local from = r - shift
+    if from >= 1 and from <= K then
+      room[2 * r - 1], room[2 * r] = v[1 + 2 * from], v[2 + 2 * from]
+    else
+      room[2 * r - 1], room[2 * r] = 0, 0
+    end
+  end
+  st.L, st.E, st.room = L, E, room
+  return true
+end
+
+-- read returns the state of the bucket at key as of now, or nil and the
+-- group's error reply when the key holds something else.
+local function read(key, nowS, nowN, nowMs)
+  local st = {dS = 0, dN = 0, cS = 0, cN = 0, L = 0, E = 0, hS = 0, hN = 0}
+  local stored = redis.pcall("GET", key)
+  if type(stored) == "table" then
+    return nil, stored
+  end
+  if not stored then
+    return st
+  end
+  local s, n, rest = string.match(stored, "^(%d+):(%d+)(.*)$")
+  if s and string.sub(rest, 1, 1) == ";" then
+    rest = readGiveBacks(st, rest, nowS, nowN)
+  end
+  if not s or not rest or rest ~= "" and not readRoom(st, rest, nowMs) then
+    return nil, {err = "ERR malformed rate-limit state in " .. key}
+  end
+  local dS, dN = sub(tonumber(s), tonumber(n), nowS, nowN)
+  if dS < 0 then
+    -- Full since then: the credit shrinks by that time, the takes
+    -- remembered get nothing back, and the untils of those to come may be
+    -- smaller.
+    local fS, fN = sub(nowS, nowN, tonumber(s), tonumber(n))
+    local cS, cN = sub(st.cS, st.cN, fS, fN)
+    if cS < 0 then
+      cS, cN = 0, 0
+    end
+    st.cS, st.cN, st.later = cS, cN, nil
+    dS, dN = 0, 0
+  end
+  -- The bucket holds no more than burst minus the leased tokens.
+  local room = st.room
+  if room then
+    local hS, hN = 0, 0
+    for r = 1, 2 * K, 2 do
+      hS, hN = add(hS, hN, room[r], room[r + 1])
+    end
+    st.hS, st.hN = hS, hN
+    if not le(hS, hN, dS, dN) then
+      dS, dN = hS, hN
+    end
+  end
+  st.dS, st.dN = dS, dN
+  return st
+end
+
+-- giveBack gives inc back to st's bucket, but never to before now, and
+-- adds it to the credit; it returns what it gave.
+local function giveBack(st, incS, incN)
+  if not le(incS, incN, st.dS, st.dN) then
+    incS, incN = st.dS, st.dN
+  end
+  st.aS, st.aN = sub(st.dS, st.dN, incS, incN)
+  st.cS, st.cN = add(st.cS, st.cN, incS, incN)
+  return incS, incN
+end
+
+-- refund gives back inc of the take whose Result.Until is t, but no more
+-- than what the take still costs, t - credit + later - now, and remembers
+-- it in place of the take with the smallest until.
+local function refund(st, incS, incN, tS, tN, nowS, nowN)
+  local later = st.later or {}
+  local uS, uN = sub(tS, tN, st.cS, st.cN)
+  for q = 1, #later, 4 do
+    if not le(later[q], later[q + 1], tS, tN) then
+      uS, uN = add(uS, uN, later[q + 2], later[q + 3])
+    end
+  end
+  uS, uN = sub(uS, uN, nowS, nowN)
+  if not positive(uS, uN) then
+    incS, incN = 0, 0
+  elseif le(uS, uN, incS, incN) then
+    incS, incN = uS, uN
+  end
+  incS, incN = giveBack(st, incS, incN)
+  if positive(incS, incN) then
+    local keep = {}
+    for q = 1, #later, 4 do
+      keep[#keep + 1] = {later[q], later[q + 1], later[q + 2], later[q + 3]}
+    end
+    table.sort(keep, function(x, y) return not le(x[1], x[2], y[1], y[2]) end)
+    later = {tS, tN, incS, incN}
+    for q = 1, math.min(#keep, NL - 1) do
+      for r = 1, 4 do
+        later[#later + 1] = keep[q][r]
+      end
+    end
+    st.later = later
+  end
+  return 1
+end
+
+-- returnLease gives back inc, the unspent part of a lease granted in epoch
+-- e whose whole span was span, if its room is still kept.
+local function returnLease(st, incS, incN, spanS, spanN, e)
+  local r = st.E - e + 1
+  if st.L > 0 and r >= 1 and r <= K then
+    local room = st.room
+    room[2 * r - 1], room[2 * r] = sub(room[2 * r - 1], room[2 * r], spanS, spanN)
+    if room[2 * r - 1] < 0 then
+      room[2 * r - 1], room[2 * r] = 0, 0
+    end
+  else
+    -- The lease's room is no longer kept (its epochs are over, or the key
+    -- was reset): the bucket may have refilled into it, so what is left of
+    -- the lease is lost, not given back.
+    incS, incN = 0, 0
+  end
+  giveBack(st, incS, incN)
+  return 1
+end
+
+-- ban decides a penalty box's ban: refused while banned (and then
+-- unchanged), else inc 0 asks and a positive inc bans for inc from now.
+local function ban(st, incS, incN)
+  if positive(st.dS, st.dN) then
+    return 0
+  end
+  if positive(incS, incN) then
+    st.aS, st.aN = incS, incN
+  end
+  return 1
+end
+
+-- lease grants st a lease of want (a pair) in epochs of l ms, if the bucket
+-- has its room under bound and the leases outstanding are of the same
+-- epochs, and reports whether it did.
+local function lease(st, wS, wN, l, bS, bN, nowMs)
+  local tS, tN = add(st.dS, st.dN, wS, wN)
+  if not le(tS, tN, bS, bN) or st.L ~= l and positive(st.hS, st.hN) then
+    return false
+  end
+  if st.L ~= l or not st.room then
+    st.L, st.E = l, math.floor(nowMs / l)
+    st.room = {0, 0, 0, 0, 0, 0, 0, 0}
+  end
+  local room = st.room
+  room[1], room[2] = add(room[1], room[2], wS, wN)
+  st.aS, st.aN = tS, tN
+  return true
+end
+
+-- decide decides st by the key's kind and arguments at ARGV[j], and
+-- returns what it allowed (0, 1, or 2 + E for a lease granted in epoch E).
+local function decide(st, j, nowS, nowN, nowMs)
+  local kind = ARGV[j]
+  local incS, incN = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+  st.aS, st.aN = st.dS, st.dN
+  if kind == "refund" then
+    return refund(st, incS, incN, tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), nowS, nowN)
+  elseif kind == "return" then
+    return returnLease(st, incS, incN, tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5]))
+  elseif kind == "ban" then
+    return ban(st, incS, incN)
+  elseif not positive(incS, incN) then
+    return 1 -- a cost of 0 only reads
+  end
+  local bS, bN = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
+  if kind == "lease" and lease(st, tonumber(ARGV[j + 5]), tonumber(ARGV[j + 6]), tonumber(ARGV[j + 7]), bS, bN, nowMs) then
+    return 2 + st.E
+  end
+  local aS, aN = add(st.dS, st.dN, incS, incN)
+  st.aS, st.aN = aS, aN
+  -- shaping bounds the wait before the request, policing the depth after it.
+  if kind == "shape" then
+    aS, aN = st.dS, st.dN
+  end
+  return le(aS, aN, bS, bN) and 1 or 0
+end
+
+-- write stores st's new state at key, kept exactly as long as it carries
+-- information (until its state plus its credit, or its leases' epochs
+-- end, rounded up to the millisecond), or deletes the key when it carries
+-- none.
+local function write(key, st, nowS, nowN, nowMs, slack)
+  local aS, aN = st.aS, st.aN
+  if not positive(aS, aN) then
+    aS, aN = 0, 0
+  end
+  local cS, cN = st.cS, st.cN
+  local wS, wN = add(aS, aN, cS, cN)
+  local ms = 0
+  if positive(wS, wN) then
+    ms = wS * 1000 + math.ceil(wN / 1000000)
+  end
+  local tail = ""
+  if positive(cS, cN) then
+    tail = string.format(";%d:%d", cS, cN)
+    local later = st.later or {}
+    for q = 1, #later, 4 do
+      tail = tail .. string.format("/%d:%d:%d:%d", later[q], later[q + 1], later[q + 2], later[q + 3])
+    end
+  end
+  local room, L, E = st.room, st.L, st.E
+  if room then
+    for r = 1, K do
+      if positive(room[2 * r - 1], room[2 * r]) then
+        -- the room of epoch E - r + 1 is kept to the end of epoch E - r + K
+        ms = math.max(ms, (E - r + K + 1) * L - nowMs)
+        tail = tail .. string.format(":%d:%d", L, E)
+        for q = 1, 2 * K, 2 do
+          tail = tail .. string.format(":%d:%d", room[q], room[q + 1])
+        end
+        break
+      end
+    end
+  end
+  if ms == 0 then
+    redis.call("DEL", key)
+  else
+    local s, n = add(nowS, nowN, aS, aN)
+    redis.call("SET", key, string.format("%d:%d", s, n) .. tail, "PX", ms + slack)
+  end
+end
+
+-- plain decides a group of one key of kind "gcra" or "shape" whose bucket
+-- holds a plain state (no credit, no leases: most keys, most of the time)
+-- as group would, in fewer steps. For any other key it returns nil, having
+-- changed nothing.
+local function plain(key, j, nowS, nowN, slack)
+  local kind = ARGV[j]
+  if kind ~= "gcra" and kind ~= "shape" then
+    return nil
+  end
+  local dS, dN = 0, 0
+  local stored = redis.pcall("GET", key)
+  if stored then
+    local s, n = string.match(type(stored) == "string" and stored or "", "^(%d+):(%d+)$")
+    if not s then
+      return nil
+    end
+    dS, dN = sub(tonumber(s), tonumber(n), nowS, nowN)
+    if dS < 0 then
+      dS, dN = 0, 0
+    end
+  end
+  local incS, incN = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
+  local bS, bN = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
+  local aS, aN = add(dS, dN, incS, incN)
+  local allowed = 1
+  if positive(incS, incN) then
+    if kind == "shape" then
+      allowed = le(dS, dN, bS, bN) and 1 or 0
+    else
+      allowed = le(aS, aN, bS, bN) and 1 or 0
+    end
+  end
+  if allowed == 1 then
+    if positive(aS, aN) then
+      local s, n = add(nowS, nowN, aS, aN)
+      redis.call("SET", key, string.format("%d:%d", s, n), "PX", aS * 1000 + math.ceil(aN / 1000000) + slack)
+    else
+      redis.call("DEL", key)
+    end
+  end
+  return {allowed, dS, dN, 0, 0, nowS, nowN}
+end
+
+-- group decides the m keys of a group, KEYS[k + 1] on, whose kinds and
+-- arguments start at ARGV[j], at one instant, and writes their new states
+-- only if every key allows. It returns the group's reply.
+local function group(k, j, m, nowS, nowN, slack)
+  if m == 1 then
+    local out = plain(KEYS[k + 1], j, nowS, nowN, slack)
+    if out then
+      return out
+    end
+  end
+  local nowMs = nowS * 1000 + math.floor(nowN / 1000000)
+  local out, states, all = {}, {}, true
+  for i = 1, m do
+    local st, failed = read(KEYS[k + i], nowS, nowN, nowMs)
+    if not st then
+      return failed -- the group changes nothing
+    end
+    local allowed = decide(st, j, nowS, nowN, nowMs)
+    all = all and allowed > 0
+    out[5 * i - 4], out[5 * i - 3], out[5 * i - 2] = allowed, st.dS, st.dN
+    out[5 * i - 1], out[5 * i] = st.cS, st.cN
+    states[i] = st
+    j = j + stride(ARGV[j])
+  end
+  if all then
+    for i = 1, m do
+      write(KEYS[k + i], states[i], nowS, nowN, nowMs, slack)
+    end
+  end
+  out[5 * m + 1], out[5 * m + 2] = nowS, nowN
+  return out
+end
+
 local reply = {}
-local nextS, nextN, lease = {}, {}, {} -- a group's new states, before they are written
 local k, j = 0, 1 -- before the group's first key; at its first argument
 while j <= #ARGV do
   local m = tonumber(ARGV[j])
-  local nowS, nowN
-  local slack = 0
-  if ARGV[j + 1] == "" then
-    if not clock then
-      local t = redis.call("TIME")
-      clock = {tonumber(t[1]), tonumber(t[2]) * 1000}
-    end
-    nowS, nowN = clock[1], clock[2]
-  else
-    nowS, nowN = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
-    slack = SLACK
-  end
-  local nowMs = nowS * 1000 + math.floor(nowN / 1000000)
+  local nowS, nowN, slack = now(ARGV[j + 1], ARGV[j + 2])
+  reply[#reply + 1] = group(k, j + 3, m, nowS, nowN, slack)
   j = j + 3
-
-  local out = {}
-  local all, failed, read = true, nil, 0
-  for i = 1, m do
-    local kind = ARGV[j]
-    local incS, incN = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
-    -- d: how far the state is ahead of now (0, 0 when it is not).
-    local dS, dN = 0, 0
-    -- the leases outstanding: their epochs' length L (0: none), the
-    -- current epoch E, and room[i], the span leased in epoch E - i + 1.
-    local L, E = 0, 0
-    local roomS, roomN = {}, {}
-    for r = 1, K do
-      roomS[r], roomN[r] = 0, 0
-    end
-    -- c: the bucket's credit, and later what it remembers of the takes
-    -- given back: until, given, each a pair
-    local cS, cN = 0, 0
-    local later = {}
-    local stored = redis.pcall("GET", KEYS[k + i])
-    if type(stored) == "table" then
-      failed = stored
-      break
-    end
-    if stored then
-      local s, n, rest = string.match(stored, "^(%d+):(%d+)(.*)$")
-      if s and string.sub(rest, 1, 1) == ";" then
-        local a, b, tail = string.match(rest, "^;(%d+):(%d+)(.*)$")
-        if a then
-          cS, cN, rest = tonumber(a), tonumber(b), tail
-          while s and string.sub(rest, 1, 1) == "/" and #later < 4 * NL do
-            local w, x, y, z, more = string.match(rest, "^/(%d+):(%d+):(%d+):(%d+)(.*)$")
-            if not w then
-              s = nil
-            else
-              -- a take whose until has passed, and those before it, can get
-              -- nothing back: forgotten
-              if not le(tonumber(w), tonumber(x), nowS, nowN) then
-                later[#later + 1], later[#later + 2] = tonumber(w), tonumber(x)
-                later[#later + 1], later[#later + 2] = tonumber(y), tonumber(z)
-              end
-              rest = more
-            end
-          end
-        else
-          s = nil
-        end
-      end
-      if s and rest ~= "" then
-        local v = {}
-        for x in string.gmatch(rest, ":(%d+)") do
-          v[#v + 1] = tonumber(x)
-        end
-        if #v ~= 2 + 2 * K or string.match(rest, "^[:%d]+$") == nil or v[1] == 0 then
-          s = nil
-        else
-          L = v[1]
-          E = math.floor(nowMs / L)
-          local shift = E - v[2] -- epochs since the state was written
-          for r = 1, K do
-            local from = r - shift
-            if from >= 1 and from <= K then
-              roomS[r], roomN[r] = v[1 + 2 * from], v[2 + 2 * from]
-            end
-          end
-        end
-      end
-      if not s then
-        failed = {err = "ERR malformed rate-limit state in " .. KEYS[k + i]}
-        break
-      end
-      dS, dN = sub(tonumber(s), tonumber(n), nowS, nowN)
-      if dS < 0 then
-        -- Full since then: the credit shrinks by that time.
-        local fS, fN = sub(nowS, nowN, tonumber(s), tonumber(n))
-        cS, cN = sub(cS, cN, fS, fN)
-        if cS < 0 then
-          cS, cN = 0, 0
-        end
-        -- the takes remembered get nothing back, and the untils of those to
-        -- come may be smaller
-        later = {}
-        dS, dN = 0, 0
-      end
-    end
-    -- The bucket holds no more than burst minus the leased tokens.
-    local heldS, heldN = 0, 0
-    for r = 1, K do
-      heldS, heldN = add(heldS, heldN, roomS[r], roomN[r])
-    end
-    if not le(heldS, heldN, dS, dN) then
-      dS, dN = heldS, heldN
-    end
-    -- a: the new state's distance from now, which may be negative (a
-    -- refund that empties the bucket).
-    local aS, aN = dS, dN
-    local allowed = 1
-    if kind == "refund" or kind == "return" then
-      if kind == "return" then
-        local spanS, spanN, e = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4]), tonumber(ARGV[j + 5])
-        local r = E - e + 1
-        if L > 0 and r >= 1 and r <= K then
-          roomS[r], roomN[r] = sub(roomS[r], roomN[r], spanS, spanN)
-          if roomS[r] < 0 then
-            roomS[r], roomN[r] = 0, 0
-          end
-        else
-          -- The lease's room is no longer kept (its epochs are over, or
-          -- the key was reset): the bucket may have refilled into it, so
-          -- what is left of the lease is lost, not given back.
-          incS, incN = 0, 0
-        end
-      end
-      local tS, tN -- the take's until, for a refund
-      if kind == "refund" then
-        -- no more than until - credit + later - now: what the take still
-        -- costs
-        tS, tN = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
-        local uS, uN = sub(tS, tN, cS, cN)
-        for q = 1, #later, 4 do
-          if not le(later[q], later[q + 1], tS, tN) then
-            uS, uN = add(uS, uN, later[q + 2], later[q + 3])
-          end
-        end
-        uS, uN = sub(uS, uN, nowS, nowN)
-        if not positive(uS, uN) then
-          incS, incN = 0, 0
-        elseif le(uS, uN, incS, incN) then
-          incS, incN = uS, uN
-        end
-      end
-      -- never to before now; what is given back adds to the credit
-      if not le(incS, incN, dS, dN) then
-        incS, incN = dS, dN
-      end
-      aS, aN = sub(dS, dN, incS, incN)
-      cS, cN = add(cS, cN, incS, incN)
-      if tS and positive(incS, incN) then
-        -- remember it, in place of the take with the smallest until
-        local keep = {}
-        for q = 1, #later, 4 do
-          keep[#keep + 1] = {later[q], later[q + 1], later[q + 2], later[q + 3]}
-        end
-        table.sort(keep, function(x, y) return not le(x[1], x[2], y[1], y[2]) end)
-        later = {tS, tN, incS, incN}
-        for q = 1, math.min(#keep, NL - 1) do
-          for r = 1, 4 do
-            later[#later + 1] = keep[q][r]
-          end
-        end
-      end
-    elseif kind == "ban" then
-      if positive(dS, dN) then
-        allowed = 0 -- banned: neither asked past nor replaced
-      elseif positive(incS, incN) then
-        aS, aN = incS, incN
-      end
-    elseif positive(incS, incN) then -- a cost of 0 only reads
-      local bS, bN = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
-      if kind == "lease" then
-        local wS, wN, l = tonumber(ARGV[j + 5]), tonumber(ARGV[j + 6]), tonumber(ARGV[j + 7])
-        local tS, tN = add(dS, dN, wS, wN)
-        -- A lease needs the bucket's room and the same epochs as the
-        -- leases already outstanding.
-        if le(tS, tN, bS, bN) and (L == l or not positive(heldS, heldN)) then
-          if L ~= l then
-            L = l
-            E = math.floor(nowMs / L)
-            for r = 1, K do
-              roomS[r], roomN[r] = 0, 0
-            end
-          end
-          aS, aN = tS, tN
-          roomS[1], roomN[1] = add(roomS[1], roomN[1], wS, wN)
-          allowed = 2 + E
-        end
-      end
-      if allowed == 1 then
-        aS, aN = add(dS, dN, incS, incN)
-        -- shaping bounds the wait before the request, policing the depth
-        -- after it.
-        if kind == "shape" then
-          allowed = le(dS, dN, bS, bN) and 1 or 0
-        else
-          allowed = le(aS, aN, bS, bN) and 1 or 0
-        end
-      end
-    end
-    nextS[i], nextN[i] = aS, aN
-    lease[i] = {L, E, roomS, roomN, cS, cN, later}
-    all = all and allowed > 0
-    out[5 * i - 4] = allowed
-    out[5 * i - 3] = dS
-    out[5 * i - 2] = dN
-    out[5 * i - 1] = cS
-    out[5 * i] = cN
-    j = j + stride(kind)
-    read = i
+  for _ = 1, m do
+    j = j + stride(ARGV[j])
   end
-
-  if failed then
-    -- skip the arguments of the keys not read
-    for _ = read + 1, m do
-      j = j + stride(ARGV[j])
-    end
-    reply[#reply + 1] = failed
-  else
-    if all then
-      for i = 1, m do
-        local key, aS, aN = KEYS[k + i], nextS[i], nextN[i]
-        local L, E, roomS, roomN, cS, cN, later = unpack(lease[i])
-        if not positive(aS, aN) then
-          aS, aN = 0, 0
-        end
-        -- how long the key carries information: its state plus its credit
-        local wS, wN = add(aS, aN, cS, cN)
-        local ms = 0
-        if positive(wS, wN) then
-          ms = wS * 1000 + math.ceil(wN / 1000000)
-        end
-        local tail = ""
-        if positive(cS, cN) then
-          tail = string.format(";%d:%d", cS, cN)
-          for q = 1, #later, 4 do
-            tail = tail .. string.format("/%d:%d:%d:%d", later[q], later[q + 1], later[q + 2], later[q + 3])
-          end
-        end
-        for r = 1, K do
-          if positive(roomS[r], roomN[r]) then
-            -- the room of epoch E - r + 1 is kept to the end of epoch E - r + K
-            ms = math.max(ms, (E - r + K + 1) * L - nowMs)
-            tail = tail .. string.format(":%d:%d", L, E)
-            for q = 1, K do
-              tail = tail .. string.format(":%d:%d", roomS[q], roomN[q])
-            end
-            break
-          end
-        end
-        if ms == 0 then
-          redis.call("DEL", key)
-        else
-          local s, n = add(nowS, nowN, aS, aN)
-          redis.call("SET", key, string.format("%d:%d", s, n) .. tail, "PX", ms + slack)
-        end
-      end
-    end
-    out[#out + 1] = nowS
-    out[#out + 1] = nowN
-    reply[#reply + 1] = out
-  end
-  -- j already points past the group's arguments
   k = k + m
 end
-
 return reply

@@ -13,8 +13,8 @@ import (
 // TestLeasesNeverOverAdmit must catch, since a lease's tokens spent late
 // then join tokens the exact bucket never had.
 func init() {
-	const room = `    if not le(heldS, heldN, dS, dN) then
-      dS, dN = heldS, heldN
+	const room = `    if not le(hS, hN, dS, dN) then
+      dS, dN = hS, hN
     end
 `
 	if !strings.Contains(takeSource, room) {

@@ -1,0 +1,285 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/algo"
+	"github.com/tokenfair/ratelimit/internal/keyhash"
+	"github.com/tokenfair/ratelimit/internal/storeerr"
+)
+
+var (
+	//go:embed take.lua
+	takeSource string
+	takeScript = redis.NewScript(takeSource)
+)
+
+// The script's arguments that do not change, boxed once.
+var (
+	argEvalSha any = "evalsha"
+	argEval    any = "eval"
+	argSHA     any = takeScript.Hash()
+	argSource  any = takeSource
+	argNone    any = ""
+)
+
+// run decides reqs, as one group of the script (see take.lua), and fills
+// results.
+func (s *Store) run(parent context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
+	reply, now, err := s.group(parent, reqs, appendKind)
+	if err != nil {
+		return err
+	}
+	for i, r := range reqs {
+		allowed, ahead, credit, err := decision(reply, i)
+		if err != nil {
+			return err
+		}
+		// The script reports how far the state is ahead of now; the
+		// algorithm depends only on that, so it decides at a now of 0.
+		var next int64
+		results[i], next = r.Policy.Decide(ahead, 0, r.Cost)
+		results[i].Until = now + next + credit // see take.lua's "refund"
+		if allowed > 1 || results[i].Allowed != (allowed == 1) {
+			return fmt.Errorf("redisstore: the script decided %d with the state %d ahead of now, the algorithm %v", allowed, ahead, results[i].Allowed)
+		}
+	}
+	return nil
+}
+
+// group sends reqs as one group of the script, within the store's
+// Timeout, with the kind and arguments of each that appendArgs appends,
+// and returns the group's reply and the time it was decided at.
+func (s *Store) group(parent context.Context, reqs []ratelimit.BatchItem, appendArgs func([]any, ratelimit.BatchItem) []any) ([]any, int64, error) {
+	ctx, cancel := context.WithTimeout(parent, s.timeout)
+	defer cancel()
+	c := s.newCall(ctx, len(reqs))
+	s.dials.watch(&c.watch, ctx, cancel)
+	defer s.dials.done(&c.watch)
+	for i, r := range reqs {
+		c.keys()[i] = s.key(r)
+		c.args = appendArgs(c.args, r)
+	}
+	reply, err := s.decide(c)
+	s.dials.done(&c.watch)
+	if errors.Is(err, storeerr.ErrKeyState) {
+		return nil, 0, keyError(reqs, err)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("redisstore: %w", s.failure(parent, ctx, &c.watch, err))
+	}
+	now, err := groupNow(reply, len(reqs))
+	return reply, now, err
+}
+
+// groupNow returns the time at which the script decided a group of n keys,
+// the pair that ends its reply, in Unix nanoseconds.
+func groupNow(reply []any, n int) (int64, error) {
+	if len(reply) != 5*n+2 {
+		return 0, fmt.Errorf("redisstore: malformed reply %v", reply)
+	}
+	now, ok := span(reply, 5*n)
+	if !ok {
+		return 0, fmt.Errorf("redisstore: malformed reply %v", reply)
+	}
+	return now, nil
+}
+
+// decision returns the i-th decision of a group's reply: what the script
+// decided (0 refused, 1 allowed, 2 + E a lease granted in epoch E), how
+// far the state was ahead of now, and the bucket's credit after the
+// decision, in nanoseconds.
+func decision(reply []any, i int) (allowed, ahead, credit int64, err error) {
+	allowed, ok1 := reply[5*i].(int64)
+	ahead, ok2 := span(reply, 5*i+1)
+	credit, ok3 := span(reply, 5*i+3)
+	if !ok1 || !ok2 || !ok3 || allowed < 0 {
+		return 0, 0, 0, fmt.Errorf("redisstore: malformed reply %v", reply)
+	}
+	return allowed, ahead, credit, nil
+}
+
+// span returns the pair of seconds and nanoseconds at reply[i:i+2] in
+// nanoseconds, if it is one that an int64 holds.
+func span(reply []any, i int) (int64, bool) {
+	sec, ok1 := reply[i].(int64)
+	nsec, ok2 := reply[i+1].(int64)
+	if !ok1 || !ok2 || sec < 0 || sec > math.MaxInt64/1_000_000_000-1 || nsec < 0 || nsec >= 1e9 {
+		return 0, false
+	}
+	return sec*1e9 + nsec, true
+}
+
+// newCall returns a call of the script that decides n keys as one group:
+// EVALSHA sha n key… n now-s now-n, the keys for the caller to set
+// (c.keys()) and each key's kind and arguments to append (see appendKind).
+func (s *Store) newCall(ctx context.Context, n int) *call {
+	c := &call{ctx: ctx, n: n, args: make([]any, 3+n, 9+6*n)}
+	c.args[0], c.args[1], c.args[2] = argEvalSha, argSHA, n
+	c.args = append(c.args, n, argNone, argNone)
+	if s.now != nil {
+		ns := s.now().UnixNano()
+		c.args[4+n], c.args[5+n] = ns/1e9, ns%1e9
+	}
+	return c
+}
+
+// appendKind appends to args the kind of r's decision and its arguments
+// (see take.lua): the increment and the bound, pairs of seconds and
+// nanoseconds. TokenBucket, LeakyPolice and a penalty box's algo.Strikes
+// are all a token bucket, "gcra".
+func appendKind(args []any, r ratelimit.BatchItem) []any {
+	iv := int64(r.Policy.Limit.Interval())
+	var kind any = "gcra"
+	inc, bound := r.Cost*iv, r.Policy.Limit.Burst()*iv
+	switch {
+	case r.Policy.Algorithm == ratelimit.LeakyShape:
+		kind, bound = "shape", algo.ShapeBound(iv, r.Policy.Limit.Burst(), int64(r.Policy.MaxDelay), r.Policy.Immediate)
+	case r.Policy.Algorithm == algo.Ban:
+		kind, inc = "ban", r.Cost // a ban's length, in nanoseconds
+	}
+	return append(args, kind, inc/1e9, inc%1e9, bound/1e9, bound%1e9)
+}
+
+// A call is one group of the script on its way to Redis: the requests of
+// one Take or TakeAll, decided all or nothing.
+type call struct {
+	ctx   context.Context // the caller's, with the store's deadline
+	n     int             // the number of keys
+	args  []any           // the call as a command of its own: EVALSHA sha n keys… m now… (…)…
+	reply []any           // once decided: per key allowed, ahead-s, ahead-n
+	err   error           // or why it could not be
+	done  chan struct{}   // for a queued call: closed once reply or err is set
+	watch watcher         // the caller's, ending ctx on a refused dial (see dialWatch)
+}
+
+func (c *call) keys() []any { return c.args[3 : 3+c.n] }
+
+func (c *call) argv() []any { return c.args[3+c.n:] }
+
+// decide sends c and returns its reply or error. Through a go-redis client
+// it may share a round trip with concurrent calls (see batcher), unless
+// Options.NoBatching; through any other Scripter it goes alone.
+func (s *Store) decide(c *call) ([]any, error) {
+	switch {
+	case s.proc == nil:
+		s.runAlone(c)
+	case s.batching:
+		return s.batch.send(s.proc, c)
+	default:
+		settle(process(c.ctx, s.proc, redis.NewCmd(c.ctx, c.args...)), c)
+	}
+	return c.reply, c.err
+}
+
+// runAlone sends c through a Scripter that is no go-redis client, with
+// EVALSHA, and EVAL when the server lacks the script.
+func (s *Store) runAlone(c *call) {
+	keys := make([]string, c.n)
+	for i, k := range c.keys() {
+		keys[i] = k.(string)
+	}
+	settle(takeScript.Run(c.ctx, s.client, keys, c.argv()...), c)
+}
+
+// command returns the script call that decides calls, one group each.
+func command(ctx context.Context, calls []*call) *redis.Cmd {
+	if len(calls) == 1 {
+		return redis.NewCmd(ctx, calls[0].args...)
+	}
+	keys, size := 0, 3
+	for _, c := range calls {
+		keys += c.n
+		size += len(c.args) - 3
+	}
+	args := make([]any, 3, size)
+	args[0], args[1], args[2] = argEvalSha, argSHA, keys
+	for _, c := range calls {
+		args = append(args, c.keys()...)
+	}
+	for _, c := range calls {
+		args = append(args, c.argv()...)
+	}
+	return redis.NewCmd(ctx, args...)
+}
+
+// settle sets the reply or error of each of calls from cmd, the script
+// call that decided them, one group each.
+func settle(cmd *redis.Cmd, calls ...*call) {
+	err := cmd.Err()
+	groups, ok := cmd.Val().([]any)
+	if err == nil && (!ok || len(groups) != len(calls)) {
+		err = fmt.Errorf("malformed reply %v", cmd.Val())
+	}
+	for i, c := range calls {
+		if err != nil {
+			c.err = err
+			continue
+		}
+		switch g := groups[i].(type) {
+		case []any:
+			c.reply = g
+		case error: // the group's own, such as WRONGTYPE: the others stand
+			c.err = keyState(g)
+		default:
+			c.err = fmt.Errorf("malformed reply %v", groups[i])
+		}
+	}
+}
+
+// keyState returns the error of a group that the script could not decide,
+// g: one of its keys holds no rate-limit state (take.lua returns no other
+// error for a group). It wraps storeerr.ErrKeyState, and never quotes the
+// key, which g may.
+func keyState(g error) error {
+	if redis.HasErrorPrefix(g, "WRONGTYPE") {
+		return fmt.Errorf("%w: the Redis key holds another type of value (WRONGTYPE)", storeerr.ErrKeyState)
+	}
+	return fmt.Errorf("%w: the Redis key's value is no rate-limit state", storeerr.ErrKeyState)
+}
+
+// keyError returns err, the keyState error of the group of reqs, naming
+// their policies and the keyed hashes of their keys (as
+// ratelimit.Event.KeyHash has them, in this process), never the keys.
+func keyError(reqs []ratelimit.BatchItem, err error) error {
+	var b strings.Builder
+	if len(reqs) > 1 {
+		b.WriteString("one of ")
+	}
+	for i, r := range reqs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "policy %q key hash %016x", r.Policy.Name, keyhash.Sum(r.Key))
+	}
+	return fmt.Errorf("redisstore: %s: %w", b.String(), err)
+}
+
+// process sends cmd alone, and again as EVAL on NOSCRIPT.
+func process(ctx context.Context, p processor, cmd *redis.Cmd) *redis.Cmd {
+	_ = p.Process(ctx, cmd)
+	if isNoScript(cmd.Err()) {
+		cmd = evalOf(ctx, cmd)
+		_ = p.Process(ctx, cmd)
+	}
+	return cmd
+}
+
+// evalOf returns cmd, an EVALSHA of the take script, as an EVAL, which
+// also loads the script into Redis's cache.
+func evalOf(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
+	args := slices.Clone(cmd.Args())
+	args[0], args[1] = argEval, argSource
+	return redis.NewCmd(ctx, args...)
+}
+
+func isNoScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
