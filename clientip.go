@@ -28,10 +28,9 @@ func noClientIP(detail string, err error) error {
 // *IPOptions, like the zero value, takes the TCP peer for the client.
 type IPOptions struct {
 	// TrustedProxies lists the proxies whose forwarding header is believed
-	// when one of them is the TCP peer: CIDR prefixes ("10.0.0.0/8") or
-	// single addresses; IPv4-mapped prefixes are taken in their IPv4 form,
-	// and empty entries skipped, so strings.Split("", ",") trusts none.
-	// Default: none, and the client is always the TCP peer.
+	// when one is the TCP peer: CIDR prefixes ("10.0.0.0/8") or addresses,
+	// IPv4-mapped ones in IPv4 form; empty entries are skipped. Default:
+	// none, and the client is always the TCP peer.
 	TrustedProxies []string
 
 	// Header is the forwarding header read from a trusted proxy:

@@ -23,7 +23,7 @@ type KeyFunc func(r *http.Request) (string, error)
 // key is "ak:" and 16 bytes of the key's SHA-256 in base64url (unsalted:
 // fit for random tokens, not for passwords), so stores never hold the
 // secret. For Authorization, the scheme's case and the whitespace the
-// grammar allows are ignored ("Bearer t" and "bearer  t" are one client).
+// grammar allows are ignored ("Bearer t" and "BEARER t" are one client).
 // A missing or empty field gives an error wrapping ErrMissingKey (401 with
 // a WWW-Authenticate challenge by default), two lines of it one wrapping
 // ErrBadRequest.

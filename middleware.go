@@ -253,16 +253,13 @@ func (m *Middleware) decide(r *http.Request) (d decision) {
 // resultKey is the context key of the Result that ResultFrom returns.
 type resultKey struct{}
 
-// ResultFrom returns the decision of the request whose context ctx is,
-// and whether there is one: a Middleware with
-// MiddlewareOptions.ResultInContext puts it there for the handler, to
-// show the quota left, say.
+// ResultFrom returns the decision that a Middleware with
+// MiddlewareOptions.ResultInContext put in ctx, and whether there is one.
 func ResultFrom(ctx context.Context) (Result, bool) {
 	res, ok := ctx.Value(resultKey{}).(Result)
 	return res, ok
 }
 
-// CountsResponses reports whether the status that Handle's next returns
-// matters (MiddlewareOptions.CountIf). Adapters that must wrap the response writer to
-// learn the status can skip that work when it does not.
+// CountsResponses reports whether the status next returns to Handle
+// matters (MiddlewareOptions.CountIf), so an adapter can skip learning it.
 func (m *Middleware) CountsResponses() bool { return m.cfg.CountIf != nil }

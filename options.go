@@ -57,9 +57,9 @@ type MiddlewareOptions struct {
 	// Header. Default: nil, the TCP peer.
 	ClientIP *IPOptions
 	// CountIf makes only the responses whose status it accepts spend the
-	// budget: a request is still refused when the budget is spent, and
-	// given back its cost after the handler returns if its status does not
-	// count (the login guard: status >= 400). Default: every request counts.
+	// budget: a spent budget still refuses, and a request whose status does
+	// not count gets its cost back (status >= 400: a login guard). Default:
+	// every request counts.
 	CountIf func(status int) bool
 	// MaxInFlight and MaxInFlightTotal limit the requests running at once,
 	// per key and in all; one over either is refused with 429 and the

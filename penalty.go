@@ -8,15 +8,12 @@ import (
 	"time"
 )
 
-// Penalty is a policy's penalty box: a key that the policy keeps refusing
-// is banned, every request of it refused whatever its bucket holds, until
-// the ban ends. Refusals count as strikes in a bucket of After − 1 strikes
-// per Within: After refusals within Within ÷ (After − 1) always ban, and a
-// key never refused more than After − 1 times within any Within never is.
-// Refusals that race to ban a key make one ban. Strikes and bans live in
-// the Limiter's store (as POLICY/strikes, POLICY/bans and POLICY/ban), so a
-// ban holds on every instance sharing it; Limiter.Reset lifts them. The
-// zero value bans nobody. docs/policies.md explains the arithmetic.
+// Penalty is a policy's penalty box: a key the policy keeps refusing is
+// banned, all its requests refused, until the ban ends. After refusals
+// within Within ÷ (After − 1) always ban; a key never refused more than
+// After − 1 times within any Within never is. A ban lives in the store, so
+// it holds on every instance sharing it; Limiter.Reset lifts it. The zero
+// value bans nobody. docs/policies.md explains the arithmetic.
 type Penalty struct {
 	// After is the number of refusals that bans a key, at least 1.
 	// Zero, the default, turns the penalty box off.

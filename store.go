@@ -16,11 +16,10 @@ import (
 //	if next > now { save(p.Name, key, next, next-now) } else { remove(p.Name, key) }
 //
 // A [Limiter] validates first: p is valid, key not empty, 0 ≤ cost ≤ burst.
-// A [Penalty]'s buckets are policies named POLICY/strikes, POLICY/bans and
-// POLICY/ban, with Algorithms of their own (4 and 3); decide them with
-// Decide too, at the store each time. Implementations must be safe for
-// concurrent use; storetest is the conformance suite, and docs/stores.md
-// explains writing one.
+// A [Penalty]'s buckets are policies POLICY/strikes, POLICY/bans and
+// POLICY/ban, of Algorithms 4 and 3; decide them with Decide too, at the
+// store each time. Implementations must be safe for concurrent use;
+// docs/stores.md explains writing one, storetest checks it.
 type Store interface {
 	// Take decides one request of cost tokens for the bucket of key under
 	// p, and spends them if allowed. It returns an error only when the
@@ -36,8 +35,7 @@ type BatchItem struct {
 }
 
 // ErrNotAtomic is what [BatchStore.TakeAll] returns when it cannot decide
-// its requests in one atomic step. A Limiter then decides them one at a
-// time; Take never returns it.
+// its requests in one step; Limiter.Take never returns it.
 var ErrNotAtomic = errors.New("ratelimit: requests cannot be decided atomically")
 
 // BatchStore is a Store that can decide several requests at one instant,
@@ -54,13 +52,10 @@ type BatchStore interface {
 }
 
 // RefundStore is a Store that can give back tokens a request spent but did
-// not use: those a request refused by another policy took (without a
-// [BatchStore]), and those of a request that does not count
-// (MiddlewareOptions.CountIf). Without it nothing is given back, which never
-// admits more than the limit. A give-back credits only what its take still
-// costs the bucket, which needs a credit kept beside the state, and
-// Result.Until = next + credit; docs/algorithms.md#giving-tokens-back
-// derives the rule, which [Policy.Refund] applies.
+// not use: a refusal by another policy (without a [BatchStore]), or a
+// response that does not count (MiddlewareOptions.CountIf). Without it
+// nothing is given back, which never admits more than the limit.
+// docs/algorithms.md#giving-tokens-back says what a store keeps for it.
 type RefundStore interface {
 	Store
 	// Refund gives back cost of the tokens that took, an allowed Result of
@@ -71,11 +66,9 @@ type RefundStore interface {
 }
 
 // SlotStore keeps the in-flight slots of MiddlewareOptions.MaxInFlight for
-// several instances (redisstore has one). A slot is a lease that the
-// Middleware renews while its request runs, so a dead instance's slots
-// free themselves. The keys are MiddlewareOptions.SlotName, for
-// MaxInFlightTotal, and SlotName + ":" + the request's key.
-// Implementations must be safe for concurrent use.
+// several instances (redisstore has one), as leases that the Middleware
+// renews while its request runs; its keys are SlotName, and SlotName + ":"
+// + the request's key. Implementations must be safe for concurrent use.
 type SlotStore interface {
 	// Acquire takes one of the limit slots of key for token, until lease
 	// has passed, and reports whether it did; when token already holds a
