@@ -26,7 +26,7 @@ type Result struct {
 	// (LeakyShape; with several policies the longest wait); 0 otherwise.
 	Delay time.Duration
 	// Until is what a store's Refund needs to give the tokens back exactly
-	// ([RefundStore]); a Limiter hands it back untouched.
+	// (see RefundStore); a Limiter hands it back untouched.
 	Until int64
 
 	// Results has every policy's result, in the Limiter's order, when it
