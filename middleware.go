@@ -61,8 +61,8 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *MiddlewareOptions) (*Middlewar
 // chain and returns the response's status. Otherwise Handle writes the
 // whole answer, through OnDeny or OnError, and next never runs. A request
 // that a LeakyShape policy delays is held until its turn, or refused at
-// once when its wait would outlast its deadline or MaxQueued requests wait
-// already. It is the one entry point of every adapter; docs/frameworks.md
+// once when its wait would outlast its context's deadline or the server's
+// WriteTimeout, or MaxQueued requests wait already. It is the one entry point of every adapter; docs/frameworks.md
 // says what an adapter must do when next panics.
 func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func(r *http.Request) (status int)) {
 	if m.cfg.lists != nil {

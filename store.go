@@ -16,9 +16,9 @@ import (
 //	if next > now { save(p.Name, key, next, next-now) } else { remove(p.Name, key) }
 //
 // A [Limiter] validates first: p is valid, key not empty, 0 ≤ cost ≤ burst.
-// A [Penalty]'s buckets are policies POLICY/strikes, POLICY/bans and
-// POLICY/ban, of Algorithms 4 and 3; decide them with Decide too, at the
-// store each time. Implementations must be safe for concurrent use;
+// A [Penalty]'s buckets are policies POLICY/strikes and POLICY/bans
+// (Algorithm 4) and POLICY/ban (Algorithm 3); decide them with Decide too,
+// at the store each time. Implementations must be safe for concurrent use;
 // docs/stores.md explains writing one, storetest checks it.
 type Store interface {
 	// Take decides one request of cost tokens for the bucket of key under
