@@ -6,26 +6,13 @@ import (
 	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
-// Decide applies p's algorithm to one bucket: state is what a store keeps
-// for the bucket (0 for a bucket it has never seen), now is the time in Unix
-// nanoseconds and cost the tokens the request spends. It returns the
-// decision and the state to store in place of state; a refused request
-// leaves state unchanged. Decide is a pure function, safe for concurrent
-// use; p must be valid, as every policy that a [Limiter] passes to a
-// [Store] is, and cost at most its burst.
-//
-// A state at or before now carries no information (a full bucket, an empty
-// queue), so a store may forget the bucket when next ≤ now, and keep it for
-// next − now at most. The Result's Until is next (see [Policy.Refund]).
-// Tokens are given back with Refund, never with a negative cost, which
-// Decide treats as 0.
-//
-// The state is, for TokenBucket and LeakyPolice, the time the bucket is full
-// again (GCRA's theoretical arrival time); for LeakyShape, the time the
-// queue is empty; for a ban, the time the ban ends (and a positive cost is a
-// ban's length in nanoseconds, whatever the burst; a key already banned
-// refuses it). docs/algorithms.md
-// derives them.
+// Decide applies p's algorithm to a bucket of state state (0 if never seen)
+// at now, in Unix nanoseconds, for cost tokens: it returns the decision and
+// the state to keep, unchanged on a refusal. The state is when the bucket
+// is full again (a LeakyShape queue empty, a ban over), so a store may
+// forget a bucket when next ≤ now and keep it for next − now at most. p
+// must be valid and cost at most its burst; a negative cost counts as 0.
+// Decide is pure and safe for concurrent use; docs/algorithms.md derives it.
 func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 	iv, burst := int64(p.Limit.interval), p.Limit.burst
 	cost = max(cost, 0)
@@ -50,13 +37,11 @@ func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 	}, next
 }
 
-// Refund returns the state of a bucket whose state is state at now, after
-// it is given back cost tokens that an allowed decision of p spent, whose
-// tokens are earned back at end: at most cost intervals, no more than end
-// − now, and never to before now. End is the decision's own state after
-// it, moved earlier by what was given back since of the requests taken
-// before it; a store keeps what it needs for that beside the state (see
-// [RefundStore]). A ban's state never moves back.
+// Refund returns the state of a bucket of state state at now after it is
+// given back cost tokens that an allowed decision of p spent, whose tokens
+// are earned back at end: it moves the state back by at most cost
+// intervals and end − now, never to before now. A ban's state never moves
+// back. [RefundStore] says what end is; docs/algorithms.md derives it.
 func (p *Policy) Refund(state, now, cost, end int64) (next int64) {
 	if cost <= 0 || p.Algorithm == ban {
 		return state

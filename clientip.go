@@ -24,53 +24,33 @@ func noClientIP(detail string, err error) error {
 }
 
 // IPOptions configures [KeyByIP], and how a [Middleware] finds the client
-// of a request for the address lists MiddlewareOptions.Block and Safe (as
-// MiddlewareOptions.ClientIP). A nil *IPOptions, like the zero value, takes every
-// request's TCP peer for its client.
+// for MiddlewareOptions.Block and Safe (as MiddlewareOptions.ClientIP). A nil
+// *IPOptions, like the zero value, takes the TCP peer for the client.
 type IPOptions struct {
-	// TrustedProxies lists the reverse proxies and load balancers in front
-	// of the server, whose forwarding header (see Header) is believed when
-	// one of them is the TCP peer. Each entry is a CIDR prefix, such as
-	// "10.0.0.0/8" or "2001:db8::/32", or a single IP address, which stands
-	// for a /32 or a /128. IPv4-mapped IPv6 entries such as
-	// "::ffff:10.0.0.0/104" are turned into their IPv4 form; other IPv6
-	// prefixes never match an IPv4 address. Entries that are empty after
-	// trimming spaces are skipped, so that strings.Split("", ",") gives no
-	// proxies. The default, nil, trusts no proxy: the client is always the
-	// TCP peer.
+	// TrustedProxies lists the proxies whose forwarding header is believed
+	// when one is the TCP peer: CIDR prefixes ("10.0.0.0/8") or addresses,
+	// IPv4-mapped ones in IPv4 form; empty entries are skipped. Default:
+	// none, and the client is always the TCP peer.
 	TrustedProxies []string
 
-	// Header names the request header field from which the client address
-	// is taken when the peer is a trusted proxy: "X-Forwarded-For",
-	// "Forwarded" (RFC 7239, its for= parameters) or "X-Real-IP", in any
-	// case. The default, "", is "X-Forwarded-For". Without TrustedProxies
-	// no header is read.
+	// Header is the forwarding header read from a trusted proxy:
+	// "X-Forwarded-For" (the default, ""), "Forwarded" (RFC 7239's for=)
+	// or "X-Real-IP", in any case.
 	Header string
 
-	// IPv6Prefix groups IPv6 clients by their first IPv6Prefix bits, from 1
-	// to 128, so that all the addresses of a network share one bucket: the
-	// key is the prefix, such as "ip:2001:db8:1:2::/64". The default, 0, is
-	// 64: every subscriber has a /64 at least, and changes address within it
-	// at will (privacy extensions), while a wider prefix would also join
-	// subscribers, such as the mobile devices of one carrier, that each have
-	// a /64. ISPs often assign a /56 or a /48, which 56 or 48 groups; 128
-	// keys every IPv6 address on its own. IPv4 addresses are never grouped.
+	// IPv6Prefix groups IPv6 clients by their first IPv6Prefix bits, 1 to
+	// 128: the key is the network, "ip:2001:db8:1:2::/64". Default: 0,
+	// which means 64, the least a subscriber has (docs/keys.md#ipv6).
 	IPv6Prefix int
 
-	// Logger receives the warnings of KeyByIP (and of a Middleware's
-	// address lists, as MiddlewareOptions.ClientIP), with the attribute "warning"
-	// naming their kind: "wide-trusted-range", logged by KeyByIP for each
-	// trusted range that covers much of the internet, such as 0.0.0.0/0;
-	// and "forwarded-without-trusted-proxy", logged once by the KeyFunc when
-	// requests carry X-Forwarded-For or Forwarded while no proxy is trusted
-	// (it looks at the first request of each connection), which usually
-	// means that every client is keyed by the proxy's address. The default,
-	// nil, is slog.Default() at the time of the warning.
+	// Logger receives the warnings, with the attribute "warning" naming
+	// their kind: "wide-trusted-range" (a trusted range such as 0.0.0.0/0)
+	// and, once, "forwarded-without-trusted-proxy" (requests carry
+	// X-Forwarded-For or Forwarded while no proxy is trusted). Default:
+	// slog.Default().
 	Logger *slog.Logger
 
-	// Quiet turns off the warnings KeyByIP logs; default false. To drop
-	// one kind only, filter on the "warning" attribute in Logger's
-	// slog.Handler.
+	// Quiet turns the warnings off. Default: false.
 	Quiet bool
 }
 
@@ -175,34 +155,19 @@ func (c *ipConfig) isTrusted(a netip.Addr) bool {
 	return false
 }
 
-// KeyByIP returns a KeyFunc that keys requests by the client's IP address:
-// "ip:203.0.113.7", or for IPv6 its network, "ip:2001:db8:1:2::/64" (see
-// IPOptions.IPv6Prefix; "ip:2001:db8:1:2::7" with a prefix of 128).
-// Addresses are normalised first: IPv4-mapped IPv6
-// addresses become IPv4 (::ffff:192.0.2.1 is 192.0.2.1) and zones are
-// dropped (fe80::1%eth0 is fe80::1), so no client has two keys. opts may be
-// nil.
+// KeyByIP returns a KeyFunc that keys requests by the client's address,
+// "ip:203.0.113.7", or for IPv6 its network, "ip:2001:db8:1:2::/64".
+// IPv4-mapped addresses are unmapped and zones dropped, so no client has
+// two keys. The client is the TCP peer, unless the peer is a trusted proxy:
+// then opts.Header is walked from the right, skipping trusted proxies, and
+// the first other entry is the client (the leftmost when all are trusted,
+// the peer when the header is absent); at most 32 entries are examined.
+// An address that does not parse, or a walked entry that names no client
+// (empty, or a Forwarded element without for=), gives an error wrapping
+// ErrBadRequest, never a key.
 //
-// The client is the TCP peer, r.RemoteAddr, unless the peer is one of
-// opts.TrustedProxies. Then the forwarding header opts.Header is read from
-// the right, skipping the addresses of trusted proxies, and the first other
-// address is the client; when every entry is trusted the client is the
-// leftmost one, and when the header is absent, the peer. At most 32
-// entries are examined. The package documentation, under "Running behind
-// a proxy", says why.
-//
-// An address that cannot be parsed (r.RemoteAddr, or a header entry reached
-// by the walk, such as "unknown" or an obfuscated RFC 7239 identifier) gives
-// an error wrapping ErrBadRequest, never a key built from the raw text; so
-// does an entry reached by the walk that names no client, which skipping
-// would let the client's own entry to its left be believed: an empty
-// X-Forwarded-For entry or X-Real-IP, a Forwarded element without for=. The
-// default error handler answers it with 400 and a problem detail that names
-// the field, never its value ("the trusted proxy sent an X-Forwarded-For
-// entry that is not an IP address").
-//
-// KeyByIP returns an error naming the field and the value at fault if opts
-// is invalid. The KeyFunc is safe for concurrent use.
+// opts may be nil; an invalid opts is an error naming the field and value.
+// The KeyFunc is safe for concurrent use.
 func KeyByIP(opts *IPOptions) (KeyFunc, error) {
 	c, err := newIPConfig("KeyByIP", opts)
 	if err != nil {

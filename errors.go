@@ -2,27 +2,22 @@ package ratelimit
 
 import "errors"
 
-// The errors a caller can act on. Each error that this module returns
-// wraps at most one of them, with a message that names the cause and the
-// value at fault; test with errors.Is. The default error handler's answer
-// to each is in docs/http.md.
+// The errors a caller can act on. Every error of this module wraps at most
+// one of them, with a message naming the cause and the value at fault;
+// test with errors.Is. docs/http.md lists the default answer to each.
 var (
-	// ErrMissingKey: the request carries no identity for its key (no API
-	// key, no user ID), or the key function returned an empty key. 401 by
-	// default.
+	// ErrMissingKey: the request carries no identity (no API key, no user
+	// ID), or its key is empty. 401 by default.
 	ErrMissingKey = errors.New("ratelimit: missing key")
-	// ErrBadRequest: the request cannot be limited as it is: no usable
-	// client address, two lines of an API key field, a cost that the cost
-	// function could not compute, or a cost that is negative or above a
-	// policy's burst. 400 by default.
+	// ErrBadRequest: the request cannot be limited as it is (no usable
+	// client address, two API key lines, a bad or too large cost). 400 by
+	// default.
 	ErrBadRequest = errors.New("ratelimit: bad request")
-	// ErrStore: the store could not decide (one key's unusable state
-	// included), or a failover that fails closed refuses while it cannot.
-	// 503 by default.
+	// ErrStore: the store could not decide, or a failover failing closed
+	// refuses. 503 by default.
 	ErrStore = errors.New("ratelimit: store failed")
-	// ErrWaitAbandoned: the request's context ended while it waited for its
-	// turn in a LeakyShape queue (the client left). 503 by default, not
-	// logged.
+	// ErrWaitAbandoned: the client left while its request waited in a
+	// LeakyShape queue. 503 by default, not logged.
 	ErrWaitAbandoned = errors.New("ratelimit: request left the queue before its turn")
 )
 

@@ -28,12 +28,18 @@ var (
 		fmt.Errorf("%w: empty X-Real-IP", errNoClientIP))
 )
 
-// fromXFF walks the X-Forwarded-For lines from the right, without copying.
+// fromXFF walks the X-Forwarded-For lines from the right, without copying:
+// the lines of a field are one comma-separated list (RFC 9110 §5.3), so the
+// last entry of the last line is the one the nearest proxy appended.
 func (c *ipConfig) fromXFF(lines []string, peer netip.Addr) (netip.Addr, error) {
-	var last netip.Addr
-	n := 0
+	var last netip.Addr // the leftmost trusted entry so far: the client if all are trusted
+	n := 0              // entries examined
 	for li := len(lines) - 1; li >= 0; li-- {
 		s := lines[li]
+		// s[start:end] is the entry under examination: end is where the
+		// previous one (to its right) began, less its comma, and start the
+		// byte after the comma before it, or 0. end = -1 ends the line;
+		// an empty line is one empty entry, which names no client.
 		for end := len(s); end >= 0; {
 			start := strings.LastIndexByte(s[:end], ',') + 1
 			e := trimOWS(s[start:end])
@@ -71,10 +77,15 @@ type hop struct {
 	noFor bool   // the element has no for= parameter, or is empty
 }
 
-// hopRing keeps the last maxHops elements.
+// hopRing keeps the last maxHops Forwarded elements, the only ones the walk
+// from the right can reach. Forwarded must be parsed from the left, since a
+// quoted string may hold commas, so the parser pushes every element and the
+// ring overwrites the oldest: a header of any length costs a fixed array on
+// the stack, no allocation. Element k from the right (k < min(n, maxHops))
+// is h[(n-1-k) % maxHops].
 type hopRing struct {
 	h [maxHops]hop
-	n int // elements pushed in all
+	n int // elements pushed in all, which may exceed maxHops
 }
 
 func (r *hopRing) push(h hop) {
@@ -82,6 +93,10 @@ func (r *hopRing) push(h hop) {
 	r.n++
 }
 
+// fromForwarded walks the Forwarded lines' elements from the right, as
+// fromXFF walks X-Forwarded-For: a malformed element, or one without for=,
+// ends the walk with an error, since skipping it would believe the element
+// to its left.
 func (c *ipConfig) fromForwarded(lines []string, peer netip.Addr) (netip.Addr, error) {
 	var ring hopRing
 	for _, s := range lines {
@@ -120,13 +135,28 @@ func (c *ipConfig) fromForwarded(lines []string, peer netip.Addr) (netip.Addr, e
 	return last, nil
 }
 
-// scanForwarded parses one line of the Forwarded field (RFC 7239 §4) and
-// pushes each element: its for= parameter, or that it has none (an empty
-// element included), or that it is malformed. Quoted strings may
-// hold commas and semicolons. A malformed element is pushed as bad, and
-// parsing resumes after the next comma. Unquoted values are read leniently up
-// to the next delimiter, because proxies often leave IPv6 addresses and ports
-// unquoted.
+// scanForwarded parses one line of the Forwarded field and pushes each of
+// its elements, left to right: its for= parameter, or that it has none (an
+// empty element included), or that it is malformed. The grammar is RFC 7239
+// §4's:
+//
+//	Forwarded         = forwarded-element *( OWS "," OWS forwarded-element )
+//	forwarded-element = [ forwarded-pair ] *( ";" [ forwarded-pair ] )
+//	forwarded-pair    = token "=" value
+//	value             = token / quoted-string
+//
+// with one leniency: an unquoted value runs to the next delimiter (isDelim),
+// not to the end of a token, because proxies often leave IPv6 addresses and
+// ports unquoted (for=[2001:db8::1]:80), which a token cannot hold. A
+// quoted string may hold commas and semicolons. Pairs other than for= (by,
+// proto, host) are checked for syntax only. A malformed element, or one
+// with two for= pairs, is pushed as bad, and parsing resumes after the next
+// comma.
+//
+// i is the cursor: the first byte of s not yet consumed. The outer loop
+// reads one element and leaves i on the comma after it (or at len(s)); the
+// inner loop reads one pair, with start marking where its name, then its
+// value, begins; has records that the element held a for= pair, h its value.
 func scanForwarded(s string, ring *hopRing) {
 	i := 0
 	for {
@@ -157,13 +187,13 @@ func scanForwarded(s string, ring *hopRing) {
 				i++
 				start = i
 				for i < len(s) && s[i] != '"' {
-					if s[i] == '\\' {
+					if s[i] == '\\' { // a quoted-pair: the next byte, even '"', is content
 						esc = true
 						i++
 					}
 					i++
 				}
-				if i >= len(s) {
+				if i >= len(s) { // no closing quote (i may be len(s)+1 after a final '\\')
 					bad = true
 					break
 				}
@@ -187,7 +217,7 @@ func scanForwarded(s string, ring *hopRing) {
 			}
 			i = skipOWS(s, i)
 			if i < len(s) && s[i] != ';' && s[i] != ',' {
-				bad = true
+				bad = true // text after the value: for=a b, or for="a"b
 			}
 		}
 		if bad {

@@ -12,60 +12,29 @@ import (
 	"unsafe"
 )
 
-// HeaderFormat selects which rate-limit header fields a [Middleware] writes
-// on every decided response. Every format writes its fields with Set
-// semantics, so stacked middleware never duplicates a field. Retry-After is
-// written on every refusal whatever the format.
-//
-// For a policy "default" of 5 tokens per second with a burst of 10, after one
-// request:
-//
-//	HeadersIETF    RateLimit-Policy: "default";q=10;w=2
-//	               RateLimit: "default";r=9;t=1
-//	HeadersLegacy  RateLimit-Limit: 10
-//	               RateLimit-Remaining: 9
-//	               RateLimit-Reset: 1
-//	HeadersX       X-RateLimit-Limit: 10
-//	               X-RateLimit-Remaining: 9
-//	               X-RateLimit-Reset: 1
-//	HeadersNone    (nothing)
+// HeaderFormat selects the rate-limit header fields a [Middleware] writes
+// on every decided response, with Set semantics, so stacked middleware
+// never duplicates one. Retry-After is written on every refusal whatever
+// the format. The zero value is HeadersIETF. docs/http.md shows each.
 type HeaderFormat uint8
 
 // Header formats.
 const (
-	// HeadersIETF writes RateLimit-Policy and RateLimit as Structured Field
-	// Lists (RFC 9651) in the format of draft-ietf-httpapi-ratelimit-headers-10,
-	// with the policy name as a quoted String:
-	//
-	//	RateLimit-Policy: "default";q=10;w=2
-	//	RateLimit: "default";r=9;t=1
-	//
-	// q is the burst and w the time an empty bucket takes to fill, in seconds
-	// rounded up (at least 1). r is the whole tokens remaining. t follows
-	// draft -10, "the number of seconds until additional quota … is made
-	// available", rounded up: on a refusal it is the time until the same
-	// request would be allowed, the value of Retry-After, so Retry-After is
-	// never earlier than t; on an allowed request it is the time until the
-	// next token; when the bucket is full t is omitted.
+	// HeadersIETF writes RateLimit-Policy and RateLimit as in
+	// draft-ietf-httpapi-ratelimit-headers-10: `"default";q=10;w=2` and
+	// `"default";r=9;t=1`, with q the burst, w the seconds an empty bucket
+	// takes to fill, r the whole tokens left and t the seconds until more
+	// quota comes (Retry-After on a refusal; omitted when the bucket is
+	// full), rounded up.
 	HeadersIETF HeaderFormat = iota
-	// HeadersLegacy writes the three fields of the early drafts (-00 to -06),
-	// still sent by Kong and express-rate-limit, with the reset as delta
-	// seconds until the bucket is full (0 when it is full):
-	//
-	//	RateLimit-Limit: 10
-	//	RateLimit-Remaining: 9
-	//	RateLimit-Reset: 1
+	// HeadersLegacy writes RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset, the early drafts' fields, the reset in seconds
+	// until the bucket is full.
 	HeadersLegacy
-	// HeadersX writes the same values as HeadersLegacy under the X- names
-	// that predate the drafts. The reset is delta seconds, as Envoy sends it,
-	// not the Unix time that GitHub sends:
-	//
-	//	X-RateLimit-Limit: 10
-	//	X-RateLimit-Remaining: 9
-	//	X-RateLimit-Reset: 1
+	// HeadersX writes HeadersLegacy's values as X-RateLimit-Limit,
+	// X-RateLimit-Remaining and X-RateLimit-Reset.
 	HeadersX
-	// HeadersNone writes no rate-limit header field. Retry-After is still
-	// written on a refusal.
+	// HeadersNone writes no rate-limit header field.
 	HeadersNone
 )
 

@@ -12,50 +12,25 @@ import (
 )
 
 // KeyFunc returns the key that identifies the client of a request: requests
-// with the same key share a bucket. It returns ErrMissingKey when the request
-// carries no identity. An empty key with a nil error is refused by the
-// middleware (ErrMissingKey), never turned into one bucket shared by everybody.
-// A KeyFunc is called by many goroutines at once; the ones this package
-// returns are safe for concurrent use.
+// with the same key share a bucket. It returns an error wrapping
+// ErrMissingKey when the request carries no identity; an empty key with a
+// nil error is refused the same way. A KeyFunc is called by many goroutines
+// at once; the ones this package returns are safe for concurrent use.
 type KeyFunc func(r *http.Request) (string, error)
 
 // KeyByAPIKey returns a KeyFunc that keys requests by the API key in the
-// request header field named header, such as "X-API-Key", with surrounding
-// spaces removed. A missing or empty field gives an error wrapping
-// ErrMissingKey. Two lines of the field give an error wrapping
-// ErrBadRequest (400): the authentication could read another line than
-// the limiter. The default error
-// handler answers it with 401, a problem detail naming the header ("the
-// request carries no X-API-Key header") and the challenge
-// WWW-Authenticate: ApiKey in="header", name="X-API-Key", the fields of an
-// OpenAPI apiKey security scheme; Bearer when header is Authorization (see
-// MiddlewareOptions.Challenge).
+// header field named header, such as "X-API-Key", trimmed of spaces. The
+// key is "ak:" and 16 bytes of the key's SHA-256 in base64url (unsalted:
+// fit for random tokens, not for passwords), so stores never hold the
+// secret. For Authorization, the scheme's case and the whitespace the
+// grammar allows are ignored ("Bearer t" and "BEARER t" are one client).
+// A missing or empty field gives an error wrapping ErrMissingKey (401 with
+// a WWW-Authenticate challenge by default), two lines of it one wrapping
+// ErrBadRequest.
 //
-// For header Authorization the key is that of the credentials, whatever the
-// spelling of their scheme, which is case-insensitive, and of the
-// whitespace that the grammar allows (RFC 9110 §11.4): "Bearer t",
-// "bearer t", "BEARER t" and "Bearer \t t" are one client, "bearer t";
-// "Bearer T" is another, as the credentials keep their case, and so do
-// quoted strings, whitespace included. Outside quoted strings, the
-// whitespace around the commas and equals signs of auth-parameters
-// (`Digest username="a", realm="b"`) is dropped. A value without
-// whitespace is taken as it is.
-//
-// Keys are hashed so stores never hold secrets: the key is "ak:" followed by
-// the first 16 bytes of the SHA-256 of the API key in unpadded base64url, 25
-// bytes whatever the length of the API key. The same API key always gives the
-// same key. The hash is not salted, which is safe for API keys with the
-// entropy of random tokens but not for guessable secrets such as passwords.
-//
-// KeyByAPIKey does not check that the API key is valid: run it after the
-// authentication middleware, or limit by IP in front of authentication,
-// otherwise a client can escape its limit by sending a fresh made-up key with
-// every request.
-//
-// KeyByAPIKey panics, with an error that names the value, when header is
-// not a field name (an RFC 9110 token: empty, or with a space, a colon or
-// another separator): no request could carry the field, so every request
-// would be refused.
+// KeyByAPIKey does not check that the API key is valid: run it after
+// authentication, or a client escapes its limit with a fresh made-up key
+// per request. It panics when header is not a header field name.
 func KeyByAPIKey(header string) KeyFunc {
 	trimmed := strings.TrimSpace(header)
 	if !isToken(trimmed) {
@@ -179,33 +154,14 @@ func (c *apiKeyCache) key(secret string) string {
 	return key
 }
 
-// KeyByContextValue returns a KeyFunc that keys requests by a user ID that an
-// earlier middleware, usually the authentication middleware, stored in the
-// request's context under ctxKey. The ID may be any of the types that
-// authentication libraries store: a non-empty string; an integer of any
-// size (int, int64, uint64, ...); a [fmt.Stringer] whose String method
-// returns a non-empty string; a [16]byte, such as a UUID; or a named type
-// of one of them (type UserID string). No value or an empty ID gives an
-// error wrapping ErrMissingKey, which the default error handler answers
-// with 401, a problem detail ("the request carries no user ID in its
-// context") and WWW-Authenticate: Bearer (see MiddlewareOptions.Challenge). A value
-// of another type is the server's mistake, not the client's: an error
-// that wraps neither ErrMissingKey nor ErrBadRequest and names the type
-// ("the user ID in the request's context is a map[string]int, not a
-// string, integer, fmt.Stringer or [16]byte"), which the default error
-// handler answers with 500 and logs once, at the error level.
-//
-// The key is "user:" followed by the ID. An ID is an ID whatever its type:
-// integers are written in decimal, so the int 42, the string "42" and
-// UserID("42") are one user, "user:42"; a [16]byte is written in the canonical 8-4-4-4-12
-// lowercase hex form of UUIDs, which is also what UUID types' String
-// methods return. An ID longer than 128 bytes is
-// hashed as by [KeyByAPIKey] so that keys stay short: its key is "user#:"
-// followed by 22 characters of base64url SHA-256. The two forms never
-// collide.
-//
-// It panics when ctxKey is nil, which no context can hold a value under
-// (context.WithValue panics on it too).
+// KeyByContextValue returns a KeyFunc that keys requests by the user ID
+// that an earlier middleware stored in the request's context under ctxKey:
+// a non-empty string, an integer, a [fmt.Stringer], a [16]byte (a UUID), or
+// a named type of one of them. The key is "user:" and the ID, integers in
+// decimal, so 42, "42" and UserID("42") are one user; an ID longer than 128
+// bytes is hashed. No value or an empty ID gives an error wrapping
+// ErrMissingKey; a value of another type is the server's mistake, an error
+// naming the type (500 by default). It panics when ctxKey is nil.
 func KeyByContextValue(ctxKey any) KeyFunc {
 	if ctxKey == nil {
 		panic(errors.New("ratelimit: KeyByContextValue: nil context key"))
@@ -251,13 +207,11 @@ func decimalLen(n int) int {
 	return d
 }
 
-// JoinKeyFuncs returns a KeyFunc that calls every function of fs and joins
-// their keys, each after its length ("3:abc2:de"), so that no two lists of
-// keys give the same key: for limits per route and client, or per tenant
-// and user. It fails with the first error, and with an error wrapping
-// ErrMissingKey when a function returns an empty key without an error. It
-// panics, with an error that says so, when fs is empty or holds a nil
-// function.
+// JoinKeyFuncs returns a KeyFunc that joins the keys of fs, each after its
+// length ("3:abc2:de"), so that no two lists of keys collide: for limits
+// per route and client, say. It fails with the first error, and with one
+// wrapping ErrMissingKey for an empty key. It panics when fs is empty or
+// holds a nil function.
 func JoinKeyFuncs(fs ...KeyFunc) KeyFunc {
 	if len(fs) == 0 {
 		panic(errors.New("ratelimit: JoinKeyFuncs: no key function"))

@@ -15,15 +15,11 @@ import (
 const maxSpan = 50 * 365 * 24 * time.Hour
 
 // Limit is a rate and a capacity: a bucket earns n tokens every period and
-// holds at most Burst of them. It remembers the rate as it was written, for
-// String and the RateLimit-Policy header field, and decides with a whole
-// number of nanoseconds per token (period/n, rounded to the nearest), so
-// every decision is exact integer arithmetic.
-//
-// Build a Limit with [Per] or its shorthand [PerSecond]. The zero
-// Limit is invalid, and so is a rate that whole nanoseconds per token
-// cannot express within 0.1% (above about a million tokens a second); [New]
-// reports an invalid Limit with the call that built it.
+// holds at most Burst. It decides exactly, in whole nanoseconds per token
+// ([Limit.Interval]), and keeps the rate as written for String and
+// RateLimit-Policy. Build it with [Per] or [PerSecond]. The zero Limit is
+// invalid, as is a rate that whole nanoseconds per token miss by over 0.1%
+// (above about a million a second); [New] reports it.
 type Limit struct {
 	interval time.Duration // time to earn one token
 	burst    int64

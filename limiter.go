@@ -12,11 +12,10 @@ import (
 
 // Limiter applies one or more policies to keys, keeping their state in a
 // store. A request passes only if every policy allows it, and a request
-// refused by any policy spends nothing from the others: with a
-// [BatchStore] all policies are decided in one atomic step; otherwise they
-// are taken one at a time and the tokens taken before a refusal are given
-// back, so concurrent requests may briefly see them spent but none is ever
-// lost or spent twice. A Limiter is safe for concurrent use.
+// one policy refuses spends nothing from the others: a [BatchStore]
+// decides them in one step; otherwise what was taken before the refusal
+// is given back (concurrent requests may briefly see it spent), never lost
+// nor spent twice. A Limiter is safe for concurrent use.
 type Limiter struct {
 	store    Store
 	policies []Policy
@@ -268,11 +267,11 @@ func (l *Limiter) giveBackAll(ctx context.Context, idx []int, key string, cost i
 }
 
 // Refund gives back cost of the tokens that took, a Result of this
-// Limiter's Take for key, spent, as if that much of the request had not
-// happened. cost must be at most what took spent, and the give-backs of one
-// took must add up to no more (a store cannot tell). It does nothing for a
-// refused or degraded took, or with a store that is no [RefundStore]. It
-// returns an error wrapping ErrStore when the store fails.
+// Limiter's Take for key, spent, as x/time/rate's Reservation.Cancel does:
+// cost, and the sum of the give-backs of one took, at most what took spent.
+// It does nothing for a refused or degraded took, or with a store that is
+// no [RefundStore]; it returns an error wrapping ErrStore when the store
+// fails.
 func (l *Limiter) Refund(ctx context.Context, key string, cost int64, took Result) error {
 	rs, ok := l.store.(RefundStore)
 	if !ok || cost <= 0 || !took.Allowed || took.Degraded {

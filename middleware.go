@@ -13,12 +13,9 @@ import (
 )
 
 // Middleware is the HTTP side of a [Limiter], shared by every framework
-// adapter: it finds the key and cost of a request, takes a decision, writes
-// the rate-limit header fields and, when the request may not proceed, the
-// whole answer. Adapters (package nethttp, and the ginlimit and echolimit
-// modules) only plumb a framework's request and response into
-// [Middleware.Handle], so every framework behaves the same. A Middleware is
-// safe for concurrent use.
+// adapter (nethttp, ginlimit, echolimit): it finds a request's key and cost,
+// decides, writes the rate-limit header fields and, when the request may
+// not proceed, the whole answer. A Middleware is safe for concurrent use.
 type Middleware struct {
 	limiter *Limiter
 	key     KeyFunc
@@ -30,9 +27,8 @@ type Middleware struct {
 }
 
 // NewMiddleware returns a Middleware that limits requests with l, keyed by
-// key and configured by opts (nil for the defaults). It returns an error,
-// naming the field and value at fault, for a nil limiter or key function
-// or invalid options.
+// key and configured by opts (nil for the defaults). It returns an error
+// naming the field and value at fault for a nil l or key or invalid opts.
 func NewMiddleware(l *Limiter, key KeyFunc, opts *MiddlewareOptions) (*Middleware, error) {
 	if l == nil {
 		return nil, errors.New("ratelimit: NewMiddleware: nil limiter")
@@ -59,39 +55,15 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *MiddlewareOptions) (*Middlewar
 	return m, nil
 }
 
-// Handle runs r through the limiter and, when it may proceed, calls next
-// with the request to serve (r, or with MiddlewareOptions.ResultInContext
-// a copy carrying the Result), which must run the rest of the chain and
-// return the response's status code. It is the one entry point of every
-// framework adapter.
-//
-// Handle sets the rate-limit header fields on w. When the request is
-// refused, or cannot be decided, Handle writes the whole response (through
-// the deny or the error handler) and next never runs. A panic in the key or
-// cost function is answered like an error (500 by default).
-//
-// A request admitted by a shaping policy (LeakyShape) with a Delay is held
-// until its turn. It is refused at once instead, with 429 and Retry-After
-// its Delay, and gives back what it took, when its wait would not end
-// before its response can no longer be written (its context's deadline,
-// or the WriteTimeout of the http.Server in its context, counted from
-// now), or when MiddlewareOptions.MaxQueued requests wait already. If its context
-// ends while it waits (the client went away), Handle stops waiting, gives
-// back what it took and answers through the error handler with
-// ErrWaitAbandoned; next never runs. The requests behind it keep their
-// times.
-//
-// With MiddlewareOptions.Block and Safe, a request from a blocked client is answered
-// 403 and a request from a safe client runs next without a decision,
-// before anything else.
-//
-// With MiddlewareOptions.CountIf, the cost is taken before next runs, so a spent
-// budget refuses the request, and given back after it returns if its status
-// does not count. If next panics, the request counts only if the
-// response had begun: an adapter recovers such a panic, returns the status
-// and raises the panic again after Handle returns. With
-// MiddlewareOptions.MaxInFlight, the request holds a slot while next runs, released
-// when next returns or panics.
+// Handle decides r, sets the rate-limit header fields on w and, when r may
+// proceed, calls next with the request to serve (r, or a copy carrying the
+// Result with MiddlewareOptions.ResultInContext); next runs the rest of the
+// chain and returns the response's status. Otherwise Handle writes the
+// whole answer, through OnDeny or OnError, and next never runs. A request
+// that a LeakyShape policy delays is held until its turn, or refused at
+// once when its wait would outlast its context's deadline or the server's
+// WriteTimeout, or MaxQueued requests wait already. It is the one entry point of every adapter; docs/frameworks.md
+// says what an adapter must do when next panics.
 func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func(r *http.Request) (status int)) {
 	if m.cfg.lists != nil {
 		switch v, err := m.cfg.lists.check(r); {
@@ -281,16 +253,13 @@ func (m *Middleware) decide(r *http.Request) (d decision) {
 // resultKey is the context key of the Result that ResultFrom returns.
 type resultKey struct{}
 
-// ResultFrom returns the decision of the request whose context ctx is,
-// and whether there is one: a Middleware with
-// MiddlewareOptions.ResultInContext puts it there for the handler, to
-// show the quota left, say.
+// ResultFrom returns the decision that a Middleware with
+// MiddlewareOptions.ResultInContext put in ctx, and whether there is one.
 func ResultFrom(ctx context.Context) (Result, bool) {
 	res, ok := ctx.Value(resultKey{}).(Result)
 	return res, ok
 }
 
-// CountsResponses reports whether the status that Handle's next returns
-// matters (MiddlewareOptions.CountIf). Adapters that must wrap the response writer to
-// learn the status can skip that work when it does not.
+// CountsResponses reports whether the status next returns to Handle
+// matters (MiddlewareOptions.CountIf), so an adapter can skip learning it.
 func (m *Middleware) CountsResponses() bool { return m.cfg.CountIf != nil }

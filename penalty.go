@@ -8,41 +8,25 @@ import (
 	"time"
 )
 
-// Penalty is a policy's penalty box: a key that the policy refuses again and
-// again is banned, every request of it refused whatever its bucket holds,
-// until the ban ends. Its state lives in the Limiter's store beside the
-// buckets (under the policy's name + "/strikes", "/bans" and "/ban"), so a
-// ban holds across every instance sharing the store.
-//
-// Refusals are counted as strikes in a token bucket of After − 1 strikes
-// that refills After − 1 strikes every Within: a key refused After times
-// within Within ÷ (After − 1) is banned at the After-th refusal, and a key
-// never refused more than After − 1 times within any span of Within is
-// never banned. (In between, the bucket decides: strikes spread out are
-// forgiven as they age.) Refusals during a ban count no strike; the
-// answer to the refusal that bans is already the ban's. Of refusals that
-// race to ban a key (each found it not banned), one bans it and the
-// others are answered with its ban: a burst is one ban. Limiter.Reset
-// forgets a key's strikes and bans too. While a failover store decides in
-// its Local store, strikes and bans are counted there (see the failover
-// package).
+// Penalty is a policy's penalty box: a key the policy keeps refusing is
+// banned, all its requests refused, until the ban ends. After refusals
+// within Within ÷ (After − 1) always ban; a key never refused more than
+// After − 1 times within any Within never is. A ban lives in the store, so
+// it holds on every instance sharing it; Limiter.Reset lifts it. The zero
+// value bans nobody. docs/policies.md explains the arithmetic.
 type Penalty struct {
-	// After is the number of refusals that bans a key, at least 1. Zero
-	// (the default) turns the penalty box off.
+	// After is the number of refusals that bans a key, at least 1.
+	// Zero, the default, turns the penalty box off.
 	After int64
-	// Within is the span in which After refusals ban (see above).
+	// Within is the span in which After refusals ban; positive when
+	// After > 1.
 	Within time.Duration
-	// For is how long a ban lasts, at most 50 years.
+	// For is how long a ban lasts: positive, at most 50 years.
 	For time.Duration
-	// Max, when longer than For, makes bans back off: a ban lasts For
-	// doubled once for each earlier ban the key still has against it, up
-	// to Max; the key forgets one ban every 2 × Max (its bans are counted
-	// in a token bucket that refills one per 2 × Max). So a key banned
-	// again as soon as each ban ends is banned For, 2 × For, 4 × For, …,
-	// Max, Max, …, however many of its requests arrive at once. Zero (the
-	// default): every ban lasts For. Max is at most 50 years, and so is
-	// the longest a key's bans are remembered: 2 × Max times one more than
-	// the doublings from For to Max.
+	// Max, when longer than For, makes bans back off: For doubled for each
+	// earlier ban the key still has against it, up to Max; a key forgets
+	// one ban every 2 × Max. At most 50 years. Zero, the default: every
+	// ban lasts For.
 	Max time.Duration
 }
 

@@ -7,25 +7,21 @@ import (
 	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
-// Algorithm selects how a [Policy] turns its [Limit] into decisions. The
-// zero value is TokenBucket. It implements [encoding.TextMarshaler] and
-// [encoding.TextUnmarshaler] with the names "token-bucket", "leaky-police"
-// and "leaky-shape", so flag.TextVar and configuration files take it.
+// Algorithm selects how a [Policy] applies its [Limit]. The zero value is
+// TokenBucket. Its text forms, "token-bucket", "leaky-police" and
+// "leaky-shape", let flag.TextVar and configuration files take it.
 type Algorithm uint8
 
 const (
-	// TokenBucket allows bursts up to the Limit's burst and refills
-	// continuously. A new key starts with a full bucket.
+	// TokenBucket allows bursts up to the burst and refills continuously;
+	// a new key starts full.
 	TokenBucket Algorithm = iota
-	// LeakyPolice is the leaky bucket as a meter: a request that would
-	// overflow the bucket is refused at once. It makes the same decisions
-	// as TokenBucket (docs/algorithms.md shows why); choose the name that
-	// says what you mean.
+	// LeakyPolice is the leaky bucket as a meter, which refuses what would
+	// overflow: the same decisions as TokenBucket, under the other name.
 	LeakyPolice
-	// LeakyShape is the leaky bucket as a queue: each key's requests leave
-	// at a constant rate, and a request waits its turn (Result.Delay). A
-	// request whose wait would exceed burst × interval (the queue's room),
-	// or Policy.MaxDelay, is refused at once.
+	// LeakyShape is the leaky bucket as a queue: a key's requests leave at
+	// a constant rate, each waiting its turn (Result.Delay); one whose wait
+	// would exceed burst × interval or Policy.MaxDelay is refused at once.
 	LeakyShape
 )
 
@@ -78,32 +74,27 @@ func enumUnmarshal(what string, names []string, v *uint8, text []byte) error {
 // Policy is a named limit enforced by an algorithm. The zero Policy has no
 // valid Limit.
 type Policy struct {
-	// Name identifies the policy in header fields, problem bodies and store
-	// keys: 1 to 64 characters from [A-Za-z0-9._-]. Empty means "default".
+	// Name identifies the policy in header fields, problem bodies and
+	// store keys: 1 to 64 of [A-Za-z0-9._-]. Default: "default".
 	Name string
 	// Limit is the rate and capacity.
 	Limit Limit
 	// Algorithm is how Limit is applied. The zero value is TokenBucket.
 	Algorithm Algorithm
-	// Immediate, for LeakyShape only, lets the first Immediate queued
-	// requests of cost 1 proceed at once, like nginx's limit_req delay=N.
-	// It changes no admission decision. Zero (the default) shapes every
-	// queued request.
+	// Immediate, for LeakyShape, lets the first Immediate queued requests
+	// of cost 1 proceed at once (nginx's delay=N), admitting no more.
+	// Default: 0, every queued request waits.
 	Immediate int64
-	// MaxDelay, for LeakyShape only, refuses at once a request that would
-	// wait longer. Zero (the default) means only the queue's room, burst ×
-	// interval, bounds the wait.
+	// MaxDelay, for LeakyShape, refuses at once a request that would wait
+	// longer. Default: 0, only the queue's room bounds the wait.
 	MaxDelay time.Duration
-	// Global makes the policy one bucket shared by every request, whatever
-	// its key: a capacity limit for the whole service. The default is one
-	// bucket per key.
+	// Global makes the policy one bucket shared by every key: a capacity
+	// for the whole service. Default: a bucket per key.
 	Global bool
-	// DryRun makes the policy decide and count but never refuse; a request
-	// it alone would refuse is allowed, with the policy's own refusal in
-	// Result.Results. The default enforces the policy.
+	// DryRun makes the policy decide and count but never refuse; its
+	// refusals show in Result.Results. Default: enforced.
 	DryRun bool
-	// Penalty bans a key that the policy keeps refusing. The zero value
-	// (the default) bans nobody.
+	// Penalty bans a key that the policy keeps refusing. Default: none.
 	Penalty Penalty
 }
 

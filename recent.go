@@ -32,8 +32,17 @@ func (c *recent[K, V]) get(k K, h uint64) (V, bool) {
 	return zero, false
 }
 
-// put remembers v as the value of k, whose hash is h, in the empty one of
-// its slots, or else in one chosen by h.
+// put remembers v as the value of k, whose hash is h, in the first empty
+// one of its two slots; when both are taken it evicts the entry of the slot
+// that h's low bit picks (b for an even h, a for an odd one). That victim is
+// neither the oldest nor the least used: keeping either would need a shared
+// write on every hit, which this cache exists to avoid, and the low bit
+// spreads evictions over both slots at no cost. Any victim is safe, because
+// an entry is only a memo of what the caller can compute again from the key
+// (a miss costs that work, never a wrong answer): entries are immutable and
+// swapped whole, and get compares the key before it trusts a value, so a
+// reader racing with put sees the old entry, the new one, or a miss. Two
+// puts racing on one slot lose one entry, which is another such miss.
 func (c *recent[K, V]) put(k K, h uint64, v V) {
 	a, b := c.where(h)
 	if a.Load() != nil && (b.Load() == nil || h&1 == 0) {

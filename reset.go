@@ -11,33 +11,20 @@ import (
 // failover have it; a store without it makes Limiter.Reset fail.
 type ResetStore interface {
 	Store
-	// Reset forgets the state of key's bucket under p: the next request
-	// finds it full, as a new key's. Forgetting a bucket that the store
-	// does not hold is not an error. It must not change any other bucket,
-	// even one that concurrent calls are deciding, and p must not be
-	// modified. It returns an error only when the store cannot tell that
+	// Reset forgets key's bucket under p, and only it, even while other
+	// calls decide: the next request finds it full. A bucket the store
+	// does not hold is no error; Reset fails only when it cannot tell that
 	// the bucket is forgotten.
 	Reset(ctx context.Context, p *Policy, key string) error
 }
 
-// Reset forgets the state of key under each of the limiter's policies, so
-// that its next request finds every bucket full, as a new client's; dry-run
-// policies included. It leaves alone the buckets of Global policies, which
-// every client shares: resetting one client must not hand the others a
-// full shared bucket. In-flight slots (MiddlewareOptions.MaxInFlight) are not rate
-// state either, and stay taken until their requests end.
-//
-// The key is the one the limiter decides on, as the KeyFunc returns it (an
-// API key's hash from [KeyByAPIKey], "ip:" and the address from
-// [KeyByIP]). A request in flight during Reset may still spend from the
-// bucket after it.
-//
-// Reset returns an error wrapping ErrMissingKey for an empty key, an error
-// wrapping [errors.ErrUnsupported] and naming the store's type when the
-// store (or one a failover store wraps) cannot forget a key, and an error
-// wrapping ErrStore when the store fails; after a failure it still tries
-// the other policies. A penalty box's strikes and bans (Policy.Penalty) are
-// forgotten with their policy.
+// Reset forgets key's state under each policy of the limiter, dry-run ones
+// and penalty boxes included, so that its next request finds every bucket
+// full, as a new client's; Global policies' shared buckets and in-flight
+// slots are left alone. key is what the KeyFunc returns. Reset returns an
+// error wrapping ErrMissingKey for an empty key, errors.ErrUnsupported
+// when the store is no [ResetStore], or ErrStore when the store fails
+// (trying the other policies still). docs/policies.md#reset says more.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return errEmptyKey

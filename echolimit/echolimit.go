@@ -1,21 +1,14 @@
 // Package echolimit adapts a [ratelimit.Middleware] to Echo v4
-// (github.com/labstack/echo/v4). It is plumbing only: the core middleware
-// finds the key, decides, writes the rate-limit header fields and composes
-// the answer to a request that may not proceed, so an Echo service answers
-// exactly as a net/http one does.
+// (github.com/labstack/echo/v4). It is plumbing only, so an Echo service
+// answers exactly as a net/http one does. A refusal takes Echo's error
+// path by default: the middleware returns an *echo.HTTPError, which the
+// application's HTTPErrorHandler and logging see, and which Echo's
+// DefaultHTTPErrorHandler writes byte for byte as the core would;
+// [Options.WriteResponse] writes the answer directly instead.
 //
-// By default that answer goes through Echo's error path: the middleware
-// returns an *echo.HTTPError, so the application's HTTPErrorHandler and its
-// logging middleware see every refusal. With Echo's DefaultHTTPErrorHandler
-// the bytes on the wire are those that the core writes on net/http (see
-// [Wrap] for the details). [Options.WriteResponse] writes the answer
-// directly instead.
-//
-// [LimitBy] is the common case in one line. [Wrap] takes a core
-// middleware built with any [ratelimit.KeyFunc]; [New] takes a [KeyFunc]
-// that reads the echo.Context, such as [KeyByRealIP], which follows the
-// Echo instance's IPExtractor, or [KeyByValue], which reads a value that an
-// earlier middleware stored with c.Set, such as an authenticated user's ID.
+// [LimitBy] is the common case in one line; [Wrap] takes a core middleware
+// with any [ratelimit.KeyFunc]; [New] takes a [KeyFunc] of the
+// echo.Context, such as [KeyByRealIP] or [KeyByValue].
 package echolimit
 
 import (
@@ -34,85 +27,52 @@ import (
 	"github.com/tokenfair/ratelimit/internal/quick"
 )
 
-// Options configures the Echo side of [Wrap] and [New]. A nil
-// *Options is the zero value: every field's default.
+// Options configures the Echo side of [Wrap] and [New]. A nil *Options is
+// the zero value, every field's default.
 type Options struct {
-	// WriteResponse makes the middleware write the answer to a request
-	// that may not proceed (429, or the error handler's answer) directly
-	// to the response, as the net/http adapter does, and return nil:
-	// Echo's HTTPErrorHandler never sees it. Default: the middleware
-	// returns an *echo.HTTPError, described at [Middleware].
+	// WriteResponse writes the answer to a request that may not proceed
+	// directly, as the net/http adapter does, and returns nil, so Echo's
+	// HTTPErrorHandler never sees it. Default: false, an *echo.HTTPError.
 	WriteResponse bool
 }
 
-// LimitBy returns Echo middleware that limits requests to limit per key, on
-// an in-process store with its defaults, the default [ratelimit.MiddlewareOptions]
-// and the default [Options]:
+// LimitBy returns Echo middleware that limits requests to limit per key,
+// on an in-process store, with the default options:
 //
 //	e.Use(echolimit.LimitBy(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key")))
 //
-// Like regexp.MustCompile, it is meant for values fixed in the source: it
-// panics, with an error that says what is wrong, when limit is invalid or
-// key is nil. For anything else (a shared store, several policies,
-// options, or an error instead of a panic) build the middleware
-// explicitly: a store such as memorystore.New, then [ratelimit.New],
-// [ratelimit.NewMiddleware], and [Wrap].
+// Like regexp.MustCompile, it is for values fixed in the source: it panics
+// when limit is invalid or key is nil. Anything else takes [ratelimit.New],
+// [ratelimit.NewMiddleware] and [Wrap].
 func LimitBy(limit ratelimit.Limit, key ratelimit.KeyFunc) echo.MiddlewareFunc {
 	return Wrap(quick.Middleware("echolimit.LimitBy", limit, key), nil)
 }
 
-// Wrap returns Echo middleware, configured by opts (nil for the
-// defaults), that calls the next handler only when m admits the request,
-// and returns its error. The status that m needs for Options.CountIf is
-// c.Response().Status after the next handler (200 if that is an interim
-// 1xx, as the client then gets: Echo commits the response at the first
-// status it is given, 1xx included); when it returns an error,
-// the middleware first has Echo's HTTPErrorHandler write it (c.Error) and
-// then returns it, as Echo's RequestLogger does with HandleError;
-// DefaultHTTPErrorHandler leaves the committed response alone. An
-// in-flight slot of Options.MaxInFlight is held while the next handler
-// runs. It costs no allocation of its own on an admitted request.
+// Wrap returns Echo middleware, configured by opts (nil for the defaults),
+// that calls the next handler only when m admits the request and returns
+// its error. Otherwise, with the rate-limit header fields set, it returns
+// an *echo.HTTPError whose Code is the answer's status and whose Message
+// the answer's JSON body, as a [json.Marshaler]; an answer Echo cannot
+// reproduce (a custom body that is not compact JSON) is written directly,
+// and the error still returned. Echo's Debug mode and ?pretty indent that
+// JSON; use [Options.WriteResponse] when that matters.
 //
-// When m refuses a request, or cannot decide it, the rate-limit header
-// fields, Retry-After, Content-Type and Cache-Control are already set on
-// c.Response().Header(), and the middleware returns an *echo.HTTPError
-// whose Code is the answer's status and whose Message is the answer's JSON
-// body as a [json.Marshaler] (it prints as the JSON text), so that Echo's
-// DefaultHTTPErrorHandler writes the very bytes that the core writes on
-// net/http: the same status, header fields and body. Content-Length is
-// removed from the header, since another error handler may write another
-// body (net/http computes it again for a short body); for HEAD, which gets
-// no body, it is kept, or set to the length net/http would announce. An
-// answer that Echo's JSON encoding cannot reproduce (a custom deny or error
-// handler that writes a body other than compact JSON followed by a newline,
-// or no Content-Type) is written directly, and the HTTPError is still
-// returned for logging; DefaultHTTPErrorHandler leaves a committed response
-// alone.
-//
-// Two settings of Echo change the body that DefaultHTTPErrorHandler writes
-// for that HTTPError: Debug mode, and a "pretty" query parameter, both of
-// which indent the JSON. Use [Options.WriteResponse] when that matters.
-//
-// It panics, with an error that says so, when m is nil.
+// The status MiddlewareOptions.CountIf sees is c.Response().Status, after
+// a handler's error is written with c.Error. Wrap allocates nothing of its
+// own on an admitted request, and panics when m is nil. docs/frameworks.md
+// has the details.
 func Wrap(m *ratelimit.Middleware, opts *Options) echo.MiddlewareFunc {
 	return middleware(quick.Given("echolimit.Wrap", m), false, opts)
 }
 
-// KeyFunc returns the key that identifies the client of an Echo request,
-// like a [ratelimit.KeyFunc]: ErrMissingKey when the request carries no
-// identity, and never an empty key with a nil error.
+// KeyFunc is a [ratelimit.KeyFunc] of an Echo request's context: the key
+// that identifies its client, or an error wrapping ErrMissingKey.
 type KeyFunc func(c echo.Context) (string, error)
 
 // New returns Echo middleware that limits requests with l, keyed by key,
-// configured by the core's opts and by eopts (either nil for the
-// defaults), and otherwise behaves as [Wrap]. It returns the errors
-// of [ratelimit.NewMiddleware].
-//
-// So that key can reach the echo.Context, the middleware hands the core a
-// shallow copy of the request whose context carries it; that costs two
-// small allocations per request, which [Wrap] with a
-// [ratelimit.KeyFunc] does not. The handlers after it see the original
-// request.
+// configured by opts and eopts (nil for the defaults), as [Wrap] does; it
+// returns [ratelimit.NewMiddleware]'s errors. Reaching the echo.Context
+// costs two small allocations per request, which Wrap does not.
 func New(l *ratelimit.Limiter, key KeyFunc, opts *ratelimit.MiddlewareOptions, eopts *Options) (echo.MiddlewareFunc, error) {
 	if key == nil {
 		return nil, errors.New("echolimit: New: nil key function")

@@ -13,32 +13,16 @@ import (
 	"github.com/tokenfair/ratelimit/internal/clientkey"
 )
 
-// KeyByClientIP returns a KeyFunc that keys requests by c.ClientIP(), the
-// client address as Gin finds it with its own settings:
-// Engine.SetTrustedProxies, Engine.RemoteIPHeaders and
-// Engine.TrustedPlatform. The address is keyed exactly as
-// [ratelimit.KeyByIP] keys the address it finds ("ip:203.0.113.7",
-// IPv4-mapped IPv6 addresses unmapped, zones dropped), so the same client
-// has the same key whichever adapter serves it; an address that cannot be
-// parsed gives an error wrapping ratelimit.ErrBadRequest (400).
+// KeyByClientIP returns a KeyFunc that keys requests by c.ClientIP(), as
+// Gin finds it with its own settings (SetTrustedProxies, RemoteIPHeaders,
+// TrustedPlatform), keyed as [ratelimit.KeyByIP] would key it. On an
+// engine that trusts every proxy, gin.New()'s default, it keys the TCP
+// peer instead, unless the address came from a TrustedPlatform header. An
+// address that does not parse gives an error wrapping ErrBadRequest.
 //
-// Gin trusts every proxy until told otherwise (Engine.SetTrustedProxies),
-// so that on gin.New() any client could pick its own key, or another's,
-// with an X-Forwarded-For field. On an engine that trusts every proxy
-// (0.0.0.0/0 or ::/0), KeyByClientIP keys the TCP peer instead, as
-// echolimit.KeyByRealIP does without an IPExtractor, unless the address
-// came from the engine's TrustedPlatform header, an explicit choice. Call
-// engine.SetTrustedProxies with your proxies' addresses to read a
-// forwarding header. Gin reports none of its settings, so when
-// c.ClientIP() is not the peer's address KeyByClientIP asks Gin once more,
-// for a copy of the request from the unspecified address: a few
-// allocations, on that path only.
-//
-// opts may be nil. Its IPv6Prefix groups IPv6 clients by network, by
-// default by /64, as KeyByIP does; since
-// Gin chooses the address, TrustedProxies and Header must be left empty,
-// and KeyByClientIP logs no warnings. KeyByClientIP returns an error if
-// opts is invalid. The KeyFunc is safe for concurrent use.
+// opts may be nil; only its IPv6Prefix applies, and it returns an error
+// for an invalid opts or one with TrustedProxies or Header. The KeyFunc is
+// safe for concurrent use.
 func KeyByClientIP(opts *ratelimit.IPOptions) (KeyFunc, error) {
 	var o ratelimit.IPOptions
 	if opts != nil {
@@ -96,15 +80,10 @@ func trustsEveryProxy(c *gin.Context, ip, peer string) bool {
 	return c.ClientIP() == probeClient
 }
 
-// KeyByValue returns a KeyFunc that keys requests by the value stored in
-// the Gin context under name (c.Set(name, v)), typically the ID of the user
-// that the authentication handler found. The value is read and keyed exactly
-// as [ratelimit.KeyByContextValue] does: a non-empty string, an
-// integer, a [fmt.Stringer] or a [16]byte (UUID), or a named type of one
-// of them, keyed "user:ID" (42, "42" and UserID("42") are one user; long
-// IDs hashed); no value or an empty one gives ratelimit.ErrMissingKey
-// (401), and a value of another type, the server's mistake, an error
-// naming the type that the default error handler answers with 500.
+// KeyByValue returns a KeyFunc that keys requests by the user ID an
+// earlier handler stored with c.Set(name, id), read and keyed as
+// [ratelimit.KeyByContextValue] does; no value gives an error wrapping
+// ErrMissingKey.
 func KeyByValue(name string) KeyFunc {
 	return func(c *gin.Context) (string, error) {
 		v, _ := c.Get(name)

@@ -10,27 +10,13 @@
 //	ratelimit_keys{store}                        gauge, keys held by an in-process store
 //	ratelimit_warnings_total{kind}               counter, misconfiguration warnings
 //
-// Outcomes, per policy of the limiter that decided: "allowed", "limited"
-// (the policy refused the request), "banned" (its penalty box,
-// ratelimit.Penalty, refused the request), "dry_run_limited" (a dry-run policy
-// would have), "fallback" (the store failed and a failover.Store decided
-// instead), "store_error" (no decision: the store failed), and "invalid"
-// (no decision: no key, a bad cost). A request that
-// ratelimit.MiddlewareOptions.MaxInFlight refused is counted once, as "limited" by
-// the policy "inflight", and one that a penalty box's ban refused once, as
-// "banned" by the punished policy (the other policies were not asked).
-// Labels never carry a client's key, so the number of series stays small.
-//
-// ratelimit_near_limit_total shows pressure before refusals: a decision is
-// counted for each policy whose outcome is "allowed" and which left fewer
-// than a fraction of its burst, 0.2 unless SetNearLimit says otherwise.
-// Refusals, dry-run refusals, fallback decisions, decisions of a request
-// that another policy refused, and the "inflight" policy are never counted.
-//
-// Wire it up with the fields of ratelimit.MiddlewareOptions (Observe: m.Observe, and Logger:
-// m.Logger(h) to count the warnings), of ratelimit.IPOptions (Logger), and
-// of failover.Options (OnError: m.OnError, OnHealthChange:
-// m.OnHealthChange).
+// A decision is counted once per policy of the limiter that decided, with
+// an outcome among the constants below; a MaxInFlight refusal once, as
+// "limited" by the policy "inflight", and a ban's once, as "banned" by the
+// punished policy. Labels never carry a client's key. Wire it up through
+// ratelimit.MiddlewareOptions (Observe: m.Observe, Logger: m.Logger(h)),
+// ratelimit.IPOptions (Logger) and failover.Options (OnError: m.OnError,
+// OnHealthChange: m.OnHealthChange); docs/operating.md has PromQL for them.
 package metrics
 
 import (
@@ -47,7 +33,11 @@ import (
 	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
-// Outcome label values.
+// Outcome label values: allowed; limited, refused by the policy; banned,
+// refused by its penalty box; dry_run_limited, what a dry-run policy would
+// have refused; fallback, decided by a failover.Store while its store
+// failed; and, with no decision, store_error (the store failed) and
+// invalid (no key, a bad cost).
 const (
 	Allowed       = "allowed"
 	Limited       = "limited"
@@ -58,8 +48,8 @@ const (
 	Invalid       = "invalid"
 )
 
-// Metrics counts decisions in Prometheus
-// metrics. It is safe for concurrent use.
+// Metrics counts decisions in Prometheus metrics. It is safe for
+// concurrent use.
 type Metrics struct {
 	decisions   *prometheus.CounterVec
 	duration    prometheus.Histogram
@@ -73,9 +63,9 @@ type Metrics struct {
 	nearFraction atomic.Uint64 // of SetNearLimit, in 1e-18ths
 }
 
-// New registers the metrics with reg and returns them. When one cannot be
-// registered (most often because reg already has it: call New once per
-// registry), New returns an error naming it and leaves reg as it was.
+// New registers the metrics with reg and returns them. If one cannot be
+// registered (reg already has it: call New once per registry), New returns
+// an error naming it and leaves reg as it was.
 func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -129,11 +119,9 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 // ratelimit.MiddlewareOptions.MaxInFlight reports.
 const inFlightPolicy = "inflight"
 
-// Observe is a ratelimit.MiddlewareOptions.Observe function: it counts the decision once for
-// each of the policies of ev.Limiter, or, for a request refused for want
-// of an in-flight slot, once for the policy "inflight", and for a request
-// refused by a ban, once for the punished policy; and, for an allowed
-// request, once for each policy near its limit (see SetNearLimit).
+// Observe is a ratelimit.MiddlewareOptions.Observe function: it counts the
+// decision of ev, and the policies it left near their limit (see
+// SetNearLimit).
 func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 	var policies []ratelimit.Policy
 	if ev.Limiter != nil {
@@ -204,13 +192,11 @@ func outcome(p *ratelimit.Policy, res, own ratelimit.Result) string {
 	return Allowed
 }
 
-// Logger returns a logger that counts the misconfiguration warnings logged
-// through it in ratelimit_warnings_total{kind}, and passes every record on
-// to h (nil for slog.Default's handler). Give it to the middleware and to
-// KeyByIP as ratelimit.MiddlewareOptions.Logger and ratelimit.IPOptions.Logger. A
-// warning is a record with an attribute "warning" whose string value is the
-// kind, such as "one-key"; it is counted even when h's level drops it.
-// Kinds silenced with Quiet are never logged, so never counted.
+// Logger returns a logger that counts the warnings logged through it (the
+// records with a "warning" attribute, by kind) in ratelimit_warnings_total,
+// even when h's level drops them, and passes every record on to h (nil for
+// slog.Default's handler). Give it as MiddlewareOptions.Logger and
+// IPOptions.Logger.
 func (m *Metrics) Logger(h slog.Handler) *slog.Logger {
 	if h == nil {
 		h = slog.Default().Handler()

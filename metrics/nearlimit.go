@@ -15,12 +15,10 @@ const nearScale = 1_000_000_000_000_000_000
 // defaultNearLimit is 0.2 in 1e-18ths.
 const defaultNearLimit = nearScale / 5
 
-// SetNearLimit sets the fraction of a policy's burst under which a
-// decision is counted in ratelimit_near_limit_total{policy}: a decision
-// that the policy allowed and that left fewer than fraction × burst whole
-// tokens. The default is 0.2: with a burst of 10, the decisions that leave
-// 1 or 0 tokens. The fraction must be in (0, 1]. It is read as the decimal
-// it prints as (0.2 is exactly a fifth), rounded up to 18 decimal places.
+// SetNearLimit sets the fraction, in (0, 1], of a policy's burst under
+// which an allowed decision counts in ratelimit_near_limit_total: one that
+// left fewer than fraction × burst whole tokens. The default is 0.2 (with
+// a burst of 10, 1 or 0 tokens left). The test is exact: 0.2 is a fifth.
 // SetNearLimit is safe to call while the metrics observe decisions.
 func (m *Metrics) SetNearLimit(fraction float64) error {
 	if !(fraction > 0 && fraction <= 1) { // NaN fails both

@@ -14,25 +14,19 @@ import (
 )
 
 // LimitBy returns middleware that limits requests to limit per key, on an
-// in-process store with its defaults and the default
-// [ratelimit.MiddlewareOptions]:
+// in-process store, with the default options:
 //
 //	handler = nethttp.LimitBy(ratelimit.PerSecond(5).WithBurst(10), ratelimit.KeyByAPIKey("X-API-Key"))(handler)
 //
-// Like regexp.MustCompile, it is meant for values fixed in the source: it
-// panics, with an error that says what is wrong, when limit is invalid or
-// key is nil. For anything else (a shared store, several policies,
-// options, or an error instead of a panic) build the middleware
-// explicitly: a store such as memorystore.New, then [ratelimit.New],
-// [ratelimit.NewMiddleware], and [Wrap].
+// Like regexp.MustCompile, it is for values fixed in the source: it panics
+// when limit is invalid or key is nil. Anything else takes [ratelimit.New],
+// [ratelimit.NewMiddleware] and [Wrap].
 func LimitBy(limit ratelimit.Limit, key ratelimit.KeyFunc) func(next http.Handler) http.Handler {
 	return Wrap(quick.Middleware("nethttp.LimitBy", limit, key))
 }
 
 // Wrap returns middleware that lets a request reach next only when m
-// admits it; otherwise m has already answered it (429, or the error
-// handler's answer). It panics, with an error that says so, when m or
-// next is nil.
+// admits it; otherwise m has answered it. It panics when m or next is nil.
 func Wrap(m *ratelimit.Middleware) func(next http.Handler) http.Handler {
 	m = quick.Given("nethttp.Wrap", m)
 	return func(next http.Handler) http.Handler {
@@ -57,7 +51,11 @@ func Wrap(m *ratelimit.Middleware) func(next http.Handler) http.Handler {
 	}
 }
 
-// statusWriter records the status of the response written through it.
+// statusWriter records the status of the response written through it, for
+// MiddlewareOptions.CountIf: 200 until the handler says otherwise, as
+// net/http sends it; an informational 1xx (103 Early Hints) is not the
+// status. written tells a response that has begun, which counts even if
+// its handler then panics.
 type statusWriter struct {
 	http.ResponseWriter
 	status  int
