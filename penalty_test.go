@@ -3,7 +3,6 @@ package ratelimit_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/tokenfair/ratelimit/internal/algo"
 	"math"
 	"net/http"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
 // TestPenaltyAnswer: the refusal that bans, and every request during the

@@ -42,8 +42,10 @@ type warningCounter struct {
 }
 
 func (c *warningCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (c *warningCounter) WithAttrs([]slog.Attr) slog.Handler       { return c }
-func (c *warningCounter) WithGroup(string) slog.Handler            { return c }
+
+func (c *warningCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
+
+func (c *warningCounter) WithGroup(string) slog.Handler { return c }
 
 func (c *warningCounter) Handle(_ context.Context, r slog.Record) error {
 	c.mu.Lock()
