@@ -17,11 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/nethttp"
 )
 
 func TestDenyResponse(t *testing.T) {
-	s := newServer(t, ratelimit.Per(1, time.Minute), nil, nil)
+	s := newHarness(t, setup{limit: ratelimit.Per(1, time.Minute)})
 	require.Equal(t, 200, s.get("c").Code)
 	w := s.get("c")
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
@@ -64,17 +63,10 @@ func TestErrorAnswers(t *testing.T) {
 		{name: "store down", store: failingStore{secret}, status: 503, retry: "1", problem: "Temporary Reduced Capacity"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), tc.store, nil)
-			if tc.key != nil {
-				lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
-				require.NoError(t, err)
-				m, err := ratelimit.NewMiddleware(lim, tc.key, nil)
-				require.NoError(t, err)
-				s.handler = nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { s.calls++ }))
-			}
+			s := newHarness(t, setup{limit: ratelimit.PerSecond(5).WithBurst(10), store: tc.store, key: tc.key, opts: &ratelimit.MiddlewareOptions{Cost: costByHeader}})
 			w := s.get("c", tc.header...)
 			assert.Equal(t, tc.status, w.Code)
-			assert.Equal(t, 0, s.calls, "the handler is not called")
+			assert.Zero(t, s.calls.Load(), "the handler is not called")
 			assert.Equal(t, tc.retry, w.Header().Get("Retry-After"))
 			assert.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
 			var body struct{ Title string }
@@ -88,7 +80,8 @@ func TestErrorAnswers(t *testing.T) {
 
 func TestCustomHandlers(t *testing.T) {
 	var gotErr error
-	s := newServer(t, ratelimit.Per(1, time.Minute), nil, &ratelimit.MiddlewareOptions{
+	s := newHarness(t, setup{limit: ratelimit.Per(1, time.Minute), opts: &ratelimit.MiddlewareOptions{
+		Cost: costByHeader,
 		OnDeny: func(w http.ResponseWriter, r *http.Request, res ratelimit.Result) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			w.Write([]byte("slow down, " + res.Policy.Name + " " + res.Policy.Limit.String()))
@@ -97,7 +90,7 @@ func TestCustomHandlers(t *testing.T) {
 			gotErr = err
 			w.WriteHeader(http.StatusTeapot)
 		},
-	})
+	}})
 	require.Equal(t, 200, s.get("c").Code)
 	w := s.get("c")
 	assert.Equal(t, 503, w.Code)
@@ -162,18 +155,14 @@ func TestProblemDetails(t *testing.T) {
 			status: 500, title: "Internal Server Error", detail: "the rate limit could not be checked"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.key == nil {
-				tc.key = keyByHeader
-			}
-			if tc.store == nil {
-				tc.store = memoryStore(t)
-			}
-			lim, err := ratelimit.New(tc.store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(10)})
-			require.NoError(t, err)
 			var logs bytes.Buffer
-			m, err := ratelimit.NewMiddleware(lim, tc.key, &ratelimit.MiddlewareOptions{Cost: costByHeader, Logger: lineLogger(&logs, slog.LevelDebug)})
-			require.NoError(t, err)
-			h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("the handler runs") }))
+			h := newHarness(t, setup{
+				policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(10)}},
+				store:    tc.store,
+				key:      tc.key,
+				opts:     &ratelimit.MiddlewareOptions{Cost: costByHeader, Logger: lineLogger(&logs, slog.LevelDebug)},
+				next:     func(http.ResponseWriter, *http.Request) { t.Error("the handler runs") },
+			})
 			for i := range 2 {
 				r := httptest.NewRequest(http.MethodGet, "/geocode?q=paris", nil)
 				r.RemoteAddr = "192.0.2.1:1234"
@@ -181,8 +170,7 @@ func TestProblemDetails(t *testing.T) {
 				if tc.prepare != nil {
 					r = tc.prepare(r)
 				}
-				w := httptest.NewRecorder()
-				h.ServeHTTP(w, r)
+				w := serve(h, r)
 				assert.Equal(t, tc.status, w.Code)
 				assert.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
 				var body struct{ Title, Detail string }
@@ -212,25 +200,20 @@ func TestProblemDetails(t *testing.T) {
 // The cost-above-burst body on the wire, with its escaped quotes; and a
 // detail with HTML characters is escaped as encoding/json escapes it.
 func TestProblemBodyBytes(t *testing.T) {
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(10)})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByContextValue(ctxUser{}), &ratelimit.MiddlewareOptions{Cost: costByHeader, Logger: discardLogger()})
-	require.NoError(t, err)
-	h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-
+	h := newHarness(t, setup{
+		policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(10)}},
+		key:      ratelimit.KeyByContextValue(ctxUser{}),
+		opts:     &ratelimit.MiddlewareOptions{Cost: costByHeader, Logger: discardLogger()},
+	})
 	r := userValue("alice")(httptest.NewRequest(http.MethodGet, "/", nil))
 	r.Header.Set("X-Cost", "12")
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
+	w := serve(h, r)
 	assert.Equal(t, `{"type":"about:blank","title":"Request Cost Exceeds Capacity","status":400,"detail":"the request's cost, 12, is above the burst of policy \"api\", 10"}`+"\n", w.Body.String())
 	assert.Equal(t, strconv.Itoa(w.Body.Len()), w.Header().Get("Content-Length"))
 
 	// A header name may hold '&', which encoding/json escapes.
-	m, err = ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-Key-&-Secret"), &ratelimit.MiddlewareOptions{Logger: discardLogger()})
-	require.NoError(t, err)
-	h = nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	w = httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+	h = newHarness(t, setup{limiter: h.lim, key: ratelimit.KeyByAPIKey("X-Key-&-Secret"), opts: &ratelimit.MiddlewareOptions{Logger: discardLogger()}})
+	w = serve(h, httptest.NewRequest(http.MethodGet, "/", nil))
 	detail := "the request carries no X-Key-&-Secret header"
 	want, err := json.Marshal(detail)
 	require.NoError(t, err)
@@ -244,21 +227,16 @@ func TestProblemBodyBytes(t *testing.T) {
 func TestWWWAuthenticate(t *testing.T) {
 	get := func(key ratelimit.KeyFunc, opts *ratelimit.MiddlewareOptions, prepare ...func(*http.Request) *http.Request) *httptest.ResponseRecorder {
 		t.Helper()
-		lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
-		require.NoError(t, err)
 		if opts == nil {
 			opts = new(ratelimit.MiddlewareOptions)
 		}
 		opts.Logger = discardLogger()
-		m, err := ratelimit.NewMiddleware(lim, key, opts)
-		require.NoError(t, err)
+		h := newHarness(t, setup{limit: ratelimit.PerSecond(5), key: key, opts: opts})
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
 		for _, p := range prepare {
 			r = p(r)
 		}
-		w := httptest.NewRecorder()
-		nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, r)
-		return w
+		return serve(h, r)
 	}
 	w := get(ratelimit.KeyByAPIKey("X-API-Key"), nil)
 	assert.Equal(t, 401, w.Code)
@@ -275,8 +253,7 @@ func TestWWWAuthenticate(t *testing.T) {
 	assert.Equal(t, 400, w.Code)
 	assert.Empty(t, w.Header().Values("WWW-Authenticate"), "only a 401 challenges")
 
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
-	require.NoError(t, err)
+	lim := newHarness(t, setup{limit: ratelimit.PerSecond(5)}).lim
 	for _, bad := range []string{"Bearer\r\nSet-Cookie: a=b", " Bearer", "Bearer\x00"} {
 		_, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{Challenge: bad})
 		assert.ErrorContains(t, err, "MiddlewareOptions.Challenge", "%q", bad)
@@ -292,12 +269,12 @@ func TestFirstRefusalLoggedOnce(t *testing.T) {
 		if custom {
 			opts.OnError = func(w http.ResponseWriter, _ *http.Request, _ error) { w.WriteHeader(http.StatusTeapot) }
 		}
-		lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(10)})
-		require.NoError(t, err)
-		m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), opts)
-		require.NoError(t, err)
-		h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-		serve := func(n int, prepare ...func(*http.Request) *http.Request) {
+		h := newHarness(t, setup{
+			policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(5).WithBurst(10)}},
+			key:      ratelimit.KeyByAPIKey("X-API-Key"),
+			opts:     opts,
+		})
+		send := func(n int, prepare ...func(*http.Request) *http.Request) {
 			for range n {
 				r := httptest.NewRequest(http.MethodPost, "/v1/geocode", nil)
 				for _, p := range prepare {
@@ -306,13 +283,13 @@ func TestFirstRefusalLoggedOnce(t *testing.T) {
 				h.ServeHTTP(httptest.NewRecorder(), r)
 			}
 		}
-		serve(100)
+		send(100)
 		assert.Equal(t, 1, strings.Count(logs.String(), "refusal=missing-key"), "custom OnError %v: %s", custom, logs.String())
 		assert.Equal(t, 1, strings.Count(logs.String(), "level=WARN"), logs.String())
 		assert.Contains(t, logs.String(), `detail="the request carries no X-API-Key header" method=POST path=/v1/geocode`)
-		serve(100, header("X-API-Key", "k"), header("X-Cost", "lots"))
-		serve(100, header("X-API-Key", "k"), header("X-Cost", "-1"))
-		serve(100, header("X-API-Key", "k"), header("X-Cost", "11"))
+		send(100, header("X-API-Key", "k"), header("X-Cost", "lots"))
+		send(100, header("X-API-Key", "k"), header("X-Cost", "-1"))
+		send(100, header("X-API-Key", "k"), header("X-Cost", "11"))
 		assert.Equal(t, 1, strings.Count(logs.String(), "refusal=cost "), "the cost function and a negative cost are one kind: %s", logs.String())
 		assert.Equal(t, 1, strings.Count(logs.String(), "refusal=cost-above-burst"), logs.String())
 		assert.Equal(t, 3, strings.Count(logs.String(), "\n"), "one line per kind over 400 refusals: %s", logs.String())
@@ -321,12 +298,10 @@ func TestFirstRefusalLoggedOnce(t *testing.T) {
 	// Each Middleware logs its own first refusals; at the debug level,
 	// one warning and 99 debug lines.
 	var logs bytes.Buffer
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
-	require.NoError(t, err)
+	var lim *ratelimit.Limiter // one limiter, two Middlewares
 	for range 2 {
-		m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{Logger: lineLogger(&logs, slog.LevelDebug)})
-		require.NoError(t, err)
-		h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		h := newHarness(t, setup{limit: ratelimit.PerSecond(5), limiter: lim, key: ratelimit.KeyByAPIKey("X-API-Key"), opts: &ratelimit.MiddlewareOptions{Logger: lineLogger(&logs, slog.LevelDebug)}})
+		lim = h.lim
 		for range 100 {
 			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
 		}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/internal/storeerr"
-	"github.com/tokenfair/ratelimit/nethttp"
 )
 
 var sentinels = map[string]error{
@@ -31,7 +30,6 @@ var sentinels = map[string]error{
 // ErrStore, which it is), and DefaultErrorHandler answers it with its status.
 func TestSentinelErrors(t *testing.T) {
 	limit := ratelimit.Per(5, time.Minute) // slow: the queued request waits 12 s, however loaded the machine
-	oneKey := func(*http.Request) (string, error) { return "k", nil }
 	for _, tc := range []struct {
 		name   string
 		store  ratelimit.Store
@@ -56,24 +54,17 @@ func TestSentinelErrors(t *testing.T) {
 		{name: "cost function panics", opts: ratelimit.MiddlewareOptions{Cost: func(*http.Request) (int64, error) { panic("boom") }}, want: "ErrPanic", status: 500},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store, key := tc.store, tc.key
-			if store == nil {
-				store = memoryStore(t)
-			}
+			key := tc.key
 			if key == nil {
 				key = oneKey
 			}
-			lim, err := ratelimit.New(store, ratelimit.Policy{Limit: limit, Algorithm: tc.algo})
-			require.NoError(t, err)
 			var got error
 			opts := tc.opts
 			opts.OnError = func(w http.ResponseWriter, r *http.Request, err error) {
 				got = err
 				ratelimit.DefaultErrorHandler(w, r, err)
 			}
-			m, err := ratelimit.NewMiddleware(lim, key, &opts)
-			require.NoError(t, err)
-			h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			h := newHarness(t, setup{policies: []ratelimit.Policy{{Limit: limit, Algorithm: tc.algo}}, store: tc.store, key: key, opts: &opts})
 			if tc.cancel { // one request empties the queue; the next must wait
 				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
 			}
@@ -83,8 +74,7 @@ func TestSentinelErrors(t *testing.T) {
 				cancel()
 				r = r.WithContext(ctx)
 			}
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, r)
+			w := serve(h, r)
 			assert.Equal(t, tc.status, w.Code)
 			require.Error(t, got)
 			for name, sentinel := range sentinels {

@@ -18,13 +18,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/nethttp"
 )
 
 func TestAllDryRunWritesNoHeaders(t *testing.T) {
 	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(1, time.Minute), DryRun: true}
 	for _, format := range []ratelimit.HeaderFormat{ratelimit.HeadersIETF, ratelimit.HeadersLegacy, ratelimit.HeadersX} {
-		s := policyServer(t, []ratelimit.Policy{shadow}, &ratelimit.MiddlewareOptions{Headers: format})
+		s := newHarness(t, setup{policies: []ratelimit.Policy{shadow}, opts: &ratelimit.MiddlewareOptions{Headers: format}})
 		for range 3 {
 			w := s.get("c")
 			assert.Equal(t, 200, w.Code)
@@ -49,23 +48,20 @@ func TestOnDenySeesHeaderFields(t *testing.T) {
 	} {
 		var seen http.Header
 		denied := 0
-		lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
-		require.NoError(t, err)
-		m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{
+		h := newHarness(t, setup{limit: ratelimit.Per(1, time.Minute), opts: &ratelimit.MiddlewareOptions{
 			Headers: tc.format,
 			OnDeny: func(w http.ResponseWriter, r *http.Request, res ratelimit.Result) {
 				denied++
 				seen = w.Header().Clone()
 				w.WriteHeader(http.StatusServiceUnavailable)
 			},
-		})
-		require.NoError(t, err)
+		}})
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
 		r.Header.Set("X-Client", "c")
-		w, ran := handle(m, r)
+		w, ran := h.handle(r)
 		require.Equal(t, http.StatusOK, w.Code)
 		require.True(t, ran)
-		w, ran = handle(m, r)
+		w, ran = h.handle(r)
 		require.Equal(t, http.StatusServiceUnavailable, w.Code, "format %v: the custom deny answer", tc.format)
 		require.False(t, ran)
 		require.Equal(t, 1, denied)
@@ -105,15 +101,9 @@ func TestHeaderNamesOnTheWire(t *testing.T) {
 			name += "+inflight"
 		}
 		t.Run(name, func(t *testing.T) {
-			lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.Per(2, time.Minute)})
-			require.NoError(t, err)
 			opts := tc.opts
 			opts.Headers = tc.format
-			m, err := ratelimit.NewMiddleware(lim, keyByHeader, &opts)
-			require.NoError(t, err)
-			srv := httptest.NewServer(nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Write([]byte("ok"))
-			})))
+			srv := httptest.NewServer(newHarness(t, setup{limit: ratelimit.Per(2, time.Minute), opts: &opts}))
 			defer srv.Close()
 
 			status, lines := rawGet(t, srv.Listener.Addr().String(), "wire")
@@ -217,7 +207,7 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 		{time.Second + time.Nanosecond, "2"},
 		{time.Nanosecond, "1"},
 	} {
-		s := newServer(t, ratelimit.Per(1, tc.interval), nil, nil)
+		s := newHarness(t, setup{limit: ratelimit.Per(1, tc.interval)})
 		require.Equal(t, 200, s.get("c").Code)
 		w := s.get("c")
 		require.Equal(t, 429, w.Code)
@@ -226,7 +216,7 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 }
 
 func TestRetryJitter(t *testing.T) {
-	s := newServer(t, ratelimit.Per(1, time.Second), nil, &ratelimit.MiddlewareOptions{RetryJitter: 10 * time.Second})
+	s := newHarness(t, setup{limit: ratelimit.Per(1, time.Second), opts: &ratelimit.MiddlewareOptions{RetryJitter: 10 * time.Second}})
 	require.Equal(t, 200, s.get("c").Code)
 	seen := map[string]bool{}
 	for range 200 {
@@ -251,7 +241,7 @@ func TestRetryJitterNeverShortens(t *testing.T) {
 		refuse := storeFunc(func(context.Context, *ratelimit.Policy, string, int64) (ratelimit.Result, error) {
 			return ratelimit.Result{RetryAfter: wait, ResetAfter: wait}, nil
 		})
-		s := newServer(t, ratelimit.PerSecond(1), refuse, &ratelimit.MiddlewareOptions{RetryJitter: time.Hour})
+		s := newHarness(t, setup{limit: ratelimit.PerSecond(1), store: refuse, opts: &ratelimit.MiddlewareOptions{RetryJitter: time.Hour}})
 		least := int64(wait / time.Second)
 		if wait%time.Second != 0 {
 			least++
@@ -276,7 +266,7 @@ func TestHeaderValuesOwnedByResponse(t *testing.T) {
 		{Headers: ratelimit.HeadersIETF, MaxInFlight: 5}, // RateLimit-Policy lists "inflight" too
 	} {
 		f := opts.Headers
-		s := newServer(t, ratelimit.PerSecond(1).WithBurst(2), nil, &opts)
+		s := newHarness(t, setup{limit: ratelimit.PerSecond(1).WithBurst(2), opts: &opts})
 		var first []http.Header
 		for _, client := range []string{"a", "b"} {
 			for i := range 3 { // two allowed, one refused
@@ -303,7 +293,7 @@ func TestHeaderFormats(t *testing.T) {
 	}
 	all := []string{"RateLimit-Policy", "RateLimit", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
 	for f, fields := range want {
-		s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), nil, &ratelimit.MiddlewareOptions{Headers: f})
+		s := newHarness(t, setup{limit: ratelimit.PerSecond(5).WithBurst(10), opts: &ratelimit.MiddlewareOptions{Headers: f, Cost: costByHeader}})
 		h := s.get("c").Header()
 		for _, name := range all {
 			assert.Equal(t, fields[name], field(h, name), "format %v, field %s", f, name)
@@ -327,14 +317,14 @@ func TestHeaderFormats(t *testing.T) {
 
 func TestDryRunOverHTTP(t *testing.T) {
 	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(1, time.Minute), DryRun: true}
-	s := policyServer(t, []ratelimit.Policy{perKey, shadow}, nil)
+	s := newHarness(t, setup{policies: []ratelimit.Policy{perKey, shadow}})
 	for range 3 {
 		w := s.get("a")
 		require.Equal(t, 200, w.Code, "a dry-run policy never refuses")
 		assert.Equal(t, `"per-key";q=10;w=2`, field(w.Header(), "RateLimit-Policy"), "and is invisible by default")
 	}
 
-	s = policyServer(t, []ratelimit.Policy{perKey, shadow}, &ratelimit.MiddlewareOptions{DryRunHeaders: true})
+	s = newHarness(t, setup{policies: []ratelimit.Policy{perKey, shadow}, opts: &ratelimit.MiddlewareOptions{DryRunHeaders: true}})
 	w := s.get("a")
 	assert.Equal(t, `"per-key";q=10;w=2,"shadow";q=1;w=60`, field(w.Header(), "RateLimit-Policy"))
 	assert.Equal(t, `"shadow";r=0;t=60`, field(w.Header(), "RateLimit"), "shown when asked")
@@ -352,7 +342,7 @@ func TestDryRunHeadersOnRefusals(t *testing.T) {
 	perKey := ratelimit.Policy{Name: "per-key", Limit: ratelimit.PerSecond(2).WithBurst(4)}
 	dry := ratelimit.Policy{Name: "dry", Limit: ratelimit.Per(3, time.Minute), DryRun: true}
 	for _, jitter := range []time.Duration{0, 3 * time.Second} {
-		s := policyServer(t, []ratelimit.Policy{perKey, dry}, &ratelimit.MiddlewareOptions{DryRunHeaders: true, RetryJitter: jitter})
+		s := newHarness(t, setup{policies: []ratelimit.Policy{perKey, dry}, opts: &ratelimit.MiddlewareOptions{DryRunHeaders: true, RetryJitter: jitter}})
 		for range 4 {
 			require.Equal(t, 200, s.get("a").Code)
 		}
@@ -362,10 +352,7 @@ func TestDryRunHeadersOnRefusals(t *testing.T) {
 		assert.Equal(t, `"per-key";r=0;t=`+w.Header().Get("Retry-After"), field(w.Header(), "RateLimit"), "jitter %v", jitter)
 	}
 
-	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), dry)
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{DryRunHeaders: true, MaxInFlight: 1})
-	require.NoError(t, err)
+	m := newHarness(t, setup{policies: []ratelimit.Policy{dry}, opts: &ratelimit.MiddlewareOptions{DryRunHeaders: true, MaxInFlight: 1}}).m
 	request := func() *http.Request {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.Header.Set("X-Client", "a")

@@ -17,7 +17,6 @@ import (
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/internal/refusers"
-	"github.com/tokenfair/ratelimit/nethttp"
 )
 
 // memSlots is a SlotStore in memory, on the real clock (or, in a synctest
@@ -73,24 +72,19 @@ func (s *memSlots) held(key string) int {
 	return n
 }
 
-// slotsServer returns a handler limited by a Middleware over slots with
-// opts, keyed by X-Client, whose requests to /wait run until gate closes
-// and to /slow for a second, whatever their context.
-func slotsServer(t *testing.T, slots ratelimit.SlotStore, gate chan struct{}, opts ratelimit.MiddlewareOptions) http.Handler {
-	t.Helper()
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1000)})
-	require.NoError(t, err)
+// slotsSetup is a harness over slots with opts, on the real clock (the
+// synctest bubble's), whose requests to /wait run until gate closes and
+// to /slow for a second, whatever their context.
+func slotsSetup(slots ratelimit.SlotStore, gate chan struct{}, opts ratelimit.MiddlewareOptions) setup {
 	opts.Slots = slots
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &opts)
-	require.NoError(t, err)
-	return nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return setup{limit: ratelimit.PerSecond(1000), realClock: true, opts: &opts, next: func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/wait":
 			<-gate
 		case "/slow":
 			time.Sleep(time.Second)
 		}
-	}))
+	}}
 }
 
 // serveAs answers a GET of path by client on h, in the background, and
@@ -113,9 +107,9 @@ func TestSlotsPerMiddleware(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		slots, gate := new(memSlots), make(chan struct{})
 		lease := time.Minute
-		api := slotsServer(t, slots, gate, ratelimit.MiddlewareOptions{MaxInFlight: 5, MaxInFlightTotal: 2, SlotLease: lease, SlotName: "api"})
-		download := slotsServer(t, slots, gate, ratelimit.MiddlewareOptions{MaxInFlight: 1, MaxInFlightTotal: 10, SlotLease: lease, SlotName: "download"})
-		replica := slotsServer(t, slots, gate, ratelimit.MiddlewareOptions{MaxInFlight: 1, MaxInFlightTotal: 10, SlotLease: lease, SlotName: "download"})
+		api := newHarness(t, slotsSetup(slots, gate, ratelimit.MiddlewareOptions{MaxInFlight: 5, MaxInFlightTotal: 2, SlotLease: lease, SlotName: "api"}))
+		download := newHarness(t, slotsSetup(slots, gate, ratelimit.MiddlewareOptions{MaxInFlight: 1, MaxInFlightTotal: 10, SlotLease: lease, SlotName: "download"}))
+		replica := newHarness(t, slotsSetup(slots, gate, ratelimit.MiddlewareOptions{MaxInFlight: 1, MaxInFlightTotal: 10, SlotLease: lease, SlotName: "download"}))
 		var wg sync.WaitGroup
 		codes := make(chan int, 10)
 		serveAs(&wg, api, "c", "/wait", codes)
@@ -156,7 +150,7 @@ func TestSlotsRenewed(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				slots := new(memSlots)
 				const lease = 300 * time.Millisecond
-				h := slotsServer(t, slots, nil, ratelimit.MiddlewareOptions{MaxInFlight: 1, MaxInFlightTotal: 1, SlotLease: lease, SlotName: "upload"})
+				h := newHarness(t, slotsSetup(slots, nil, ratelimit.MiddlewareOptions{MaxInFlight: 1, MaxInFlightTotal: 1, SlotLease: lease, SlotName: "upload"}))
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				if clientLeaves {
@@ -202,13 +196,9 @@ func TestSlotsRenewed(t *testing.T) {
 // handler returns, panics, or ends because the client went away.
 func TestInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1000)})
-		require.NoError(t, err)
-		m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{MaxInFlight: 3})
-		require.NoError(t, err)
 		var running, peak atomic.Int64
 		gate := make(chan struct{})
-		h := nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := newHarness(t, setup{limit: ratelimit.PerSecond(1000), realClock: true, opts: &ratelimit.MiddlewareOptions{MaxInFlight: 3}, next: func(w http.ResponseWriter, r *http.Request) {
 			n := running.Add(1)
 			defer running.Add(-1)
 			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
@@ -221,7 +211,7 @@ func TestInFlight(t *testing.T) {
 			case "/hang":
 				<-r.Context().Done()
 			}
-		}))
+		}})
 		serve := func(ctx context.Context, path string) (w *httptest.ResponseRecorder) {
 			w = httptest.NewRecorder()
 			defer func() {
@@ -287,18 +277,14 @@ func (failingSlots) Acquire(context.Context, string, string, int64, time.Duratio
 func (failingSlots) Release(context.Context, string, string) error { return errDown }
 
 func TestSlotStoreFailure(t *testing.T) {
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.Per(5, time.Minute)})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Minute, SlotName: "api"})
-	require.NoError(t, err)
-	calls := 0
-	s := &server{t: t, handler: nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls++ }))}
+	s := newHarness(t, setup{limit: ratelimit.Per(5, time.Minute), opts: &ratelimit.MiddlewareOptions{MaxInFlight: 1, Slots: failingSlots{}, SlotLease: time.Minute, SlotName: "api"}})
+	lim := s.lim
 	for range 3 {
 		w := s.get("c")
 		assert.Equal(t, http.StatusServiceUnavailable, w.Code)
 		assert.Empty(t, field(w.Header(), "RateLimit"), "no decision was answered")
 	}
-	assert.Zero(t, calls)
+	assert.Zero(t, s.calls.Load())
 	res, err := lim.Take(context.Background(), "c", 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(5), res.Remaining, "the tokens taken before each failure were given back")
@@ -324,19 +310,18 @@ func (o *recordingObserver) Observe(_ *http.Request, ev ratelimit.Event) {
 // a refusal by the "inflight" policy.
 func TestInFlightRefusalObserved(t *testing.T) {
 	obs := &recordingObserver{}
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.Per(5, time.Minute)})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{MaxInFlight: 1, Observe: obs.Observe})
-	require.NoError(t, err)
-	var h http.Handler
+	var h *harness
+	var innerRequest func(outer *http.Request) *http.Request // the request the outer one's handler makes
 	inner := 0
-	h = nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h = newHarness(t, setup{limit: ratelimit.Per(5, time.Minute), opts: &ratelimit.MiddlewareOptions{MaxInFlight: 1, Observe: obs.Observe}, next: func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/outer" {
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest("GET", "/inner", nil).WithContext(r.Context()))
-			inner = rec.Code
+			inner = serve(h, innerRequest(r)).Code
 		}
-	}))
+	}})
+	lim := h.lim
+	innerRequest = func(outer *http.Request) *http.Request {
+		return httptest.NewRequest("GET", "/inner", nil).WithContext(outer.Context())
+	}
 	r := httptest.NewRequest("GET", "/outer", nil)
 	r.Header.Set("X-Client", "c")
 	h.ServeHTTP(httptest.NewRecorder(), r)
@@ -346,15 +331,11 @@ func TestInFlightRefusalObserved(t *testing.T) {
 	assert.ErrorIs(t, obs.events[1].Err, ratelimit.ErrMissingKey)
 
 	obs.events = nil
-	h = nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/outer" {
-			in := httptest.NewRequest("GET", "/inner", nil)
-			in.Header.Set("X-Client", "c")
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, in)
-			inner = rec.Code
-		}
-	}))
+	innerRequest = func(*http.Request) *http.Request {
+		in := httptest.NewRequest("GET", "/inner", nil)
+		in.Header.Set("X-Client", "c")
+		return in
+	}
 	h.ServeHTTP(httptest.NewRecorder(), r)
 	assert.Equal(t, 429, inner)
 	require.Len(t, obs.events, 2)
@@ -372,35 +353,29 @@ func TestInFlightRefusalObserved(t *testing.T) {
 // slots in all, a third client is refused while two requests run, whatever
 // its own per-key room, and admitted once one of them ends.
 func TestInFlightTotal(t *testing.T) {
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1000)})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{MaxInFlight: 5, MaxInFlightTotal: 2})
-	require.NoError(t, err)
 	entered, release := make(chan struct{}), make(chan struct{})
-	h := nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := newHarness(t, setup{limit: ratelimit.PerSecond(1000), opts: &ratelimit.MiddlewareOptions{MaxInFlight: 5, MaxInFlightTotal: 2}, next: func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/wait" {
 			entered <- struct{}{}
 			<-release
 		}
-	}))
-	serve := func(client, path string) *httptest.ResponseRecorder {
+	}})
+	get := func(client, path string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", path, nil)
 		r.Header.Set("X-Client", client)
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		return w
+		return serve(h, r)
 	}
 	done := make(chan int, 2)
 	for _, client := range []string{"a", "b"} {
-		go func() { done <- serve(client, "/wait").Code }()
+		go func() { done <- get(client, "/wait").Code }()
 		<-entered
 	}
-	refused := serve("c", "/")
+	refused := get("c", "/")
 	assert.Equal(t, http.StatusTooManyRequests, refused.Code)
 	assert.Contains(t, field(refused.Header(), "RateLimit-Policy"), `,"inflight";q=2;qu="concurrent-requests"`, "the binding quota is the total")
 	release <- struct{}{}
 	assert.Equal(t, http.StatusOK, <-done)
-	assert.Equal(t, http.StatusOK, serve("c", "/").Code, "a slot came back")
+	assert.Equal(t, http.StatusOK, get("c", "/").Code, "a slot came back")
 	close(release)
 	assert.Equal(t, http.StatusOK, <-done)
 }
@@ -409,13 +384,7 @@ func TestInFlightTotal(t *testing.T) {
 // Integer (15 digits at most, RFC 9651) is sent clamped, as policies' are,
 // so that strict parsers still read the field.
 func TestInFlightQuotaIsAnSFInteger(t *testing.T) {
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(10)})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{MaxInFlightTotal: math.MaxInt})
-	require.NoError(t, err)
-	w := httptest.NewRecorder()
-	r := httptest.NewRequest("GET", "/", nil)
-	r.Header.Set("X-Client", "a")
-	nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(w, r)
+	h := newHarness(t, setup{limit: ratelimit.PerSecond(10), opts: &ratelimit.MiddlewareOptions{MaxInFlightTotal: math.MaxInt}})
+	w := h.get("a")
 	assert.Equal(t, `"default";q=10;w=1,"inflight";q=999999999999999;qu="concurrent-requests"`, field(w.Header(), "RateLimit-Policy"))
 }

@@ -12,10 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/nethttp"
 )
 
 type userKey struct{}
@@ -44,16 +42,12 @@ func TestKeyByContextValueUnusableTypeIs500(t *testing.T) {
 				}
 			}
 		}
-		lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(5).WithBurst(10)})
-		require.NoError(t, err)
-		m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByContextValue(userKey{}), opts)
-		require.NoError(t, err)
-		h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("the handler runs") }))
+		h := newHarness(t, setup{limit: ratelimit.PerSecond(5).WithBurst(10), key: ratelimit.KeyByContextValue(userKey{}), opts: opts,
+			next: func(http.ResponseWriter, *http.Request) { t.Error("the handler runs") }})
 		for range 3 {
 			r := httptest.NewRequest(http.MethodGet, "/v1/geocode", nil)
 			r = r.WithContext(context.WithValue(r.Context(), userKey{}, map[string]int{"alice": 1}))
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, r)
+			w := serve(h, r)
 			assert.Equal(t, http.StatusInternalServerError, w.Code, "custom OnError %v: %s", custom, w.Body)
 			if !custom {
 				assert.Empty(t, w.Header().Get("WWW-Authenticate"), "a 500 challenges nobody")
@@ -83,18 +77,10 @@ func TestKeyByContextValueUnusableTypeIs500(t *testing.T) {
 // One credential is one client however its scheme is spelled: the four
 // spellings of one bearer token share one bucket of 2.
 func TestKeyByAPIKeyAuthorizationOneBucket(t *testing.T) {
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.Per(2, time.Minute)})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("Authorization"), nil)
-	require.NoError(t, err)
-	h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := newHarness(t, setup{limit: ratelimit.Per(2, time.Minute), key: ratelimit.KeyByAPIKey("Authorization")})
 	var codes []int
 	for _, v := range []string{"Bearer t0k3n", "bearer t0k3n", "BEARER t0k3n", "Bearer  t0k3n"} {
-		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.Header.Set("Authorization", v)
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		codes = append(codes, w.Code)
+		codes = append(codes, h.get("", "Authorization", v).Code)
 	}
 	assert.Equal(t, []int{200, 200, 429, 429}, codes)
 }

@@ -46,9 +46,8 @@ func TestLimiterRefund(t *testing.T) {
 		{[]int64{2, 3}, 6},
 		{[]int64{0, -3}, 1},
 	} {
-		lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Name: "api", Limit: ratelimit.Per(10, time.Hour)})
-		require.NoError(t, err)
-		_, err = lim.Take(ctx, "k", 3)
+		lim := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(10, time.Hour)}}}).lim
+		_, err := lim.Take(ctx, "k", 3)
 		require.NoError(t, err)
 		took, err := lim.Take(ctx, "k", 6)
 		require.NoError(t, err)
@@ -64,9 +63,8 @@ func TestLimiterRefund(t *testing.T) {
 // make, gives back nothing.
 func TestLimiterRefundNothing(t *testing.T) {
 	ctx := context.Background()
-	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Name: "api", Limit: ratelimit.Per(3, time.Hour)})
-	require.NoError(t, err)
-	_, err = lim.Take(ctx, "k", 2)
+	lim := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(3, time.Hour)}}}).lim
+	_, err := lim.Take(ctx, "k", 2)
 	require.NoError(t, err)
 	refused, err := lim.Take(ctx, "k", 2)
 	require.NoError(t, err)
@@ -91,12 +89,12 @@ func TestLimiterRefundNothing(t *testing.T) {
 func TestLimiterRefundPolicies(t *testing.T) {
 	ctx := context.Background()
 	for refund, want := range map[int64][]int64{2: {2, 5, 3}, 4: {4, 7, 5}} {
-		lim, err := ratelimit.New(clockStore(t, new(fakeClock)),
-			ratelimit.Policy{Name: "burst", Limit: ratelimit.PerSecond(1).WithBurst(5)},
-			ratelimit.Policy{Name: "hourly", Limit: ratelimit.Per(8, time.Hour)},
-			ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(6, time.Hour), DryRun: true})
-		require.NoError(t, err)
-		_, err = lim.Take(ctx, "k", 1)
+		lim := newHarness(t, setup{policies: []ratelimit.Policy{
+			{Name: "burst", Limit: ratelimit.PerSecond(1).WithBurst(5)},
+			{Name: "hourly", Limit: ratelimit.Per(8, time.Hour)},
+			{Name: "shadow", Limit: ratelimit.Per(6, time.Hour), DryRun: true},
+		}}).lim
+		_, err := lim.Take(ctx, "k", 1)
 		require.NoError(t, err)
 		took, err := lim.Take(ctx, "k", 4)
 		require.NoError(t, err)
@@ -119,8 +117,7 @@ func (refundFails) Refund(context.Context, *ratelimit.Policy, string, int64, rat
 func TestLimiterRefundStore(t *testing.T) {
 	ctx := context.Background()
 	p := ratelimit.Policy{Name: "api", Limit: ratelimit.Per(3, time.Hour)}
-	lim, err := ratelimit.New(refundFails{clockStore(t, new(fakeClock))}, p)
-	require.NoError(t, err)
+	lim := newHarness(t, setup{policies: []ratelimit.Policy{p}, wrap: func(s ratelimit.Store) ratelimit.Store { return refundFails{s} }}).lim
 	took, err := lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
 	err = lim.Refund(ctx, "k", 1, took)
@@ -128,8 +125,7 @@ func TestLimiterRefundStore(t *testing.T) {
 	assert.ErrorContains(t, err, "connection reset")
 
 	type takeOnly struct{ ratelimit.Store }
-	lim, err = ratelimit.New(takeOnly{clockStore(t, new(fakeClock))}, p)
-	require.NoError(t, err)
+	lim = newHarness(t, setup{policies: []ratelimit.Policy{p}, wrap: func(s ratelimit.Store) ratelimit.Store { return takeOnly{s} }}).lim
 	took, err = lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
 	assert.NoError(t, lim.Refund(ctx, "k", 1, took))
@@ -147,23 +143,18 @@ func (handBuiltStore) Take(context.Context, *ratelimit.Policy, string, int64) (r
 // A store that leaves Result.Policy nil gets the policy it was asked about
 // filled in: the middleware answers with its header fields, never panics.
 func TestStoreResultWithoutPolicy(t *testing.T) {
-	lim, err := ratelimit.New(handBuiltStore{}, ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5)})
-	require.NoError(t, err)
-	res, err := lim.Take(context.Background(), "k", 1)
+	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(5)}}, store: handBuiltStore{}})
+	res, err := h.lim.Take(context.Background(), "k", 1)
 	require.NoError(t, err)
 	require.NotNil(t, res.Policy)
 	assert.Equal(t, "api", res.Policy.Name)
 
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, nil)
-	require.NoError(t, err)
-	w := httptest.NewRecorder()
 	r := httptest.NewRequest("GET", "/", nil)
 	r.Header.Set("X-Client", "c")
-	m.Handle(w, r, func(*http.Request) int { return http.StatusOK })
+	w, _ := h.handle(r)
 	assert.Equal(t, []string{`"api";r=4`}, w.Header()["RateLimit"])
 
-	two, err := ratelimit.New(handBuiltStore{}, ratelimit.Policy{Name: "a", Limit: ratelimit.PerSecond(5)}, ratelimit.Policy{Name: "b", Limit: ratelimit.Per(5, 24*time.Hour)})
-	require.NoError(t, err)
+	two := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "a", Limit: ratelimit.PerSecond(5)}, {Name: "b", Limit: ratelimit.Per(5, 24*time.Hour)}}, store: handBuiltStore{}}).lim
 	res, err = two.Take(context.Background(), "k", 1)
 	require.NoError(t, err)
 	for i, r := range res.Results {
@@ -172,8 +163,8 @@ func TestStoreResultWithoutPolicy(t *testing.T) {
 }
 
 func TestConstructorErrors(t *testing.T) {
-	store := memoryStore(t)
 	good := ratelimit.Policy{Limit: ratelimit.PerSecond(1)}
+	store := newHarness(t, setup{policies: []ratelimit.Policy{good}}).store
 	for name, p := range map[string]ratelimit.Policy{
 		"invalid limit":   {Limit: ratelimit.PerSecond(0)},
 		"zero limit":      {},
@@ -198,10 +189,9 @@ func TestConstructorErrors(t *testing.T) {
 }
 
 func TestLimiterTakeErrors(t *testing.T) {
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5)})
-	require.NoError(t, err)
+	lim := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(5)}}}).lim
 	ctx := context.Background()
-	_, err = lim.Take(ctx, "", 1)
+	_, err := lim.Take(ctx, "", 1)
 	assert.ErrorIs(t, err, ratelimit.ErrMissingKey)
 	assert.ErrorContains(t, err, "empty key")
 	_, err = lim.Take(ctx, "k", -1)
@@ -221,8 +211,7 @@ func TestLimiterTakeErrors(t *testing.T) {
 	assert.Same(t, &lim.Policies()[0], res.Policy, "the deciding policy is the limiter's own")
 	assert.Equal(t, ratelimit.PerSecond(5), res.Policy.Limit)
 
-	failing, err := ratelimit.New(failingStore{errors.New("boom")}, ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
-	require.NoError(t, err)
+	failing := newHarness(t, setup{limit: ratelimit.PerSecond(5), store: failingStore{errors.New("boom")}}).lim
 	_, err = failing.Take(ctx, "k", 1)
 	assert.ErrorIs(t, err, ratelimit.ErrStore)
 	assert.ErrorContains(t, err, "boom")
@@ -248,11 +237,14 @@ func (s *notAtomicStore) TakeAll(context.Context, []ratelimit.BatchItem, []ratel
 // the Limiter decides the policies one at a time instead: the caller never
 // sees that error.
 func TestNotAtomicFallsBack(t *testing.T) {
-	store := &notAtomicStore{Store: memoryStore(t)}
-	lim, err := ratelimit.New(store,
-		ratelimit.Policy{Name: "burst", Limit: ratelimit.Per(3, time.Minute)},
-		ratelimit.Policy{Name: "sustained", Limit: ratelimit.Per(5, time.Hour)})
-	require.NoError(t, err)
+	h := newHarness(t, setup{
+		policies: []ratelimit.Policy{
+			{Name: "burst", Limit: ratelimit.Per(3, time.Minute)},
+			{Name: "sustained", Limit: ratelimit.Per(5, time.Hour)},
+		},
+		wrap: func(s ratelimit.Store) ratelimit.Store { return &notAtomicStore{Store: s} },
+	})
+	store, lim := h.store.(*notAtomicStore), h.lim
 	var allowed []bool
 	for range 4 {
 		res, err := lim.Take(context.Background(), "k", 1)
@@ -273,7 +265,7 @@ var (
 )
 
 func TestPoliciesOverHTTP(t *testing.T) {
-	s := policyServer(t, []ratelimit.Policy{perKey, daily, global}, nil)
+	s := newHarness(t, setup{policies: []ratelimit.Policy{perKey, daily, global}})
 	w := s.get("a")
 	require.Equal(t, 200, w.Code)
 	assert.Equal(t, `"per-key";q=10;w=2,"daily";q=10000;w=86400,"global";q=4;w=1`, field(w.Header(), "RateLimit-Policy"))
@@ -293,7 +285,7 @@ func TestPoliciesOverHTTP(t *testing.T) {
 	// RateLimit field, and the body names both.
 	slow := ratelimit.Policy{Name: "slow", Limit: ratelimit.Per(1, 10*time.Second)}
 	fast := ratelimit.Policy{Name: "fast", Limit: ratelimit.Per(1, 2*time.Second), Global: true}
-	s = policyServer(t, []ratelimit.Policy{fast, slow}, nil)
+	s = newHarness(t, setup{policies: []ratelimit.Policy{fast, slow}})
 	require.Equal(t, 200, s.get("a").Code)
 	w = s.get("a")
 	require.Equal(t, 429, w.Code)
@@ -305,14 +297,14 @@ func TestPoliciesOverHTTP(t *testing.T) {
 }
 
 func TestPoliciesCostAboveOneBurst(t *testing.T) {
-	s := policyServer(t, []ratelimit.Policy{perKey, global}, nil)
+	s := newHarness(t, setup{policies: []ratelimit.Policy{perKey, global}, opts: &ratelimit.MiddlewareOptions{Cost: costByHeader}})
 	w := s.get("a", "X-Cost", "5")
 	assert.Equal(t, http.StatusBadRequest, w.Code, "the global burst of 4 can never allow a cost of 5")
 	assert.Equal(t, 200, s.get("a", "X-Cost", "4").Code)
 }
 
 func TestPolicyConstructorErrors(t *testing.T) {
-	store := memoryStore(t)
+	store := newHarness(t, setup{policies: []ratelimit.Policy{perKey}}).store
 	_, err := ratelimit.New(store)
 	assert.ErrorContains(t, err, "no policy")
 	_, err = ratelimit.New(store, perKey, perKey)
@@ -328,8 +320,7 @@ func TestPolicyConstructorErrors(t *testing.T) {
 // Policy.
 func TestResultsPerPolicy(t *testing.T) {
 	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(1, time.Minute), DryRun: true}
-	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), perKey, daily, shadow)
-	require.NoError(t, err)
+	lim := newHarness(t, setup{policies: []ratelimit.Policy{perKey, daily, shadow}}).lim
 	ps := lim.Policies()
 	require.Len(t, ps, 3)
 	ctx := context.Background()
@@ -372,14 +363,13 @@ func TestResultsPerPolicy(t *testing.T) {
 // a cost whose wait fits, whatever its Remaining (which counts requests of
 // cost 1), and a would-be refusal says when the request would pass.
 func TestDryRunLookDecidesByTheAlgorithm(t *testing.T) {
-	clock := new(fakeClock)
 	shape := ratelimit.Policy{Name: "shape", Limit: ratelimit.PerSecond(1).WithBurst(10), Algorithm: ratelimit.LeakyShape, DryRun: true}
-	lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Name: "tb", Limit: ratelimit.PerSecond(5)}, shape)
-	require.NoError(t, err)
+	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "tb", Limit: ratelimit.PerSecond(5)}, shape}})
+	lim := h.lim
 	ctx := context.Background()
-	_, err = lim.Take(ctx, "k", 5) // the queue empties 5 s from now
+	_, err := lim.Take(ctx, "k", 5) // the queue empties 5 s from now
 	require.NoError(t, err)
-	clock.Advance(time.Second)
+	h.clock.Advance(time.Second)
 	_, err = lim.Take(ctx, "k", 4) // then 8 s from now
 	require.NoError(t, err)
 	res, err := lim.Take(ctx, "k", 5)
@@ -389,10 +379,8 @@ func TestDryRunLookDecidesByTheAlgorithm(t *testing.T) {
 	assert.True(t, res.Results[1].Allowed)
 
 	// A queue 3 s long, of 2 s room: a would-be refusal, by 1 s.
-	clock = new(fakeClock)
 	shape.Limit = ratelimit.PerSecond(1).WithBurst(2)
-	lim, err = ratelimit.New(clockStore(t, clock), ratelimit.Policy{Name: "tb", Limit: ratelimit.PerSecond(1).WithBurst(3)}, shape)
-	require.NoError(t, err)
+	lim = newHarness(t, setup{policies: []ratelimit.Policy{{Name: "tb", Limit: ratelimit.PerSecond(1).WithBurst(3)}, shape}}).lim
 	for _, cost := range []int64{2, 1} { // the queue then empties 3 s from now
 		res, err = lim.Take(ctx, "k", cost)
 		require.NoError(t, err)

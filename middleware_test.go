@@ -22,10 +22,22 @@ import (
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/nethttp"
+	"github.com/tokenfair/ratelimit/storetest"
 )
 
 // keyByHeader keys requests by the plain value of X-Client, for tests.
 func keyByHeader(r *http.Request) (string, error) { return r.Header.Get("X-Client"), nil }
+
+// oneKey keys every request by "k".
+func oneKey(*http.Request) (string, error) { return "k", nil }
+
+// costByHeader reads the cost of a request from X-Cost (default 1).
+func costByHeader(r *http.Request) (int64, error) {
+	if v := r.Header.Get("X-Cost"); v != "" {
+		return strconv.ParseInt(v, 10, 64)
+	}
+	return 1, nil
+}
 
 // field returns the first value of the header field name spelled exactly
 // so, or "". The rate-limit fields go out as the drafts spell them
@@ -38,82 +50,92 @@ func field(h http.Header, name string) string {
 	return ""
 }
 
-// costByHeader reads the cost of a request from X-Cost (default 1).
-func costByHeader(r *http.Request) (int64, error) {
-	if v := r.Header.Get("X-Cost"); v != "" {
-		return strconv.ParseInt(v, 10, 64)
-	}
-	return 1, nil
+// setup is what newHarness builds a harness of; what is left zero has the
+// default given.
+type setup struct {
+	limit    ratelimit.Limit    // the limit of the one policy, "default", unless policies are given
+	policies []ratelimit.Policy // the limiter's policies
+	// store is the limiter's store; nil: a memory store on the harness's
+	// fake clock, or with realClock on the real clock (inside a synctest
+	// bubble, the bubble's fake one).
+	store     ratelimit.Store
+	realClock bool
+	wrap      func(ratelimit.Store) ratelimit.Store // if not nil, the limiter's store is wrap(store)
+	limiter   *ratelimit.Limiter                    // the Middleware's limiter; nil: one of policies on store
+	key       ratelimit.KeyFunc                     // nil: keyByHeader
+	opts      *ratelimit.MiddlewareOptions          // passed as it is
+	next      http.HandlerFunc                      // the guarded handler; nil: one that writes "ok"
 }
 
-// fakeClock is a clock that moves only when told; safe for concurrent use.
-type fakeClock struct{ ns atomic.Int64 }
+// harness is a Middleware under test: its store and limiter, and the
+// handler it guards, which counts the requests that reach it. It serves
+// as an http.Handler through nethttp.Wrap.
+type harness struct {
+	t     *testing.T
+	clock *storetest.Clock // the memory store's clock; nil with a store or a limiter of the test's, or realClock
+	store ratelimit.Store  // the limiter's
+	lim   *ratelimit.Limiter
+	m     *ratelimit.Middleware
+	http.Handler
+	calls atomic.Int64 // requests that reached the handler
+}
 
-var fakeEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-func (c *fakeClock) Now() time.Time { return fakeEpoch.Add(time.Duration(c.ns.Load())) }
-
-func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-
-// memoryStore returns a memory store on the real clock (or, in a synctest
-// bubble, the bubble's).
-func memoryStore(t *testing.T) *memorystore.Store {
+// newHarness builds the harness of s; it is the one builder of the tests
+// of this package.
+func newHarness(t *testing.T, s setup) *harness {
 	t.Helper()
-	s, err := memorystore.New(nil)
-	require.NoError(t, err)
-	return s
-}
-
-// clockStore returns a memory store that reads clock.
-func clockStore(t *testing.T, clock *fakeClock) *memorystore.Store {
-	t.Helper()
-	s, err := memorystore.New(&memorystore.Options{Clock: clock.Now})
-	require.NoError(t, err)
-	return s
-}
-
-type server struct {
-	t       *testing.T
-	clock   *fakeClock
-	handler http.Handler
-	calls   int
-}
-
-// withCost returns opts, or the defaults, with costByHeader as the cost
-// function unless opts has one.
-func withCost(opts *ratelimit.MiddlewareOptions) *ratelimit.MiddlewareOptions {
-	o := ratelimit.MiddlewareOptions{}
-	if opts != nil {
-		o = *opts
+	h := &harness{t: t, store: s.store, lim: s.limiter}
+	if h.lim == nil {
+		if h.store == nil {
+			var opts *memorystore.Options
+			if !s.realClock {
+				h.clock = new(storetest.Clock)
+				opts = &memorystore.Options{Clock: h.clock.Now}
+			}
+			store, err := memorystore.New(opts)
+			require.NoError(t, err)
+			h.store = store
+		}
+		if s.wrap != nil {
+			h.store = s.wrap(h.store)
+		}
+		policies := s.policies
+		if policies == nil {
+			policies = []ratelimit.Policy{{Limit: s.limit}}
+		}
+		var err error
+		h.lim, err = ratelimit.New(h.store, policies...)
+		require.NoError(t, err)
 	}
-	if o.Cost == nil {
-		o.Cost = costByHeader
+	key := s.key
+	if key == nil {
+		key = keyByHeader
 	}
-	return &o
-}
-
-// newServer serves requests keyed by X-Client (cost from X-Cost) under one
-// policy of limit l named "default", on store or, if nil, a memory store
-// with a fake clock.
-func newServer(t *testing.T, l ratelimit.Limit, store ratelimit.Store, opts *ratelimit.MiddlewareOptions) *server {
-	t.Helper()
-	s := &server{t: t, clock: new(fakeClock)}
-	if store == nil {
-		store = clockStore(t, s.clock)
+	var err error
+	h.m, err = ratelimit.NewMiddleware(h.lim, key, s.opts)
+	require.NoError(t, err)
+	next := s.next
+	if next == nil {
+		next = func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) }
 	}
-	lim, err := ratelimit.New(store, ratelimit.Policy{Limit: l})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, withCost(opts))
-	require.NoError(t, err)
-	s.handler = nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.calls++
-		w.Write([]byte("ok"))
+	h.Handler = nethttp.Wrap(h.m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.calls.Add(1)
+		next(w, r)
 	}))
-	return s
+	return h
 }
 
-func (s *server) get(client string, header ...string) *httptest.ResponseRecorder {
-	s.t.Helper()
+// serve answers r with h and returns the recorded response.
+func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// get answers a GET of /geocode?q=paris from client (its X-Client, unless
+// "") with the header fields of header, given as name, value pairs.
+func (h *harness) get(client string, header ...string) *httptest.ResponseRecorder {
+	h.t.Helper()
 	r := httptest.NewRequest(http.MethodGet, "/geocode?q=paris", nil)
 	if client != "" {
 		r.Header.Set("X-Client", client)
@@ -121,18 +143,31 @@ func (s *server) get(client string, header ...string) *httptest.ResponseRecorder
 	for i := 0; i+1 < len(header); i += 2 {
 		r.Header.Set(header[i], header[i+1])
 	}
-	w := httptest.NewRecorder()
-	s.handler.ServeHTTP(w, r)
-	return w
+	return serve(h, r)
 }
 
-func (s *server) codes(n int, client string) []int {
-	s.t.Helper()
+// codes returns the statuses of n requests from client, one after another.
+func (h *harness) codes(n int, client string) []int {
+	h.t.Helper()
 	var got []int
 	for range n {
-		got = append(got, s.get(client).Code)
+		got = append(got, h.get(client).Code)
 	}
 	return got
+}
+
+// handle runs r through Middleware.Handle, without nethttp, with a handler
+// that answers 200 "ok", and returns the response and whether the handler
+// ran.
+func (h *harness) handle(r *http.Request) (w *httptest.ResponseRecorder, ran bool) {
+	w = httptest.NewRecorder()
+	h.m.Handle(w, r, func(*http.Request) int {
+		ran = true
+		w.WriteHeader(http.StatusOK)
+		w.Write([]byte("ok"))
+		return http.StatusOK
+	})
+	return w, ran
 }
 
 func repeat(code, n int) []int {
@@ -147,7 +182,7 @@ func repeat(code, n int) []int {
 // capacity 10; twelve requests at once: ten pass, two get 429 with
 // Retry-After: 1; one second later five more pass.
 func TestWorkedExampleOverHTTP(t *testing.T) {
-	s := newServer(t, ratelimit.PerSecond(5).WithBurst(10), nil, nil)
+	s := newHarness(t, setup{limit: ratelimit.PerSecond(5).WithBurst(10)})
 	var got []int
 	for i := range 12 {
 		w := s.get("alice")
@@ -161,7 +196,7 @@ func TestWorkedExampleOverHTTP(t *testing.T) {
 		}
 	}
 	assert.Equal(t, append(repeat(200, 10), 429, 429), got)
-	assert.Equal(t, 10, s.calls, "refused requests never reach the handler")
+	assert.Equal(t, int64(10), s.calls.Load(), "refused requests never reach the handler")
 	assert.Equal(t, 200, s.get("bob").Code, "another client has its own bucket")
 
 	s.clock.Advance(time.Second)
@@ -172,7 +207,7 @@ func TestWorkedExampleOverHTTP(t *testing.T) {
 // request of cost 5 drains it); ten requests at T=3 s: five pass, five are
 // refused.
 func TestExerciseOverHTTP(t *testing.T) {
-	s := newServer(t, ratelimit.PerSecond(2).WithBurst(5), nil, nil)
+	s := newHarness(t, setup{limit: ratelimit.PerSecond(2).WithBurst(5), opts: &ratelimit.MiddlewareOptions{Cost: costByHeader}})
 	require.Equal(t, 200, s.get("c", "X-Cost", "5").Code)
 	s.clock.Advance(3 * time.Second)
 	assert.Equal(t, append(repeat(200, 5), repeat(429, 5)...), s.codes(10, "c"))
@@ -205,9 +240,9 @@ func userValue(v any) func(*http.Request) *http.Request {
 // TestSkip: what Skip exempts (a path, a client) reaches the handler
 // without limit or header fields, and spends nothing.
 func TestSkip(t *testing.T) {
-	s := newServer(t, ratelimit.Per(1, time.Minute), nil, &ratelimit.MiddlewareOptions{Skip: func(r *http.Request) bool {
+	s := newHarness(t, setup{limit: ratelimit.Per(1, time.Minute), opts: &ratelimit.MiddlewareOptions{Skip: func(r *http.Request) bool {
 		return strings.HasPrefix(r.URL.Path, "/internal/") || r.Header.Get("X-Client") == "monitor"
-	}})
+	}}})
 	for range 5 {
 		w := s.get("monitor")
 		assert.Equal(t, 200, w.Code)
@@ -216,13 +251,12 @@ func TestSkip(t *testing.T) {
 	r := httptest.NewRequest("GET", "/internal/stats", nil)
 	r.Header.Set("X-Client", "c")
 	for range 5 {
-		w := httptest.NewRecorder()
-		s.handler.ServeHTTP(w, r)
+		w := serve(s, r)
 		assert.Equal(t, 200, w.Code)
 		assert.Empty(t, field(w.Header(), "RateLimit"))
 	}
 	assert.Equal(t, []int{200, 429}, s.codes(2, "c"), "skipped requests spent nothing")
-	assert.Equal(t, 11, s.calls)
+	assert.Equal(t, int64(11), s.calls.Load())
 }
 
 // TestSkipSpendsNothing: a skipped client spends nothing, not even from a
@@ -230,13 +264,13 @@ func TestSkip(t *testing.T) {
 func TestSkipSpendsNothing(t *testing.T) {
 	monitor := &ratelimit.MiddlewareOptions{Skip: func(r *http.Request) bool { return r.Header.Get("X-Client") == "monitor" }}
 	global := ratelimit.Policy{Name: "global", Limit: ratelimit.Per(3, time.Minute), Global: true}
-	s := policyServer(t, []ratelimit.Policy{perKey, global}, monitor)
+	s := newHarness(t, setup{policies: []ratelimit.Policy{perKey, global}, opts: monitor})
 	for range 10 {
 		require.Equal(t, 200, s.get("monitor").Code)
 	}
 	assert.Equal(t, []int{200, 200, 200, 429}, s.codes(4, "c"), "the global bucket is intact")
 
-	down := newServer(t, ratelimit.Per(1, time.Minute), failingStore{errDown}, monitor)
+	down := newHarness(t, setup{limit: ratelimit.Per(1, time.Minute), store: failingStore{errDown}, opts: monitor})
 	assert.Equal(t, 200, down.get("monitor").Code)
 	assert.Equal(t, 503, down.get("c").Code, "the store is down for everyone else")
 }
@@ -244,80 +278,45 @@ func TestSkipSpendsNothing(t *testing.T) {
 // TestSkipByAPIKey: an internal caller known by its API key is exempt
 // (what WithExemptKeys did); the key is compared in constant time.
 func TestSkipByAPIKey(t *testing.T) {
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
-	require.NoError(t, err)
 	internal := func(r *http.Request) bool {
 		return subtle.ConstantTimeCompare([]byte(r.Header.Get("X-API-Key")), []byte("internal-secret")) == 1
 	}
-	m, err := ratelimit.NewMiddleware(lim, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{Skip: internal})
-	require.NoError(t, err)
-	h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	serve := func(apiKey string) int {
-		r := httptest.NewRequest("GET", "/", nil)
-		r.Header.Set("X-API-Key", apiKey)
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		return w.Code
-	}
+	h := newHarness(t, setup{limit: ratelimit.Per(1, time.Minute), key: ratelimit.KeyByAPIKey("X-API-Key"), opts: &ratelimit.MiddlewareOptions{Skip: internal}})
+	get := func(apiKey string) int { return h.get("", "X-API-Key", apiKey).Code }
 	for range 3 {
-		assert.Equal(t, 200, serve("internal-secret"))
+		assert.Equal(t, 200, get("internal-secret"))
 	}
-	assert.Equal(t, []int{200, 429}, []int{serve("customer"), serve("customer")}, "other keys are limited")
+	assert.Equal(t, []int{200, 429}, []int{get("customer"), get("customer")}, "other keys are limited")
 }
 
 func TestPanickingKeyFunction(t *testing.T) {
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, func(*http.Request) (string, error) { panic("boom") }, nil)
-	require.NoError(t, err)
-	w := httptest.NewRecorder()
-	nethttp.Wrap(m)(http.NotFoundHandler()).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	h := newHarness(t, setup{limit: ratelimit.PerSecond(1), key: func(*http.Request) (string, error) { panic("boom") }})
+	w := serve(h, httptest.NewRequest("GET", "/", nil))
 	assert.Equal(t, 500, w.Code)
 	assert.NotContains(t, w.Body.String(), "boom")
+	assert.Zero(t, h.calls.Load())
 }
 
 // A panicking cost function is a clean 500 too, and an error handler of
 // one's own sees ErrPanic and chooses the answer; the next handler never
 // runs and the server goes on.
 func TestPanickingCostFunction(t *testing.T) {
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
-	require.NoError(t, err)
-	oneKey := func(*http.Request) (string, error) { return "k", nil }
 	boom := func(*http.Request) (int64, error) { panic("boom") }
-	ran := false
-	next := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { ran = true })
 
-	m, err := ratelimit.NewMiddleware(lim, oneKey, &ratelimit.MiddlewareOptions{Cost: boom})
-	require.NoError(t, err)
-	w := httptest.NewRecorder()
-	nethttp.Wrap(m)(next).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	h := newHarness(t, setup{limit: ratelimit.PerSecond(1), key: oneKey, opts: &ratelimit.MiddlewareOptions{Cost: boom}})
+	w := serve(h, httptest.NewRequest("GET", "/", nil))
 	assert.Equal(t, 500, w.Code)
 	assert.NotContains(t, w.Body.String(), "boom")
 
 	var seen error
-	m, err = ratelimit.NewMiddleware(lim, oneKey, &ratelimit.MiddlewareOptions{Cost: boom, OnError: func(w http.ResponseWriter, r *http.Request, err error) {
+	h = newHarness(t, setup{limiter: h.lim, key: oneKey, opts: &ratelimit.MiddlewareOptions{Cost: boom, OnError: func(w http.ResponseWriter, r *http.Request, err error) {
 		seen = err
 		w.WriteHeader(http.StatusServiceUnavailable)
-	}})
-	require.NoError(t, err)
-	w = httptest.NewRecorder()
-	nethttp.Wrap(m)(next).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	}}})
+	w = serve(h, httptest.NewRequest("GET", "/", nil))
 	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
 	assert.ErrorIs(t, seen, ratelimit.ErrPanic)
-	assert.False(t, ran)
-}
-
-// handle runs r through m.Handle with a handler that answers 200 "ok", and
-// returns the response and whether the handler ran.
-func handle(m *ratelimit.Middleware, r *http.Request) (w *httptest.ResponseRecorder, ran bool) {
-	w = httptest.NewRecorder()
-	m.Handle(w, r, func(*http.Request) int {
-		ran = true
-		w.WriteHeader(http.StatusOK)
-		w.Write([]byte("ok"))
-		return http.StatusOK
-	})
-	return w, ran
+	assert.Zero(t, h.calls.Load())
 }
 
 // TestHandleConcurrentExactCount: 40 requests at once on one key, burst
@@ -326,10 +325,7 @@ func handle(m *ratelimit.Middleware, r *http.Request) (w *httptest.ResponseRecor
 // 30 are refused with 429.
 func TestHandleConcurrentExactCount(t *testing.T) {
 	const n, burst = 40, 10
-	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.Per(burst, time.Minute)})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, nil)
-	require.NoError(t, err)
+	h := newHarness(t, setup{limit: ratelimit.Per(burst, time.Minute)})
 
 	var (
 		wg        sync.WaitGroup
@@ -346,7 +342,7 @@ func TestHandleConcurrentExactCount(t *testing.T) {
 			r := httptest.NewRequest(http.MethodGet, "/", nil)
 			r.Header.Set("X-Client", "one-key")
 			<-start
-			w, ok := handle(m, r)
+			w, ok := h.handle(r)
 			if ok {
 				ran.Add(1)
 			}
@@ -392,8 +388,6 @@ func TestHandleConcurrentExactCount(t *testing.T) {
 // is admitted and reaches its handler; the key function is not even called.
 // The same requests, not skipped, are answered as errors.
 func TestSkipRunsBeforeKey(t *testing.T) {
-	lim, err := ratelimit.New(clockStore(t, new(fakeClock)), ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
-	require.NoError(t, err)
 	for _, tc := range []struct {
 		name   string
 		key    ratelimit.KeyFunc
@@ -409,13 +403,12 @@ func TestSkipRunsBeforeKey(t *testing.T) {
 			keyCalls.Add(1)
 			return tc.key(r)
 		}
-		m, err := ratelimit.NewMiddleware(lim, key, &ratelimit.MiddlewareOptions{
+		h := newHarness(t, setup{limit: ratelimit.Per(1, time.Minute), key: key, opts: &ratelimit.MiddlewareOptions{
 			Skip:   func(r *http.Request) bool { return r.URL.Path == "/healthz" },
 			Logger: discardLogger(),
-		})
-		require.NoError(t, err)
+		}})
 		for range 3 {
-			w, ran := handle(m, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+			w, ran := h.handle(httptest.NewRequest(http.MethodGet, "/healthz", nil))
 			assert.Equal(t, http.StatusOK, w.Code, "%s: skipped", tc.name)
 			assert.True(t, ran, "%s: the handler of a skipped request runs", tc.name)
 			assert.Equal(t, "ok", w.Body.String(), tc.name)
@@ -425,7 +418,7 @@ func TestSkipRunsBeforeKey(t *testing.T) {
 		}
 		assert.Zero(t, keyCalls.Load(), "%s: the key function is not called for a skipped request", tc.name)
 
-		w, ran := handle(m, httptest.NewRequest(http.MethodGet, "/geocode", nil))
+		w, ran := h.handle(httptest.NewRequest(http.MethodGet, "/geocode", nil))
 		assert.Equal(t, tc.status, w.Code, "%s: not skipped", tc.name)
 		assert.False(t, ran, "%s: not skipped, the handler does not run", tc.name)
 		assert.EqualValues(t, 1, keyCalls.Load(), tc.name)
@@ -439,45 +432,27 @@ func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // through the error handler with ErrPanic, and the handler never runs;
 // Observe is told, as of every request that fails before its decision.
 func TestSkipPanics(t *testing.T) {
-	lim, err := ratelimit.New(handBuiltStore{}, ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
-	require.NoError(t, err)
 	var got error
 	var observed []ratelimit.Event
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{
+	h := newHarness(t, setup{limit: ratelimit.PerSecond(5), store: handBuiltStore{}, opts: &ratelimit.MiddlewareOptions{
 		Skip:    func(*http.Request) bool { panic("boom") },
 		OnError: func(w http.ResponseWriter, r *http.Request, err error) { got = err; w.WriteHeader(500) },
 		Observe: func(_ *http.Request, e ratelimit.Event) { observed = append(observed, e) },
-	})
-	require.NoError(t, err)
-	w := httptest.NewRecorder()
-	ran := false
-	m.Handle(w, httptest.NewRequest("GET", "/", nil), func(*http.Request) int { ran = true; return 200 })
+	}})
+	w, ran := h.handle(httptest.NewRequest("GET", "/", nil))
 	assert.False(t, ran)
 	assert.Equal(t, 500, w.Code)
 	assert.ErrorIs(t, got, ratelimit.ErrPanic)
 	assert.ErrorContains(t, got, "boom")
 	require.Len(t, observed, 1, "Observe is told of the failure")
-	assert.Same(t, lim, observed[0].Limiter)
+	assert.Same(t, h.lim, observed[0].Limiter)
 	assert.ErrorIs(t, observed[0].Err, ratelimit.ErrPanic)
-}
-
-// policyServer serves requests keyed by X-Client (cost from X-Cost) under
-// policies, on a memory store with a fake clock.
-func policyServer(t *testing.T, policies []ratelimit.Policy, opts *ratelimit.MiddlewareOptions) *server {
-	t.Helper()
-	s := &server{t: t, clock: new(fakeClock)}
-	lim, err := ratelimit.New(clockStore(t, s.clock), policies...)
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, withCost(opts))
-	require.NoError(t, err)
-	s.handler = nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.calls++ }))
-	return s
 }
 
 // TestCostBelowOneIsRefused: a cost of 0 would only look at the bucket, so
 // a client that can pick it (?count=0) would pass an empty bucket at will.
 func TestCostBelowOneIsRefused(t *testing.T) {
-	s := policyServer(t, []ratelimit.Policy{perKey}, nil)
+	s := newHarness(t, setup{policies: []ratelimit.Policy{perKey}, opts: &ratelimit.MiddlewareOptions{Cost: costByHeader}})
 	require.Equal(t, 200, s.get("a", "X-Cost", "10").Code)
 	require.Equal(t, 429, s.get("a").Code, "the bucket is empty")
 	for _, cost := range []string{"0", "-1"} {
@@ -488,26 +463,22 @@ func TestCostBelowOneIsRefused(t *testing.T) {
 		w := s.get("a", "X-Cost", cost)
 		assert.Contains(t, w.Body.String(), "the request's cost, "+cost+", is ")
 	}
-	assert.Equal(t, 1, s.calls, "only the first request reached the handler")
+	assert.Equal(t, int64(1), s.calls.Load(), "only the first request reached the handler")
 }
 
 // TestTiers: one middleware, a limiter per plan chosen per request.
 func TestTiers(t *testing.T) {
-	clock := new(fakeClock)
-	store := clockStore(t, clock)
-	free, err := ratelimit.New(store, ratelimit.Policy{Name: "free", Limit: ratelimit.Per(2, time.Minute)})
-	require.NoError(t, err)
-	pro, err := ratelimit.New(store, ratelimit.Policy{Name: "pro", Limit: ratelimit.Per(5, time.Minute)})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(free, keyByHeader, &ratelimit.MiddlewareOptions{LimiterFor: func(r *http.Request) *ratelimit.Limiter {
-		if r.Header.Get("X-Plan") == "pro" {
-			return pro
-		}
-		return nil
-	}})
-	require.NoError(t, err)
-	h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	s := &server{t: t, clock: clock, handler: h}
+	var pro *ratelimit.Limiter
+	s := newHarness(t, setup{
+		policies: []ratelimit.Policy{{Name: "free", Limit: ratelimit.Per(2, time.Minute)}},
+		opts: &ratelimit.MiddlewareOptions{LimiterFor: func(r *http.Request) *ratelimit.Limiter {
+			if r.Header.Get("X-Plan") == "pro" {
+				return pro
+			}
+			return nil
+		}},
+	})
+	pro = newHarness(t, setup{policies: []ratelimit.Policy{{Name: "pro", Limit: ratelimit.Per(5, time.Minute)}}, store: s.store}).lim
 	var freeCodes, proCodes []int
 	for range 6 {
 		freeCodes = append(freeCodes, s.get("x").Code)

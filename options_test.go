@@ -2,23 +2,19 @@ package ratelimit_test
 
 import (
 	"math"
-	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/nethttp"
 )
 
 // RetryJitter is at most an hour: more is an error naming the value, and
 // the longest Duration is one (it overflowed the wait it was added to).
 func TestRetryJitterBound(t *testing.T) {
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
-	require.NoError(t, err)
-	_, err = ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{RetryJitter: time.Hour})
+	lim := newHarness(t, setup{limit: ratelimit.PerSecond(1)}).lim
+	_, err := ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{RetryJitter: time.Hour})
 	assert.NoError(t, err, "an hour is allowed")
 	for _, j := range []time.Duration{time.Hour + time.Nanosecond, 50 * 365 * 24 * time.Hour, math.MaxInt64} {
 		_, err = ratelimit.NewMiddleware(lim, keyByHeader, &ratelimit.MiddlewareOptions{RetryJitter: j})
@@ -29,17 +25,13 @@ func TestRetryJitterBound(t *testing.T) {
 // Every field of Options is optional: nil, the zero Options and nil hooks
 // are the defaults.
 func TestOptionsDefaults(t *testing.T) {
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
-	require.NoError(t, err)
 	for name, opts := range map[string]*ratelimit.MiddlewareOptions{
 		"nil":       nil,
 		"zero":      {},
 		"nil hooks": {Cost: nil, OnDeny: nil, OnError: nil, LimiterFor: nil, Skip: nil, CountIf: nil, Observe: nil, Logger: nil},
 	} {
-		m, err := ratelimit.NewMiddleware(lim, keyByHeader, opts)
-		require.NoError(t, err, name)
-		assert.False(t, m.CountsResponses(), name)
-		s := &server{t: t, handler: nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))}
+		s := newHarness(t, setup{limit: ratelimit.Per(1, time.Minute), opts: opts})
+		assert.False(t, s.m.CountsResponses(), name)
 		w := s.get(name)
 		assert.Equal(t, 200, w.Code, name)
 		assert.Equal(t, `"default";q=1;w=60`, field(w.Header(), "RateLimit-Policy"), "%s: IETF header fields", name)
@@ -52,8 +44,7 @@ func TestOptionsDefaults(t *testing.T) {
 // An invalid option is an error of NewMiddleware that names the field and
 // the value at fault.
 func TestOptionsErrors(t *testing.T) {
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
-	require.NoError(t, err)
+	lim := newHarness(t, setup{limit: ratelimit.PerSecond(1)}).lim
 	for _, tc := range []struct {
 		opts ratelimit.MiddlewareOptions
 		want string
