@@ -643,13 +643,6 @@ func FuzzHeaders(f *testing.F) {
 	})
 }
 
-// Each field's second spelling is the one h.Set gives it.
-func TestFieldNamesCanonical(t *testing.T) {
-	for _, f := range append(append([]fieldName{policyKey, quotaKey}, legacyKeys[:]...), xKeys[:]...) {
-		assert.Equal(t, http.CanonicalHeaderKey(f.draft), f.canonical, "%s", f.draft)
-	}
-}
-
 // The w parameter of RateLimit-Policy is the time the burst takes to earn
 // at the rate as written, so it is exact however the interval rounds.
 func TestLimitWindow(t *testing.T) {

@@ -367,3 +367,45 @@ func TestDryRunHeadersOnRefusals(t *testing.T) {
 	assert.Equal(t, `"dry";q=3;w=60,"inflight";q=1;qu="concurrent-requests"`, field(second.Header(), "RateLimit-Policy"))
 	assert.Equal(t, `"dry";q=3;w=60,"inflight";q=1;qu="concurrent-requests"`, field(first.Header(), "RateLimit-Policy"), "the same list when allowed")
 }
+
+// TestFieldNamesCanonical: every rate-limit field a Middleware writes, in
+// every format, allowed or refused, replaces a value set earlier under the
+// spelling that h.Set gives its name (http.CanonicalHeaderKey's), so that
+// the response carries it once, as the drafts spell it.
+func TestFieldNamesCanonical(t *testing.T) {
+	for _, opts := range []ratelimit.MiddlewareOptions{
+		{Headers: ratelimit.HeadersIETF}, {Headers: ratelimit.HeadersLegacy}, {Headers: ratelimit.HeadersX},
+		{Headers: ratelimit.HeadersIETF, MaxInFlight: 5}, // RateLimit-Policy lists "inflight" too
+	} {
+		h := newHarness(t, setup{limit: ratelimit.Per(2, time.Minute), opts: &opts})
+		var written []http.Header // client a's: two allowed, one refused
+		names := map[string]bool{}
+		for range 3 {
+			header := h.get("a").Header()
+			written = append(written, header)
+			for name := range header {
+				if strings.Contains(strings.ToLower(name), "ratelimit") {
+					names[name] = true
+				}
+			}
+		}
+		require.NotEmpty(t, names, "format %v: the fields written", opts.Headers)
+		setEarlier := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			for name := range names {
+				w.Header().Set(name, "earlier")
+			}
+			h.ServeHTTP(w, r)
+		})
+		for i, want := range written { // client b's, the same requests over the earlier values
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.Header.Set("X-Client", "b")
+			got := serve(setEarlier, r).Header()
+			for name := range names {
+				assert.Equal(t, want[name], got[name], "format %v, MaxInFlight %d, request %d: %s", opts.Headers, opts.MaxInFlight, i+1, name)
+				if canonical := http.CanonicalHeaderKey(name); canonical != name {
+					assert.NotContains(t, got, canonical, "format %v, MaxInFlight %d, request %d: %s as h.Set spells it", opts.Headers, opts.MaxInFlight, i+1, name)
+				}
+			}
+		}
+	}
+}
