@@ -81,7 +81,8 @@ type harness struct {
 }
 
 // newHarness builds the harness of s; it is the one builder of the tests
-// of this package.
+// of this package, and a test that needs only a store or a limiter takes
+// the harness's (with s.limiter, its store is nil).
 func newHarness(t *testing.T, s setup) *harness {
 	t.Helper()
 	h := &harness{t: t, store: s.store, lim: s.limiter}
