@@ -15,10 +15,6 @@ import (
 	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
-// These tests check Policy.Decide, the algorithm every store applies,
-// against independent models: exact rational arithmetic, x/time/rate, a
-// water-level meter and published GCRA vectors.
-
 // bucket returns a TokenBucket policy of one token per interval
 // nanoseconds.
 func bucket(interval, burst int64) *ratelimit.Policy {

@@ -1,6 +1,8 @@
 package ratelimit
 
-import "net/http"
+import (
+	"net/http"
+)
 
 // For the tests of package ratelimit_test.
 var ErrPanic = errPanic

@@ -1,11 +1,13 @@
-package ratelimit
+package ratelimit_test
 
 import (
-	"errors"
-	"flag"
+	"bufio"
+	"context"
 	"io"
 	"math"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,638 +16,396 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit"
 )
 
-// Field names as the drafts spell them, the keys writeHeaders assigns in the
-// header map. http.Header.Get canonicalises ("Ratelimit-Policy") and so
-// does not find them: read them with headerField, the map index.
-var allRateLimitFields = []string{
-	"RateLimit-Policy", "RateLimit",
-	"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset",
-	"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+func TestAllDryRunWritesNoHeaders(t *testing.T) {
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(1, time.Minute), DryRun: true}
+	for _, format := range []ratelimit.HeaderFormat{ratelimit.HeadersIETF, ratelimit.HeadersLegacy, ratelimit.HeadersX} {
+		s := newHarness(t, setup{policies: []ratelimit.Policy{shadow}, opts: &ratelimit.MiddlewareOptions{Headers: format}})
+		for range 3 {
+			w := s.get("c")
+			assert.Equal(t, 200, w.Code)
+			for name := range w.Header() {
+				assert.NotContains(t, strings.ToLower(name), "ratelimit", "format %v wrote %s", format, name)
+			}
+		}
+	}
 }
 
-type headerCase struct {
-	name string
-	res  Result
-	// Expected values per format, in the order of the format's fields:
-	// ietf: RateLimit-Policy, RateLimit; legacy and x: Limit, Remaining, Reset.
-	ietf   [2]string
-	legacy [3]string
+// TestOnDenySeesHeaderFields: when a custom deny handler runs, the
+// rate-limit header fields of the refusal are already set on w, not only
+// Retry-After, in every format.
+func TestOnDenySeesHeaderFields(t *testing.T) {
+	for _, tc := range []struct {
+		format ratelimit.HeaderFormat
+		want   map[string]string
+	}{
+		{ratelimit.HeadersIETF, map[string]string{"RateLimit-Policy": `"default";q=1;w=60`, "RateLimit": `"default";r=0;t=60`}},
+		{ratelimit.HeadersLegacy, map[string]string{"RateLimit-Limit": "1", "RateLimit-Remaining": "0", "RateLimit-Reset": "60"}},
+		{ratelimit.HeadersX, map[string]string{"X-RateLimit-Limit": "1", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "60"}},
+	} {
+		var seen http.Header
+		denied := 0
+		h := newHarness(t, setup{limit: ratelimit.Per(1, time.Minute), opts: &ratelimit.MiddlewareOptions{
+			Headers: tc.format,
+			OnDeny: func(w http.ResponseWriter, r *http.Request, res ratelimit.Result) {
+				denied++
+				seen = w.Header().Clone()
+				w.WriteHeader(http.StatusServiceUnavailable)
+			},
+		}})
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("X-Client", "c")
+		w, ran := h.handle(r)
+		require.Equal(t, http.StatusOK, w.Code)
+		require.True(t, ran)
+		w, ran = h.handle(r)
+		require.Equal(t, http.StatusServiceUnavailable, w.Code, "format %v: the custom deny answer", tc.format)
+		require.False(t, ran)
+		require.Equal(t, 1, denied)
+		assert.Equal(t, "60", seen.Get("Retry-After"), "format %v", tc.format)
+		for name, v := range tc.want {
+			assert.Equal(t, []string{v}, seen[name], "format %v: %s set before OnDeny runs", tc.format, name)
+		}
+		for name := range seen {
+			if strings.Contains(strings.ToLower(name), "ratelimit") {
+				assert.Contains(t, tc.want, name, "format %v: OnDeny saw %s", tc.format, name)
+			}
+		}
+	}
 }
 
-var headerCases = []headerCase{
-	{
-		name:   "allowed full bucket",
-		res:    Result{Allowed: true, Policy: pol("default", PerSecond(5).WithBurst(10)), Remaining: 10},
-		ietf:   [2]string{`"default";q=10;w=2`, `"default";r=10`},
-		legacy: [3]string{"10", "10", "0"},
-	},
-	{
-		// DESIGN.md, Contract 1: 5/s burst 10 after one request.
-		name:   "allowed partial (design example)",
-		res:    Result{Allowed: true, Policy: pol("default", PerSecond(5).WithBurst(10)), Remaining: 9, ResetAfter: 200 * time.Millisecond},
-		ietf:   [2]string{`"default";q=10;w=2`, `"default";r=9;t=1`},
-		legacy: [3]string{"10", "9", "1"},
-	},
-	{
-		// Next token in 0.7 s, bucket full in 2.7 s.
-		name:   "allowed partial, t is the next token not the full reset",
-		res:    Result{Allowed: true, Policy: pol("api", PerSecond(1).WithBurst(5)), Remaining: 2, ResetAfter: 2700 * time.Millisecond},
-		ietf:   [2]string{`"api";q=5;w=5`, `"api";r=2;t=1`},
-		legacy: [3]string{"5", "2", "3"},
-	},
-	{
-		name:   "allowed partial, remainder zero waits a whole interval",
-		res:    Result{Allowed: true, Policy: pol("slow", Per(1, 7*time.Second).WithBurst(3)), Remaining: 1, ResetAfter: 14 * time.Second},
-		ietf:   [2]string{`"slow";q=3;w=21`, `"slow";r=1;t=7`},
-		legacy: [3]string{"3", "1", "14"},
-	},
-	{
-		name:   "refused cost 1",
-		res:    Result{Policy: pol("default", PerSecond(5).WithBurst(10)), RetryAfter: 200 * time.Millisecond, ResetAfter: 2 * time.Second},
-		ietf:   [2]string{`"default";q=10;w=2`, `"default";r=0;t=1`},
-		legacy: [3]string{"10", "0", "2"},
-	},
-	{
-		name:   "refused large RetryAfter",
-		res:    Result{Policy: pol("default", PerSecond(5).WithBurst(10)), Remaining: 3, RetryAfter: 7300 * time.Millisecond, ResetAfter: 9 * time.Second},
-		ietf:   [2]string{`"default";q=10;w=2`, `"default";r=3;t=8`},
-		legacy: [3]string{"10", "3", "9"},
-	},
-	{
-		name:   "100 per minute",
-		res:    Result{Allowed: true, Policy: pol("per-min", Per(100, time.Minute)), Remaining: 42, ResetAfter: 34*time.Second + 800*time.Millisecond},
-		ietf:   [2]string{`"per-min";q=100;w=60`, `"per-min";r=42;t=1`},
-		legacy: [3]string{"100", "42", "35"},
-	},
-	{
-		name:   "10000 per day",
-		res:    Result{Allowed: true, Policy: pol("daily", Per(10000, 24*time.Hour)), Remaining: 9999, ResetAfter: 8640 * time.Millisecond},
-		ietf:   [2]string{`"daily";q=10000;w=86400`, `"daily";r=9999;t=9`},
-		legacy: [3]string{"10000", "9999", "9"},
-	},
-	{
-		name:   "every 7s burst 1 refused",
-		res:    Result{Policy: pol("p", Per(1, 7*time.Second)), RetryAfter: 6500 * time.Millisecond, ResetAfter: 6500 * time.Millisecond},
-		ietf:   [2]string{`"p";q=1;w=7`, `"p";r=0;t=7`},
-		legacy: [3]string{"1", "0", "7"},
-	},
-	{
-		name:   "sub-second span",
-		res:    Result{Allowed: true, Policy: pol("fast", Per(1, time.Millisecond).WithBurst(5)), Remaining: 4, ResetAfter: time.Millisecond},
-		ietf:   [2]string{`"fast";q=5;w=1`, `"fast";r=4;t=1`},
-		legacy: [3]string{"5", "4", "1"},
-	},
-	{
-		// standards.md V15 emit vector: "default", 100 per 60 s, 50 left. Its
-		// t=30 assumes a fixed window; a token bucket earns the next token
-		// within one interval (0.6 s), so t=1.
-		name:   "V15 default 100 per 60s, 50 left",
-		res:    Result{Allowed: true, Policy: pol("default", Per(100, time.Minute)), Remaining: 50, ResetAfter: 30 * time.Second},
-		ietf:   [2]string{`"default";q=100;w=60`, `"default";r=50;t=1`},
-		legacy: [3]string{"100", "50", "30"},
-	},
-	{
-		// 60s/9 rounds up to 6666666667ns; the extra 3ns must not make w=61.
-		name:   "9 per minute interval rounding",
-		res:    Result{Allowed: true, Policy: pol("default", Per(9, time.Minute)), Remaining: 9},
-		ietf:   [2]string{`"default";q=9;w=60`, `"default";r=9`},
-		legacy: [3]string{"9", "9", "0"},
-	},
-	{
-		name:   "1.5s interval rounds up",
-		res:    Result{Policy: pol("default", Per(1, 1500*time.Millisecond)), RetryAfter: 1400 * time.Millisecond, ResetAfter: 1400 * time.Millisecond},
-		ietf:   [2]string{`"default";q=1;w=2`, `"default";r=0;t=2`},
-		legacy: [3]string{"1", "0", "2"},
-	},
-	{
-		// Burst beyond the 15 digits of an sf-integer is clamped in ietf only.
-		name:   "huge burst",
-		res:    Result{Allowed: true, Policy: pol("default", Per(1, time.Nanosecond).WithBurst(1_500_000_000_000_000_000)), Remaining: 1_000_000_000_000_000_000, ResetAfter: time.Duration(500_000_000_000_000_000)},
-		ietf:   [2]string{`"default";q=999999999999999;w=1500000000`, `"default";r=999999999999999;t=1`},
-		legacy: [3]string{"1500000000000000000", "1000000000000000000", "500000000"},
-	},
-}
+// TestHeaderNamesOnTheWire reads the raw bytes of responses from a real
+// server: the rate-limit fields go out spelled as the drafts spell them
+// ("RateLimit-Policy:", "RateLimit:"), never canonicalised, and a Go
+// client, which canonicalises on read, still finds them with Get.
+func TestHeaderNamesOnTheWire(t *testing.T) {
+	for _, tc := range []struct {
+		format ratelimit.HeaderFormat
+		opts   ratelimit.MiddlewareOptions
+		want   []string // the rate-limit field lines of the first response, in order of name
+	}{
+		{format: ratelimit.HeadersIETF, want: []string{`RateLimit: "default";r=1;t=30`, `RateLimit-Policy: "default";q=2;w=60`}},
+		{format: ratelimit.HeadersIETF, opts: ratelimit.MiddlewareOptions{MaxInFlight: 3}, want: []string{
+			`RateLimit: "default";r=1;t=30`,
+			`RateLimit-Policy: "default";q=2;w=60,"inflight";q=3;qu="concurrent-requests"`,
+		}},
+		{format: ratelimit.HeadersLegacy, want: []string{"RateLimit-Limit: 2", "RateLimit-Remaining: 1", "RateLimit-Reset: 30"}},
+		{format: ratelimit.HeadersX, want: []string{"X-RateLimit-Limit: 2", "X-RateLimit-Remaining: 1", "X-RateLimit-Reset: 30"}},
+	} {
+		text, _ := tc.format.MarshalText()
+		name := string(text)
+		if tc.opts.MaxInFlight > 0 {
+			name += "+inflight"
+		}
+		t.Run(name, func(t *testing.T) {
+			opts := tc.opts
+			opts.Headers = tc.format
+			srv := httptest.NewServer(newHarness(t, setup{limit: ratelimit.Per(2, time.Minute), opts: &opts}))
+			defer srv.Close()
 
-func TestWriteHeaders(t *testing.T) {
-	for _, tc := range headerCases {
-		t.Run(tc.name, func(t *testing.T) {
-			require.NoError(t, tc.res.Policy.Limit.validate(), "precondition: valid limit")
-			checkHeaders(t, HeadersIETF, tc.res, map[string]string{
-				"RateLimit-Policy": tc.ietf[0],
-				"RateLimit":        tc.ietf[1],
-			})
-			checkHeaders(t, HeadersLegacy, tc.res, map[string]string{
-				"RateLimit-Limit":     tc.legacy[0],
-				"RateLimit-Remaining": tc.legacy[1],
-				"RateLimit-Reset":     tc.legacy[2],
-			})
-			checkHeaders(t, HeadersX, tc.res, map[string]string{
-				"X-RateLimit-Limit":     tc.legacy[0],
-				"X-RateLimit-Remaining": tc.legacy[1],
-				"X-RateLimit-Reset":     tc.legacy[2],
-			})
-			checkHeaders(t, HeadersNone, tc.res, map[string]string{})
+			status, lines := rawGet(t, srv.Listener.Addr().String(), "wire")
+			require.Equal(t, "HTTP/1.1 200 OK", status)
+			assert.Equal(t, tc.want, rateLimitLines(lines), "the field lines as sent")
+
+			// A Go client canonicalises the names it reads.
+			resp, err := srv.Client().Do(newRequest(t, srv.URL, "client"))
+			require.NoError(t, err)
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			for _, line := range tc.want {
+				k, v, _ := strings.Cut(line, ": ")
+				assert.Contains(t, resp.Header.Values(k), v, "resp.Header.Get(%q)", k)
+			}
+
+			rawGet(t, srv.Listener.Addr().String(), "wire")
+			status, lines = rawGet(t, srv.Listener.Addr().String(), "wire")
+			require.Equal(t, "HTTP/1.1 429 Too Many Requests", status)
+			assert.Contains(t, lines, "Retry-After: 30")
+			if tc.format == ratelimit.HeadersIETF {
+				assert.Contains(t, lines, `RateLimit: "default";r=0;t=30`, "the refusal, as sent")
+				assert.Contains(t, lines, tc.want[1], "the refusal, as sent")
+			}
+			for _, line := range lines {
+				assert.False(t, strings.HasPrefix(strings.ToLower(line), "ratelimit") && !strings.HasPrefix(line, "RateLimit"),
+					"canonicalised name on the wire: %q", line)
+				assert.False(t, strings.HasPrefix(strings.ToLower(line), "x-ratelimit") && !strings.HasPrefix(line, "X-RateLimit"),
+					"canonicalised name on the wire: %q", line)
+			}
 		})
 	}
 }
 
-// checkHeaders writes res twice in format f on a header that already holds
-// an unrelated field, and checks that exactly the fields in want are set,
-// each to one value, and nothing else is touched.
-func checkHeaders(t *testing.T, f HeaderFormat, res Result, want map[string]string) {
+func newRequest(t *testing.T, url, client string) *http.Request {
 	t.Helper()
-	h := http.Header{"Content-Type": {"text/plain"}}
-	writeHeaders(h, f, res, field(res), nil)
-	writeHeaders(h, f, res, field(res), nil)
-	for _, name := range allRateLimitFields {
-		got := h[name]
-		if v, ok := want[name]; ok {
-			assert.Equal(t, []string{v}, got, "writeHeaders(%v, %+v): %s", f, res, name)
+	r, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	require.NoError(t, err)
+	r.Header.Set("X-Client", client)
+	return r
+}
+
+// rawGet sends a GET with X-Client: client to addr over a plain TCP
+// connection and returns the status line and the header field lines of the
+// response, byte for byte as they came.
+func rawGet(t *testing.T, addr, client string) (status string, lines []string) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
+	_, err = io.WriteString(conn, "GET / HTTP/1.1\r\nHost: test\r\nX-Client: "+client+"\r\nConnection: close\r\n\r\n")
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	for i := 0; ; i++ {
+		line, err := br.ReadString('\n')
+		require.NoError(t, err, "reading the response head")
+		require.True(t, strings.HasSuffix(line, "\r\n"), "line %q", line)
+		line = strings.TrimSuffix(line, "\r\n")
+		if line == "" {
+			break
+		}
+		if i == 0 {
+			status = line
 		} else {
-			assert.Empty(t, got, "writeHeaders(%v, %+v) wrote %s, want no such field", f, res, name)
+			lines = append(lines, line)
 		}
 	}
-	assert.Len(t, h, len(want)+1, "writeHeaders(%v, %+v) fields = %v", f, res, h)
-	assert.Equal(t, []string{"text/plain"}, h["Content-Type"], "writeHeaders(%v) touched Content-Type", f)
+	io.Copy(io.Discard, br)
+	return status, lines
 }
 
-// formatFields lists the fields each format writes, as the drafts spell them.
-var formatFields = map[HeaderFormat][]string{
-	HeadersIETF:   {"RateLimit-Policy", "RateLimit"},
-	HeadersLegacy: {"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"},
-	HeadersX:      {"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"},
-	HeadersNone:   nil,
-}
-
-// Earlier values under the same spelling (an outer middleware of this
-// package, or the same one twice) are replaced, not added to.
-func TestWriteHeadersReplacesEarlierValues(t *testing.T) {
-	res := headerCases[1].res
-	for f, own := range formatFields {
-		h := http.Header{}
-		for _, name := range allRateLimitFields {
-			h[name] = append(h[name], "stale")
-			h[name] = append(h[name], "stale2")
-		}
-		writeHeaders(h, f, res, field(res), nil)
-		assert.Len(t, h, len(allRateLimitFields), "writeHeaders(%v) fields = %v", f, h)
-		// The same fields set with h.Add, in the spelling it gives them:
-		hc := http.Header{}
-		for _, name := range allRateLimitFields {
-			hc.Add(name, "stale")
-		}
-		writeHeaders(hc, f, res, field(res), nil)
-		for _, name := range own {
-			assert.NotContains(t, hc, http.CanonicalHeaderKey(name), "writeHeaders(%v) left the canonical %s", f, name)
-			assert.Len(t, hc[name], 1, "writeHeaders(%v): %s", f, name)
-		}
-		assert.Len(t, hc, len(allRateLimitFields), "writeHeaders(%v) over h.Add's fields = %v", f, hc)
-		for _, name := range allRateLimitFields {
-			got := h[name]
-			if slices.Contains(own, name) {
-				if assert.Len(t, got, 1, "writeHeaders(%v): %s = %q, want one value", f, name, got) {
-					assert.NotEqual(t, "stale", got[0], "writeHeaders(%v): %s", f, name)
-				}
-			} else {
-				assert.Equal(t, []string{"stale", "stale2"}, got, "writeHeaders(%v) touched %s", f, name)
-			}
+// rateLimitLines returns the lines whose field name contains "ratelimit" in
+// any case, sorted by name (stably: the lines of one field keep their
+// order).
+func rateLimitLines(lines []string) []string {
+	var out []string
+	for _, line := range lines {
+		name, _, _ := strings.Cut(line, ":")
+		if strings.Contains(strings.ToLower(name), "ratelimit") {
+			out = append(out, line)
 		}
 	}
-}
-
-// A later append to one field (what h.Add does, here under the draft
-// spelling) must not overwrite another field's value, nor the value that
-// the next response gets, even though the fields share a backing array.
-func TestWriteHeadersAddAfterwards(t *testing.T) {
-	for _, tc := range headerCases {
-		res := tc.res
-		quotas := new(quotaCache) // the RateLimit values cached, as a Limiter has them
-		for f, own := range formatFields {
-			for _, added := range own {
-				h := http.Header{}
-				writeHeaders(h, f, res, field(res), quotas)
-				fresh := h.Clone()
-				want := h.Clone()
-				h[added] = append(h[added], "extra")
-				want[added] = append(want[added], "extra")
-				assert.Equal(t, want, h, "%s: writeHeaders(%v); append to %s", tc.name, f, added)
-				next := http.Header{}
-				writeHeaders(next, f, res, field(res), quotas)
-				assert.Equal(t, fresh, next, "%s: writeHeaders(%v) after an append to %s", tc.name, f, added)
-			}
-		}
-	}
-}
-
-// A handler or middleware that writes into a field's value in place
-// (h["RateLimit"][0] = …) changes that response only: neither another
-// field of it nor the next response.
-func TestWriteHeadersEditInPlace(t *testing.T) {
-	for _, tc := range headerCases {
-		res := tc.res
-		quotas := new(quotaCache) // the RateLimit values cached, as a Limiter has them
-		for f, own := range formatFields {
-			for _, edited := range own {
-				h := http.Header{}
-				writeHeaders(h, f, res, field(res), quotas)
-				fresh := h.Clone()
-				h[edited][0] = "edited"
-				want := fresh.Clone()
-				want[edited] = []string{"edited"}
-				assert.Equal(t, want, h, "%s: writeHeaders(%v); %s edited", tc.name, f, edited)
-				next := http.Header{}
-				writeHeaders(next, f, res, field(res), quotas)
-				assert.Equal(t, fresh, next, "%s: writeHeaders(%v) after an edit of %s", tc.name, f, edited)
-			}
-		}
-	}
-	v := intField(7)
-	v[0] = "edited"
-	assert.Equal(t, []string{"7"}, intField(7), "intField(7) after an edit")
-}
-
-// RateLimit-Policy's w is the period as the user wrote it (burst × period
-// / n), whatever the interval rounds to; several policies are listed in
-// order, and dry-run ones only when asked.
-func TestPolicyField(t *testing.T) {
-	for _, tc := range []struct {
-		l    Limit
-		want string
-	}{
-		{Per(9, time.Minute), `"p";q=9;w=60`},
-		{PerSecond(5).WithBurst(10), `"p";q=10;w=2`},
-		{Per(2, 3*time.Second), `"p";q=2;w=3`},
-		{PerSecond(3), `"p";q=3;w=1`},
-		{Per(1, 24*time.Hour), `"p";q=1;w=86400`},
-		{Per(7, time.Hour).WithBurst(1), `"p";q=1;w=515`}, // 3600/7 = 514.3 s, rounded up
-		{Per(1, time.Nanosecond).WithBurst(1_500_000_000_000_000_000), `"p";q=999999999999999;w=1500000000`},
-	} {
-		assert.Equal(t, []string{tc.want}, policyField([]Policy{{Name: "p", Limit: tc.l}}, false), "policyField(%v)", tc.l)
-	}
-	ps := []Policy{
-		{Name: "per-key", Limit: PerSecond(5).WithBurst(10)},
-		{Name: "shadow", Limit: Per(1, time.Minute), DryRun: true},
-		{Name: "daily", Limit: Per(10000, 24*time.Hour)},
-	}
-	assert.Equal(t, []string{`"per-key";q=10;w=2,"daily";q=10000;w=86400`}, policyField(ps, false))
-	assert.Equal(t, []string{`"per-key";q=10;w=2,"shadow";q=1;w=60,"daily";q=10000;w=86400`}, policyField(ps, true))
-}
-
-// The field names go out as the drafts spell them, not canonicalised.
-func TestHeaderNamesAsTheDraftsSpellThem(t *testing.T) {
-	res := Result{Allowed: true, Policy: pol("default", PerSecond(5).WithBurst(10)), Remaining: 9, ResetAfter: 200 * time.Millisecond}
-	var names []string
-	for _, f := range []HeaderFormat{HeadersIETF, HeadersLegacy, HeadersX} {
-		h := http.Header{}
-		writeHeaders(h, f, res, field(res), nil)
-		for k := range h {
-			names = append(names, k)
-		}
-	}
-	slices.Sort(names)
-	assert.Equal(t, []string{"RateLimit", "RateLimit-Limit", "RateLimit-Policy", "RateLimit-Remaining", "RateLimit-Reset",
-		"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}, names)
-}
-
-// The RateLimit values that a policy made by New caches (r near 0 and near
-// the burst, small t) are the ones it would make afresh, with and without
-// t, stay per policy, and are made once.
-func TestQuotaFieldCache(t *testing.T) {
-	lim, err := New(nopStore{}, Policy{Name: "a", Limit: PerSecond(5).WithBurst(100)}, Policy{Name: "b", Limit: PerSecond(5).WithBurst(100)})
-	require.NoError(t, err)
-	caches := newLimitHeaders(lim)
-	assert.Nil(t, caches.quotasOf(&Policy{Name: "a"}), "not one of the limiter's policies")
-	for round := range 2 { // the second round reads what the first one stored
-		for i := range lim.Policies() {
-			p := &lim.Policies()[i]
-			c := caches.quotasOf(p)
-			require.NotNil(t, c, "the cache of %q", p.Name)
-			for r := int64(0); r <= 101; r++ {
-				for tt := int64(0); tt <= 7; tt++ {
-					for _, hasT := range []bool{false, true} {
-						if hasT && tt == 0 {
-							continue // t ≥ 1 when present
-						}
-						want := quotaField(nil, p.Name, r, tt, hasT)
-						assert.Equal(t, want, quotaField(c, p.Name, r, tt, hasT), "round %d: %q: quotaField(%d, %d, %v)", round, p.Name, r, tt, hasT)
-					}
-				}
-			}
-		}
-	}
-	c := caches.quotasOf(&lim.Policies()[0])
-	for _, r := range []int64{0, 31, 69, 99, 100} {
-		assert.Zero(t, testing.AllocsPerRun(10, func() { quotaField(c, "a", r, 1, true) }), "quotaField(r=%d of a burst of 100) allocates", r)
-	}
-	assert.NotZero(t, testing.AllocsPerRun(10, func() { quotaField(c, "a", 50, 1, true) }), "r=50 of a burst of 100 is not cached")
-}
-
-func TestWriteHeadersUnknownFormat(t *testing.T) {
-	h := http.Header{}
-	writeHeaders(h, HeadersNone+1, headerCases[1].res, field(headerCases[1].res), nil)
-	assert.Empty(t, h, "writeHeaders(HeaderFormat(4)) wrote fields")
-}
-
-// With a refusal, Retry-After (as the middleware computes it) is never
-// earlier than t.
-func TestRetryAfterNotBeforeT(t *testing.T) {
-	for _, tc := range headerCases {
-		if tc.res.Allowed {
-			continue
-		}
-		h := http.Header{}
-		writeHeaders(h, HeadersIETF, tc.res, field(tc.res), nil)
-		items, err := parseSFList(h["RateLimit"][0])
-		require.NoError(t, err, "%s: RateLimit %q", tc.name, h["RateLimit"][0])
-		require.Len(t, items, 1)
-		tv, ok := items[0].params["t"]
-		require.True(t, ok, "%s: refusal without t", tc.name)
-		assert.GreaterOrEqual(t, retryAfterSeconds(tc.res.RetryAfter), tv, "%s: Retry-After before t", tc.name)
-	}
-}
-
-func TestRetryAfterSeconds(t *testing.T) {
-	for _, tc := range []struct {
-		d    time.Duration
-		want int64
-	}{
-		{0, 1},
-		{-time.Second, 1},
-		{1, 1},
-		{200 * time.Millisecond, 1},
-		{time.Second, 1},
-		{time.Second + 1, 2},
-		{1200 * time.Millisecond, 2},
-		{1400 * time.Millisecond, 2},
-		{7300 * time.Millisecond, 8},
-		{time.Hour, 3600},
-		{math.MaxInt64, 9223372037},
-	} {
-		assert.Equal(t, tc.want, retryAfterSeconds(tc.d), "retryAfterSeconds(%v)", tc.d)
-	}
-}
-
-// The ietf values are Structured Field Lists of a String with Integer
-// parameters, with exactly the parameters the draft defines.
-func TestIETFHeadersAreSFLists(t *testing.T) {
-	for _, tc := range headerCases {
-		h := http.Header{}
-		writeHeaders(h, HeadersIETF, tc.res, field(tc.res), nil)
-		for _, f := range []struct {
-			name     string
-			required []string
-			optional []string
-		}{
-			{"RateLimit-Policy", []string{"q", "w"}, nil},
-			{"RateLimit", []string{"r"}, []string{"t"}},
-		} {
-			v := headerField(h, f.name)
-			items, err := parseSFList(v)
-			require.NoError(t, err, "%s: parseSFList(%s: %s)", tc.name, f.name, v)
-			require.Len(t, items, 1, "%s: %s: %s", tc.name, f.name, v)
-			it := items[0]
-			assert.Equal(t, tc.res.Policy.Name, it.name, "%s: %s name", tc.name, f.name)
-			for _, k := range f.required {
-				assert.Contains(t, it.params, k, "%s: %s: %s", tc.name, f.name, v)
-			}
-			for k, n := range it.params {
-				assert.Contains(t, append(f.required, f.optional...), k, "%s: %s: unexpected parameter", tc.name, f.name)
-				assert.GreaterOrEqual(t, n, int64(0), "%s: %s: %s", tc.name, f.name, v)
-			}
-			if w, ok := it.params["w"]; ok {
-				assert.Positive(t, w, "%s: w must be non-zero", tc.name)
-			}
-		}
-	}
-}
-
-// The test-only parser itself, on the draft's own examples.
-func TestHeadersSFListParser(t *testing.T) {
-	items, err := parseSFList(`"permin";q=50;w=60, "perhr";q=1000;w=3600`)
-	require.NoError(t, err)
-	assert.Equal(t, []sfItem{
-		{"permin", map[string]int64{"q": 50, "w": 60}},
-		{"perhr", map[string]int64{"q": 1000, "w": 3600}},
-	}, items)
-	items, err = parseSFList(`"x"; q=10; w=1`)
-	require.NoError(t, err)
-	assert.Equal(t, []sfItem{{"x", map[string]int64{"q": 10, "w": 1}}}, items)
-	for _, bad := range []string{
-		``, `default;r=1`, `"x" ;r=1`, `"x";R=1`, `"x";r=`, `"x";r=1,`, `"x";r=1000000000000000`,
-		`"x";r=1;r=2`, `"x"r=1`, `"a"b"`, `"x";r=1 "y"`,
-	} {
-		_, err := parseSFList(bad)
-		assert.Error(t, err, "parseSFList(%q)", bad)
-	}
-}
-
-func TestHeaderFormatString(t *testing.T) {
-	for _, tc := range []struct {
-		f    HeaderFormat
-		want string
-	}{
-		{HeadersIETF, "ietf"},
-		{HeadersLegacy, "legacy"},
-		{HeadersX, "x"},
-		{HeadersNone, "none"},
-	} {
-		text, err := tc.f.MarshalText()
-		require.NoError(t, err, "HeaderFormat(%d).MarshalText()", uint8(tc.f))
-		assert.Equal(t, tc.want, string(text), "HeaderFormat(%d).MarshalText()", uint8(tc.f))
-	}
-}
-
-func TestHeaderFormatText(t *testing.T) {
-	for _, f := range []HeaderFormat{HeadersIETF, HeadersLegacy, HeadersX, HeadersNone} {
-		text, err := f.MarshalText()
-		require.NoError(t, err, "%v.MarshalText()", f)
-		got := HeaderFormat(99)
-		require.NoError(t, got.UnmarshalText(text), "UnmarshalText(%q)", text)
-		assert.Equal(t, f, got, "UnmarshalText(%q)", text)
-	}
-	_, err := (HeadersNone + 1).MarshalText()
-	assert.ErrorContains(t, err, "unknown header format 4")
-	for _, bad := range []string{"", "IETF", "draft-10", " ietf", "HeaderFormat(4)"} {
-		f := HeadersX
-		err := f.UnmarshalText([]byte(bad))
-		if assert.Error(t, err, "UnmarshalText(%q)", bad) {
-			assert.Contains(t, err.Error(), strconv.Quote(bad), "UnmarshalText(%q) error", bad)
-			assert.Contains(t, err.Error(), `"ietf" "legacy" "x" "none"`, "UnmarshalText(%q) error lists the valid names", bad)
-		}
-		assert.Equal(t, HeadersX, f, "a failed UnmarshalText(%q) changes nothing", bad)
-	}
-}
-
-func TestHeaderFormatFlag(t *testing.T) {
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var f HeaderFormat
-	fs.TextVar(&f, "headers", HeadersLegacy, "rate-limit header fields")
-	assert.Equal(t, HeadersLegacy, f, "the default")
-	assert.Equal(t, "legacy", fs.Lookup("headers").DefValue)
-	require.NoError(t, fs.Parse([]string{"-headers=none"}))
-	assert.Equal(t, HeadersNone, f)
-	err := fs.Parse([]string{"-headers", "draft-10"})
-	if assert.Error(t, err) {
-		assert.Contains(t, err.Error(), `"draft-10"`)
-		assert.Contains(t, err.Error(), `"ietf"`)
-	}
-}
-
-func BenchmarkWriteHeaders(b *testing.B) {
-	res := Result{
-		Allowed: true, Policy: pol("default", PerSecond(5).WithBurst(10)),
-		Remaining: 9, ResetAfter: 200 * time.Millisecond,
-	}
-	for _, f := range []HeaderFormat{HeadersIETF, HeadersLegacy, HeadersX, HeadersNone} {
-		name, _ := f.MarshalText()
-		b.Run(string(name), func(b *testing.B) {
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				h := make(http.Header, 8)
-				n := 0
-				for pb.Next() {
-					writeHeaders(h, f, res, field(res), nil)
-					n++
-				}
-				if want := len(formatFields[f]); n > 0 && len(h) != want {
-					b.Errorf("writeHeaders(%v) wrote %d fields, want %d", f, len(h), want)
-				}
-			})
-		})
-	}
-}
-
-// sfItem is one member of a Structured Field List whose Item is a String and
-// whose parameters are all Integers, the shape of the draft -10 fields.
-type sfItem struct {
-	name   string
-	params map[string]int64
-}
-
-// parseSFList parses the subset of RFC 9651 sf-list that the ietf fields
-// use: members `"string";key=int…` separated by OWS "," OWS, with optional
-// spaces after each ";". It is strict about everything else.
-func parseSFList(s string) ([]sfItem, error) {
-	var items []sfItem
-	for {
-		if len(s) == 0 || s[0] != '"' {
-			return nil, errors.New("want a quoted string")
-		}
-		end := strings.IndexByte(s[1:], '"')
-		if end < 0 {
-			return nil, errors.New("unterminated string")
-		}
-		it := sfItem{name: s[1 : 1+end], params: map[string]int64{}}
-		for _, c := range []byte(it.name) {
-			if c == '\\' || c < 0x20 || c > 0x7e {
-				return nil, errors.New("string needs escaping")
-			}
-		}
-		s = s[end+2:]
-		for len(s) > 0 && s[0] == ';' {
-			s = strings.TrimLeft(s[1:], " ")
-			i := 0
-			for i < len(s) && (s[i] >= 'a' && s[i] <= 'z' || s[i] == '*' || i > 0 && (s[i] >= '0' && s[i] <= '9' || strings.IndexByte("_-.", s[i]) >= 0)) {
-				i++
-			}
-			if i == 0 || i >= len(s) || s[i] != '=' {
-				return nil, errors.New("want key=integer")
-			}
-			key := s[:i]
-			s = s[i+1:]
-			j := 0
-			if j < len(s) && s[j] == '-' {
-				j++
-			}
-			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
-				j++
-			}
-			digits := strings.TrimPrefix(s[:j], "-")
-			if len(digits) == 0 || len(digits) > 15 {
-				return nil, errors.New("want an integer of 1 to 15 digits")
-			}
-			n, err := strconv.ParseInt(s[:j], 10, 64)
-			if err != nil {
-				return nil, err
-			}
-			if _, dup := it.params[key]; dup {
-				return nil, errors.New("duplicate parameter " + key)
-			}
-			it.params[key] = n
-			s = s[j:]
-		}
-		items = append(items, it)
-		if len(s) == 0 {
-			return items, nil
-		}
-		s = strings.TrimLeft(s, " \t")
-		if len(s) == 0 || s[0] != ',' {
-			return nil, errors.New("want ',' between members")
-		}
-		s = strings.TrimLeft(s[1:], " \t")
-	}
-}
-
-// headerField returns the first value of the field name as spelled, or "":
-// the map index, for the draft-spelled names that h.Get does not find.
-func headerField(h http.Header, name string) string {
-	if v := h[name]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
-}
-
-// field is the RateLimit-Policy value of a limiter with res's policy alone.
-func field(res Result) []string {
-	return policyField([]Policy{*res.Policy}, false)
-}
-
-// pol returns a policy, for a Result's Policy field.
-func pol(name string, l Limit) *Policy { return &Policy{Name: name, Limit: l} }
-
-// FuzzHeaders writes the header fields of arbitrary results and parses
-// them back: the IETF fields are well-formed sf-lists that carry the
-// result's values, and every value is a non-negative integer.
-func FuzzHeaders(f *testing.F) {
-	f.Add("default", int64(200_000_000), int64(10), int64(9), int64(200_000_000), int64(0), true)
-	f.Add("a.b-c_d", int64(1), int64(1), int64(0), int64(1), int64(7_300_000_000), false)
-	f.Fuzz(func(t *testing.T, name string, interval, burst, remaining, resetAfter, retryAfter int64, allowed bool) {
-		if !validName(name) || interval < 1 || burst < 1 || burst > int64(maxSpan)/interval || remaining < 0 || remaining > burst || resetAfter < 0 || retryAfter < 0 {
-			t.Skip()
-		}
-		res := Result{Allowed: allowed, Policy: pol(name, Per(1, time.Duration(interval)).WithBurst(burst)),
-			Remaining: remaining, ResetAfter: time.Duration(resetAfter), RetryAfter: time.Duration(retryAfter)}
-		h := http.Header{}
-		writeHeaders(h, HeadersIETF, res, field(res), nil)
-		policies, err := parseSFList(h["RateLimit-Policy"][0])
-		if err != nil || len(policies) != 1 || policies[0].name != name || policies[0].params["q"] != min(burst, maxSFInteger) || policies[0].params["w"] < 1 {
-			t.Fatalf("RateLimit-Policy %q: %v %+v", h["RateLimit-Policy"][0], err, policies)
-		}
-		limit, err := parseSFList(h["RateLimit"][0])
-		if err != nil || len(limit) != 1 || limit[0].name != name || limit[0].params["r"] != min(remaining, maxSFInteger) {
-			t.Fatalf("RateLimit %q: %v %+v", h["RateLimit"][0], err, limit)
-		}
-		if !allowed && limit[0].params["t"] != retryAfterSeconds(res.RetryAfter) {
-			t.Fatalf("RateLimit %q: t is not Retry-After %d", h["RateLimit"][0], retryAfterSeconds(res.RetryAfter))
-		}
-		for _, format := range []HeaderFormat{HeadersLegacy, HeadersX} {
-			h := http.Header{}
-			writeHeaders(h, format, res, nil, nil)
-			for k, v := range h {
-				if n, err := strconv.ParseInt(v[0], 10, 64); err != nil || n < 0 {
-					t.Fatalf("%v: %s: %q", format, k, v)
-				}
-			}
-		}
+	slices.SortStableFunc(out, func(a, b string) int {
+		na, _, _ := strings.Cut(a, ":")
+		nb, _, _ := strings.Cut(b, ":")
+		return strings.Compare(na, nb)
 	})
+	return out
 }
 
-// Each field's second spelling is the one h.Set gives it.
+func TestRetryAfterRoundsUp(t *testing.T) {
+	for _, tc := range []struct {
+		interval time.Duration
+		want     string
+	}{
+		{200 * time.Millisecond, "1"},
+		{time.Second, "1"},
+		{1200 * time.Millisecond, "2"},
+		{time.Second + time.Nanosecond, "2"},
+		{time.Nanosecond, "1"},
+	} {
+		s := newHarness(t, setup{limit: ratelimit.Per(1, tc.interval)})
+		require.Equal(t, 200, s.get("c").Code)
+		w := s.get("c")
+		require.Equal(t, 429, w.Code)
+		assert.Equal(t, tc.want, w.Header().Get("Retry-After"), "wait %v", tc.interval)
+	}
+}
+
+func TestRetryJitter(t *testing.T) {
+	s := newHarness(t, setup{limit: ratelimit.Per(1, time.Second), opts: &ratelimit.MiddlewareOptions{RetryJitter: 10 * time.Second}})
+	require.Equal(t, 200, s.get("c").Code)
+	seen := map[string]bool{}
+	for range 200 {
+		w := s.get("c")
+		require.Equal(t, 429, w.Code)
+		ra, err := strconv.Atoi(w.Header().Get("Retry-After"))
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, ra, 1, "never earlier than the real wait")
+		require.LessOrEqual(t, ra, 11)
+		assert.Equal(t, `"default";r=0;t=`+strconv.Itoa(ra), field(w.Header(), "RateLimit"), "t never earlier than Retry-After")
+		seen[w.Header().Get("Retry-After")] = true
+	}
+	assert.Greater(t, len(seen), 5, "Retry-After values spread: %v", seen)
+}
+
+// RetryJitter never makes Retry-After earlier than the real wait, however
+// long the wait: a 50-year ban with the longest jitter, and a wait a
+// nanosecond short of the longest Duration, where the sum saturates.
+func TestRetryJitterNeverShortens(t *testing.T) {
+	const fiftyYears = 50 * 365 * 24 * time.Hour
+	for _, wait := range []time.Duration{fiftyYears, math.MaxInt64 - 1, math.MaxInt64} {
+		refuse := storeFunc(func(context.Context, *ratelimit.Policy, string, int64) (ratelimit.Result, error) {
+			return ratelimit.Result{RetryAfter: wait, ResetAfter: wait}, nil
+		})
+		s := newHarness(t, setup{limit: ratelimit.PerSecond(1), store: refuse, opts: &ratelimit.MiddlewareOptions{RetryJitter: time.Hour}})
+		least := int64(wait / time.Second)
+		if wait%time.Second != 0 {
+			least++
+		}
+		for range 50 {
+			w := s.get("c")
+			require.Equal(t, 429, w.Code)
+			ra, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, ra, least, "Retry-After for a wait of %v", wait)
+			require.LessOrEqual(t, ra, least+3600, "Retry-After for a wait of %v", wait)
+		}
+	}
+}
+
+// A middleware after this one that writes into a field's value in place
+// (h["RateLimit"][0] = …) changes that response only: a second client
+// making the same requests gets the same fields as the first one.
+func TestHeaderValuesOwnedByResponse(t *testing.T) {
+	for _, opts := range []ratelimit.MiddlewareOptions{
+		{Headers: ratelimit.HeadersIETF}, {Headers: ratelimit.HeadersLegacy}, {Headers: ratelimit.HeadersX},
+		{Headers: ratelimit.HeadersIETF, MaxInFlight: 5}, // RateLimit-Policy lists "inflight" too
+	} {
+		f := opts.Headers
+		s := newHarness(t, setup{limit: ratelimit.PerSecond(1).WithBurst(2), opts: &opts})
+		var first []http.Header
+		for _, client := range []string{"a", "b"} {
+			for i := range 3 { // two allowed, one refused
+				h := s.get(client).Header()
+				if client == "a" {
+					first = append(first, h.Clone())
+				} else {
+					assert.Equal(t, first[i], h, "format %v, MaxInFlight %d: request %d of client b", f, opts.MaxInFlight, i+1)
+				}
+				for _, v := range h {
+					v[0] = "edited"
+				}
+			}
+		}
+	}
+}
+
+func TestHeaderFormats(t *testing.T) {
+	want := map[ratelimit.HeaderFormat]map[string]string{
+		ratelimit.HeadersIETF:   {"RateLimit-Policy": `"default";q=10;w=2`, "RateLimit": `"default";r=9;t=1`},
+		ratelimit.HeadersLegacy: {"RateLimit-Limit": "10", "RateLimit-Remaining": "9", "RateLimit-Reset": "1"},
+		ratelimit.HeadersX:      {"X-RateLimit-Limit": "10", "X-RateLimit-Remaining": "9", "X-RateLimit-Reset": "1"},
+		ratelimit.HeadersNone:   {},
+	}
+	all := []string{"RateLimit-Policy", "RateLimit", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
+	for f, fields := range want {
+		s := newHarness(t, setup{limit: ratelimit.PerSecond(5).WithBurst(10), opts: &ratelimit.MiddlewareOptions{Headers: f, Cost: costByHeader}})
+		h := s.get("c").Header()
+		for _, name := range all {
+			assert.Equal(t, fields[name], field(h, name), "format %v, field %s", f, name)
+		}
+		var names, wantNames []string // exactly these keys, spelled as the drafts do
+		for name := range h {
+			if strings.Contains(strings.ToLower(name), "ratelimit") {
+				names = append(names, name)
+			}
+		}
+		for name := range fields {
+			wantNames = append(wantNames, name)
+		}
+		assert.ElementsMatch(t, wantNames, names, "format %v: rate-limit keys", f)
+		s.get("c", "X-Cost", "9")
+		w := s.get("c")
+		require.Equal(t, 429, w.Code)
+		assert.Equal(t, "1", w.Header().Get("Retry-After"), "format %v: Retry-After is always sent", f)
+	}
+}
+
+func TestDryRunOverHTTP(t *testing.T) {
+	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(1, time.Minute), DryRun: true}
+	s := newHarness(t, setup{policies: []ratelimit.Policy{perKey, shadow}})
+	for range 3 {
+		w := s.get("a")
+		require.Equal(t, 200, w.Code, "a dry-run policy never refuses")
+		assert.Equal(t, `"per-key";q=10;w=2`, field(w.Header(), "RateLimit-Policy"), "and is invisible by default")
+	}
+
+	s = newHarness(t, setup{policies: []ratelimit.Policy{perKey, shadow}, opts: &ratelimit.MiddlewareOptions{DryRunHeaders: true}})
+	w := s.get("a")
+	assert.Equal(t, `"per-key";q=10;w=2,"shadow";q=1;w=60`, field(w.Header(), "RateLimit-Policy"))
+	assert.Equal(t, `"shadow";r=0;t=60`, field(w.Header(), "RateLimit"), "shown when asked")
+	w = s.get("a")
+	assert.Equal(t, 200, w.Code)
+	assert.Equal(t, `"shadow";r=0;t=60`, field(w.Header(), "RateLimit"))
+}
+
+// TestDryRunHeadersOnRefusals: with DryRunHeaders, a refusal's RateLimit
+// is the refusing policy's, so that its t is Retry-After (jitter
+// included), even when a dry-run policy would wait longer; and
+// RateLimit-Policy lists every policy on every answer, in-flight
+// refusals included, as one valid list.
+func TestDryRunHeadersOnRefusals(t *testing.T) {
+	perKey := ratelimit.Policy{Name: "per-key", Limit: ratelimit.PerSecond(2).WithBurst(4)}
+	dry := ratelimit.Policy{Name: "dry", Limit: ratelimit.Per(3, time.Minute), DryRun: true}
+	for _, jitter := range []time.Duration{0, 3 * time.Second} {
+		s := newHarness(t, setup{policies: []ratelimit.Policy{perKey, dry}, opts: &ratelimit.MiddlewareOptions{DryRunHeaders: true, RetryJitter: jitter}})
+		for range 4 {
+			require.Equal(t, 200, s.get("a").Code)
+		}
+		w := s.get("a")
+		require.Equal(t, 429, w.Code)
+		assert.Equal(t, `"per-key";q=4;w=2,"dry";q=3;w=60`, field(w.Header(), "RateLimit-Policy"))
+		assert.Equal(t, `"per-key";r=0;t=`+w.Header().Get("Retry-After"), field(w.Header(), "RateLimit"), "jitter %v", jitter)
+	}
+
+	m := newHarness(t, setup{policies: []ratelimit.Policy{dry}, opts: &ratelimit.MiddlewareOptions{DryRunHeaders: true, MaxInFlight: 1}}).m
+	request := func() *http.Request {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-Client", "a")
+		return r
+	}
+	first, second := httptest.NewRecorder(), httptest.NewRecorder()
+	m.Handle(first, request(), func(*http.Request) int {
+		m.Handle(second, request(), func(*http.Request) int { return 200 }) // while the first holds the slot
+		return 200
+	})
+	require.Equal(t, 429, second.Code)
+	assert.Equal(t, `"dry";q=3;w=60,"inflight";q=1;qu="concurrent-requests"`, field(second.Header(), "RateLimit-Policy"))
+	assert.Equal(t, `"dry";q=3;w=60,"inflight";q=1;qu="concurrent-requests"`, field(first.Header(), "RateLimit-Policy"), "the same list when allowed")
+}
+
+// TestFieldNamesCanonical: every rate-limit field a Middleware writes, in
+// every format, allowed or refused, replaces a value set earlier under the
+// spelling that h.Set gives its name (http.CanonicalHeaderKey's), so that
+// the response carries it once, as the drafts spell it.
 func TestFieldNamesCanonical(t *testing.T) {
-	for _, f := range append(append([]fieldName{policyKey, quotaKey}, legacyKeys[:]...), xKeys[:]...) {
-		assert.Equal(t, http.CanonicalHeaderKey(f.draft), f.canonical, "%s", f.draft)
+	for _, opts := range []ratelimit.MiddlewareOptions{
+		{Headers: ratelimit.HeadersIETF}, {Headers: ratelimit.HeadersLegacy}, {Headers: ratelimit.HeadersX},
+		{Headers: ratelimit.HeadersIETF, MaxInFlight: 5}, // RateLimit-Policy lists "inflight" too
+	} {
+		h := newHarness(t, setup{limit: ratelimit.Per(2, time.Minute), opts: &opts})
+		var written []http.Header // client a's: two allowed, one refused
+		names := map[string]bool{}
+		for range 3 {
+			header := h.get("a").Header()
+			written = append(written, header)
+			for name := range header {
+				if strings.Contains(strings.ToLower(name), "ratelimit") {
+					names[name] = true
+				}
+			}
+		}
+		require.NotEmpty(t, names, "format %v: the fields written", opts.Headers)
+		setEarlier := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			for name := range names {
+				w.Header().Set(name, "earlier")
+			}
+			h.ServeHTTP(w, r)
+		})
+		for i, want := range written { // client b's, the same requests over the earlier values
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.Header.Set("X-Client", "b")
+			got := serve(setEarlier, r).Header()
+			for name := range names {
+				assert.Equal(t, want[name], got[name], "format %v, MaxInFlight %d, request %d: %s", opts.Headers, opts.MaxInFlight, i+1, name)
+				if canonical := http.CanonicalHeaderKey(name); canonical != name {
+					assert.NotContains(t, got, canonical, "format %v, MaxInFlight %d, request %d: %s as h.Set spells it", opts.Headers, opts.MaxInFlight, i+1, name)
+				}
+			}
+		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/nethttp"
 )
 
 // countingStore counts the calls that reach the store it wraps.
@@ -27,29 +26,11 @@ func (s *countingStore) Take(ctx context.Context, p *ratelimit.Policy, key strin
 	return s.Store.Take(ctx, p, key, cost)
 }
 
-// listsServer serves requests keyed by key (X-Client by default) with
-// opts, one request a minute per key, on a counting store.
-type listsServer struct {
-	handler http.Handler
-	store   *countingStore
-	nexts   int
-}
-
-func newListsServer(t *testing.T, key ratelimit.KeyFunc, opts *ratelimit.MiddlewareOptions) *listsServer {
-	t.Helper()
-	s := &listsServer{store: &countingStore{Store: memoryStore(t)}}
-	lim, err := ratelimit.New(s.store, ratelimit.Policy{Limit: ratelimit.Per(1, time.Minute)})
-	require.NoError(t, err)
-	if key == nil {
-		key = keyByHeader
-	}
-	m, err := ratelimit.NewMiddleware(lim, key, opts)
-	require.NoError(t, err)
-	s.handler = nethttp.Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.nexts++
-		w.Write([]byte("ok"))
-	}))
-	return s
+// listsSetup is a harness keyed by key (X-Client if nil) with opts, one
+// request a minute per key, on a countingStore.
+func listsSetup(key ratelimit.KeyFunc, opts *ratelimit.MiddlewareOptions) setup {
+	return setup{limit: ratelimit.Per(1, time.Minute), key: key, opts: opts,
+		wrap: func(s ratelimit.Store) ratelimit.Store { return &countingStore{Store: s} }}
 }
 
 // listsRequest is a request from remoteAddr with header fields, "name:
@@ -114,10 +95,11 @@ func TestAddressLists(t *testing.T) {
 			opts := tc.opts
 			opts.Quiet = true
 			opts.Logger = discardLogger()
-			s := newListsServer(t, nil, &opts)
+			s := newHarness(t, listsSetup(nil, &opts))
+			store := s.store.(*countingStore)
 			for i := range 3 { // one request a minute: the second is refused unless safe
 				w := httptest.NewRecorder()
-				s.handler.ServeHTTP(w, tc.r.Clone(tc.r.Context()))
+				s.ServeHTTP(w, tc.r.Clone(tc.r.Context()))
 				switch tc.want {
 				case "blocked":
 					assert.Equal(t, http.StatusForbidden, w.Code, "%s: request %d", tc.scenario, i)
@@ -142,14 +124,14 @@ func TestAddressLists(t *testing.T) {
 			}
 			switch tc.want {
 			case "blocked":
-				assert.Zero(t, s.store.calls.Load(), "store calls for a blocked client")
-				assert.Zero(t, s.nexts, "runs of the handler for a blocked client")
+				assert.Zero(t, store.calls.Load(), "store calls for a blocked client")
+				assert.Zero(t, s.calls.Load(), "runs of the handler for a blocked client")
 			case "safe":
-				assert.Zero(t, s.store.calls.Load(), "store calls for a safe client")
-				assert.Equal(t, 3, s.nexts)
+				assert.Zero(t, store.calls.Load(), "store calls for a safe client")
+				assert.EqualValues(t, 3, s.calls.Load())
 			case "limited":
-				assert.EqualValues(t, 3, s.store.calls.Load())
-				assert.Equal(t, 1, s.nexts)
+				assert.EqualValues(t, 3, store.calls.Load())
+				assert.EqualValues(t, 1, s.calls.Load())
 			}
 		})
 	}
@@ -180,13 +162,13 @@ func TestAddressListsWhateverTheKey(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var events []ratelimit.Event
-			s := newListsServer(t, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{
+			s := newHarness(t, listsSetup(ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{
 				Block: []string{"203.0.113.0/24"}, Safe: []string{"10.0.0.0/8"}, ClientIP: proxies,
 				Observe: func(_ *http.Request, ev ratelimit.Event) { events = append(events, ev) },
 				Logger:  discardLogger(),
-			})
-			w := httptest.NewRecorder()
-			s.handler.ServeHTTP(w, tc.r)
+			}))
+			store := s.store.(*countingStore)
+			w := serve(s, tc.r)
 			require.Equal(t, tc.status, w.Code)
 			if tc.detail != "" {
 				assert.Contains(t, w.Body.String(), `"detail":"`+tc.detail+`"`)
@@ -198,12 +180,12 @@ func TestAddressListsWhateverTheKey(t *testing.T) {
 				require.Error(t, err)
 				ratelimit.DefaultErrorHandler(kw, tc.r, err)
 				assert.Equal(t, kw.Body.String(), w.Body.String(), "the answer of KeyByIP's error")
-				assert.Zero(t, s.store.calls.Load())
+				assert.Zero(t, store.calls.Load())
 				require.Len(t, events, 1, "the error is observed")
 				assert.ErrorIs(t, events[0].Err, ratelimit.ErrBadRequest)
 			}
 			if tc.status == http.StatusForbidden || tc.name == "safe without an API key" {
-				assert.Zero(t, s.store.calls.Load())
+				assert.Zero(t, store.calls.Load())
 				assert.Empty(t, events, "blocked and safe requests are not decided, so not observed")
 			}
 		})
@@ -235,8 +217,7 @@ func TestAddressListsErrors(t *testing.T) {
 		{"bad header", ratelimit.MiddlewareOptions{Safe: []string{"10.0.0.0/8"}, ClientIP: &ratelimit.IPOptions{Header: "X-Client-IP"}},
 			`ratelimit: MiddlewareOptions.ClientIP: Header "X-Client-IP": want X-Forwarded-For, Forwarded or X-Real-IP`},
 	}
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
-	require.NoError(t, err)
+	lim := newHarness(t, setup{limit: ratelimit.PerSecond(1)}).lim
 	for _, tc := range tests {
 		m, err := ratelimit.NewMiddleware(lim, keyByHeader, &tc.opts)
 		assert.EqualError(t, err, tc.want, tc.name)

@@ -3,7 +3,6 @@ package ratelimit_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/tokenfair/ratelimit/internal/algo"
 	"math"
 	"net/http"
 	"testing"
@@ -13,21 +12,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
 // TestPenaltyAnswer: the refusal that bans, and every request during the
 // ban, is a 429 whose Retry-After is the rest of the ban, and whose
 // problem body names the ban and says how long it still lasts.
 func TestPenaltyAnswer(t *testing.T) {
-	clock := new(fakeClock)
-	lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Name: "login", Limit: ratelimit.Per(1, time.Hour),
-		Penalty: ratelimit.Penalty{After: 2, Within: time.Minute, For: 10 * time.Minute}})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, keyByHeader, nil)
-	require.NoError(t, err)
+	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "login", Limit: ratelimit.Per(1, time.Hour),
+		Penalty: ratelimit.Penalty{After: 2, Within: time.Minute, For: 10 * time.Minute}}}})
 	send := func() (*http.Response, map[string]any) {
 		t.Helper()
-		w, _ := handle(m, newRequest(t, "/login", "mallory"))
+		w, _ := h.handle(newRequest(t, "/login", "mallory"))
 		var body map[string]any
 		if w.Code == http.StatusTooManyRequests {
 			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
@@ -48,7 +44,7 @@ func TestPenaltyAnswer(t *testing.T) {
 	assert.Equal(t, "Banned after repeated refusals, for 600 s more.", body["detail"])
 	assert.Equal(t, []string{`"login";r=0;t=600`}, res.Header["RateLimit"])
 
-	clock.Advance(4*time.Minute + 500*time.Millisecond)
+	h.clock.Advance(4*time.Minute + 500*time.Millisecond)
 	res, body = send()
 	assert.Equal(t, "360", res.Header.Get("Retry-After"), "rounded up, never before the ban ends")
 	assert.Equal(t, "Banned after repeated refusals, for 360 s more.", body["detail"])
@@ -58,6 +54,7 @@ func TestPenaltyAnswer(t *testing.T) {
 // with the field at fault.
 func TestPenaltyValidation(t *testing.T) {
 	limit := ratelimit.PerSecond(1)
+	store := newHarness(t, setup{limit: limit}).store
 	for _, tc := range []struct {
 		policy ratelimit.Policy
 		want   string
@@ -77,7 +74,7 @@ func TestPenaltyValidation(t *testing.T) {
 		{ratelimit.Policy{Limit: limit, Penalty: ratelimit.Penalty{After: 1, For: time.Minute, Max: 7 * year}},
 			"Penalty.Max 61320h0m0s with For 1m0s: remembering 23 bans for 2 × Max each spans more than 50 years; want a shorter Max or a longer For"},
 	} {
-		_, err := ratelimit.New(clockStore(t, new(fakeClock)), tc.policy)
+		_, err := ratelimit.New(store, tc.policy)
 		if assert.Error(t, err, "%+v", tc.policy) {
 			assert.Contains(t, err.Error(), tc.want)
 			assert.Contains(t, err.Error(), `policy "default"`)
@@ -100,9 +97,8 @@ func TestPenaltyLongBans(t *testing.T) {
 		{After: 1, For: 50 * year},
 		{After: 1, For: time.Hour, Max: year},
 	} {
-		clock := new(fakeClock)
-		lim, err := ratelimit.New(clockStore(t, clock), ratelimit.Policy{Limit: ratelimit.Per(1, time.Hour), Penalty: pen})
-		require.NoError(t, err, "%+v", pen)
+		h := newHarness(t, setup{policies: []ratelimit.Policy{{Limit: ratelimit.Per(1, time.Hour), Penalty: pen}}})
+		lim := h.lim
 		res, err := lim.Take(ctx, "k", 1)
 		require.NoError(t, err)
 		require.True(t, res.Allowed)
@@ -110,7 +106,7 @@ func TestPenaltyLongBans(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, res.Allowed)
 		assert.Equal(t, pen.For, res.RetryAfter, "%+v: the first ban lasts For", pen)
-		clock.Advance(time.Hour - time.Nanosecond)
+		h.clock.Advance(time.Hour - time.Nanosecond)
 		res, err = lim.Take(ctx, "k", 1)
 		require.NoError(t, err)
 		assert.False(t, res.Allowed, "%+v: still banned", pen)

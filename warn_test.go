@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/nethttp"
 )
 
 // captureLogs sends slog.Default to a buffer for the test.
@@ -42,8 +41,10 @@ type warningCounter struct {
 }
 
 func (c *warningCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (c *warningCounter) WithAttrs([]slog.Attr) slog.Handler       { return c }
-func (c *warningCounter) WithGroup(string) slog.Handler            { return c }
+
+func (c *warningCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
+
+func (c *warningCounter) WithGroup(string) slog.Handler { return c }
 
 func (c *warningCounter) Handle(_ context.Context, r slog.Record) error {
 	c.mu.Lock()
@@ -83,11 +84,7 @@ func countingLogger() (*slog.Logger, *warningCounter) {
 // X-Client from 500 clients, and an X-Forwarded-For on each.
 func serveKeys(t *testing.T, key ratelimit.KeyFunc, n int, opts *ratelimit.MiddlewareOptions) {
 	t.Helper()
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(1_000_000)})
-	require.NoError(t, err)
-	m, err := ratelimit.NewMiddleware(lim, key, opts)
-	require.NoError(t, err)
-	h := nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h := newHarness(t, setup{limit: ratelimit.PerSecond(1_000_000), key: key, opts: opts})
 	for i := range n {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = fmt.Sprintf("192.0.2.%d:1234", i%200)
@@ -185,18 +182,11 @@ func TestWarnOneKey(t *testing.T) {
 	assert.Empty(t, logs.String(), "500 clients, or the warning off")
 }
 
-// sharedNameMiddleware returns a Middleware of limiter main whose
-// LimiterFor picks the limiter named by the request's X-Plan.
-func sharedNameMiddleware(t *testing.T, main *ratelimit.Limiter, plans map[string]*ratelimit.Limiter, opts *ratelimit.MiddlewareOptions) http.Handler {
-	t.Helper()
-	o := ratelimit.MiddlewareOptions{}
-	if opts != nil {
-		o = *opts
-	}
-	o.LimiterFor = func(r *http.Request) *ratelimit.Limiter { return plans[r.Header.Get("X-Plan")] }
-	m, err := ratelimit.NewMiddleware(main, keyByHeader, &o)
-	require.NoError(t, err)
-	return nethttp.Wrap(m)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+// plansSetup is a harness of limiter main whose LimiterFor picks the
+// limiter of plans named by the request's X-Plan, with opts.
+func plansSetup(main *ratelimit.Limiter, plans map[string]*ratelimit.Limiter, opts ratelimit.MiddlewareOptions) setup {
+	opts.LimiterFor = func(r *http.Request) *ratelimit.Limiter { return plans[r.Header.Get("X-Plan")] }
+	return setup{limiter: main, opts: &opts}
 }
 
 func servePlan(h http.Handler, plan string) {
@@ -211,20 +201,18 @@ func servePlan(h http.Handler, plan string) {
 // time it is picked: one warning for two limiters of one store that give
 // one name two limits.
 func TestWarnSharedPolicyName(t *testing.T) {
-	store := memoryStore(t)
-	newLimiter := func(name string, l ratelimit.Limit) *ratelimit.Limiter {
-		lim, err := ratelimit.New(store, ratelimit.Policy{Name: name, Limit: l})
-		require.NoError(t, err)
-		return lim
+	first := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "main", Limit: ratelimit.PerSecond(1)}}})
+	main := first.lim
+	newLimiter := func(name string, l ratelimit.Limit) *ratelimit.Limiter { // on the same store
+		return newHarness(t, setup{policies: []ratelimit.Policy{{Name: name, Limit: l}}, store: first.store}).lim
 	}
-	main := newLimiter("main", ratelimit.PerSecond(1))
 	free := newLimiter("tier", ratelimit.PerSecond(5))
 	paid := newLimiter("tier", ratelimit.PerSecond(50))
 	alsoFree := newLimiter("tier", ratelimit.PerSecond(5))
 
 	// Two limiters reached through LimiterFor, one name, two limits.
 	logger, counter := countingLogger()
-	h := sharedNameMiddleware(t, main, map[string]*ratelimit.Limiter{"free": free, "paid": paid}, &ratelimit.MiddlewareOptions{Logger: logger})
+	h := newHarness(t, plansSetup(main, map[string]*ratelimit.Limiter{"free": free, "paid": paid}, ratelimit.MiddlewareOptions{Logger: logger}))
 	for range 3 {
 		servePlan(h, "free")
 		servePlan(h, "")
@@ -238,7 +226,7 @@ func TestWarnSharedPolicyName(t *testing.T) {
 
 	// The same limit under one name is fine.
 	logger, counter = countingLogger()
-	h = sharedNameMiddleware(t, main, map[string]*ratelimit.Limiter{"free": free, "also": alsoFree}, &ratelimit.MiddlewareOptions{Logger: logger})
+	h = newHarness(t, plansSetup(main, map[string]*ratelimit.Limiter{"free": free, "also": alsoFree}, ratelimit.MiddlewareOptions{Logger: logger}))
 	servePlan(h, "free")
 	servePlan(h, "also")
 	assert.Empty(t, counter.counts())
@@ -246,7 +234,7 @@ func TestWarnSharedPolicyName(t *testing.T) {
 	// The Middleware's own limiter is checked when it is built, against
 	// the limiters picked later.
 	logger, counter = countingLogger()
-	h = sharedNameMiddleware(t, free, map[string]*ratelimit.Limiter{"paid": paid}, &ratelimit.MiddlewareOptions{Logger: logger})
+	h = newHarness(t, plansSetup(free, map[string]*ratelimit.Limiter{"paid": paid}, ratelimit.MiddlewareOptions{Logger: logger}))
 	assert.Empty(t, counter.counts())
 	for range 3 {
 		servePlan(h, "paid")
@@ -255,7 +243,7 @@ func TestWarnSharedPolicyName(t *testing.T) {
 
 	// Turned off.
 	logger, counter = countingLogger()
-	h = sharedNameMiddleware(t, free, map[string]*ratelimit.Limiter{"paid": paid}, &ratelimit.MiddlewareOptions{Logger: logger, Quiet: true})
+	h = newHarness(t, plansSetup(free, map[string]*ratelimit.Limiter{"paid": paid}, ratelimit.MiddlewareOptions{Logger: logger, Quiet: true}))
 	servePlan(h, "paid")
 	assert.Empty(t, counter.counts())
 }
@@ -264,20 +252,13 @@ func TestWarnSharedPolicyName(t *testing.T) {
 // bucket through a name, so they are not compared.
 func TestWarnSharedPolicyNameNotAcross(t *testing.T) {
 	logs := captureLogs(t)
-	store := memoryStore(t)
-	for _, l := range []ratelimit.Limit{ratelimit.PerSecond(5), ratelimit.PerSecond(50)} {
-		lim, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: l})
-		require.NoError(t, err)
-		_, err = ratelimit.NewMiddleware(lim, keyByHeader, nil)
-		require.NoError(t, err)
-	}
+	first := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(5)}}})
+	newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(50)}}, store: first.store})
 	assert.Empty(t, logs.String(), "two Middlewares: each checks its own limiters")
 
-	a, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(5)})
-	require.NoError(t, err)
-	b, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(50)})
-	require.NoError(t, err)
-	h := sharedNameMiddleware(t, a, map[string]*ratelimit.Limiter{"b": b}, nil)
+	a := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(5)}}}).lim
+	b := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(50)}}}).lim
+	h := newHarness(t, plansSetup(a, map[string]*ratelimit.Limiter{"b": b}, ratelimit.MiddlewareOptions{}))
 	servePlan(h, "b")
 	assert.Empty(t, logs.String(), "two stores: their buckets are apart")
 }
@@ -294,14 +275,19 @@ func (f storeFunc) Take(ctx context.Context, p *ratelimit.Policy, key string, co
 // works.
 func TestWarnSharedPolicyNameUncomparableStore(t *testing.T) {
 	logs := captureLogs(t)
-	mem := memoryStore(t)
-	store := storeFunc(mem.Take)
-	a, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(1)})
-	require.NoError(t, err)
-	b, err := ratelimit.New(store, ratelimit.Policy{Name: "api", Limit: ratelimit.PerSecond(2)})
-	require.NoError(t, err)
+	var a, b *ratelimit.Limiter
 	var h http.Handler
-	require.NotPanics(t, func() { h = sharedNameMiddleware(t, a, map[string]*ratelimit.Limiter{"b": b}, nil) })
+	require.NotPanics(t, func() {
+		first := newHarness(t, setup{
+			policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(1)}},
+			wrap:     func(s ratelimit.Store) ratelimit.Store { return storeFunc(s.Take) },
+		})
+		a = first.lim
+		b = newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(2)}}, store: first.store}).lim
+	})
+	require.NotPanics(t, func() {
+		h = newHarness(t, plansSetup(a, map[string]*ratelimit.Limiter{"b": b}, ratelimit.MiddlewareOptions{}))
+	})
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
 	assert.Equal(t, http.StatusUnauthorized, w.Code, "no X-Client")

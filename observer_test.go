@@ -22,16 +22,13 @@ import (
 // new Middleware keyed by KeyByIP.
 func observedHash(t *testing.T, addr string) uint64 {
 	t.Helper()
-	lim, err := ratelimit.New(memoryStore(t), ratelimit.Policy{Limit: ratelimit.PerSecond(5)})
-	require.NoError(t, err)
 	byIP, err := ratelimit.KeyByIP(nil)
 	require.NoError(t, err)
 	var got uint64
-	m, err := ratelimit.NewMiddleware(lim, byIP, &ratelimit.MiddlewareOptions{Observe: func(_ *http.Request, e ratelimit.Event) { got = e.KeyHash }})
-	require.NoError(t, err)
+	h := newHarness(t, setup{limit: ratelimit.PerSecond(5), key: byIP, opts: &ratelimit.MiddlewareOptions{Observe: func(_ *http.Request, e ratelimit.Event) { got = e.KeyHash }}})
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = addr + ":4000"
-	m.Handle(httptest.NewRecorder(), r, func(*http.Request) int { return 200 })
+	h.handle(r)
 	require.NotZero(t, got, "the request had a key")
 	return got
 }
