@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit/storetest"
 )
 
 const adminToken = "s3cret-Token_1~+/=="
@@ -208,14 +210,14 @@ func TestAdminTokenFlag(t *testing.T) {
 }
 
 // newLoggedHandler is newTestHandler with the server's log in a buffer.
-func newLoggedHandler(t *testing.T, args ...string) (http.Handler, *fakeClock, *bytes.Buffer) {
+func newLoggedHandler(t *testing.T, args ...string) (http.Handler, *storetest.Clock, *bytes.Buffer) {
 	t.Helper()
 	var cfg config
 	fs := newFlagSet(&cfg)
 	fs.SetOutput(io.Discard)
 	require.NoError(t, fs.Parse(args))
 	require.NoError(t, cfg.check())
-	clock := &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := new(storetest.Clock)
 	logs := new(bytes.Buffer)
 	cfg.clock, cfg.logHandler = clock.Now, slog.NewTextHandler(logs, nil)
 	h, cleanup, err := newHandler(cfg)

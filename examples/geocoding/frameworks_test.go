@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit/storetest"
 )
 
 var frameworks = []string{"nethttp", "gin", "echo"}
@@ -21,7 +23,7 @@ type answer struct {
 }
 
 // newTestServer serves the handler built from args on a loopback port.
-func newTestServer(t *testing.T, args ...string) (*httptest.Server, *fakeClock) {
+func newTestServer(t *testing.T, args ...string) (*httptest.Server, *storetest.Clock) {
 	t.Helper()
 	h, clock := newTestHandler(t, args...)
 	srv := httptest.NewServer(h)

@@ -18,6 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/tokenfair/ratelimit/storetest"
 )
 
 func TestMain(m *testing.M) {
@@ -28,34 +30,16 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// fakeClock is a clock that moves only when told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // newTestHandler builds the server's handler from command-line args, as run
 // does, with a fake clock that stands still until advanced.
-func newTestHandler(t *testing.T, args ...string) (http.Handler, *fakeClock) {
+func newTestHandler(t *testing.T, args ...string) (http.Handler, *storetest.Clock) {
 	t.Helper()
 	var cfg config
 	fs := newFlagSet(&cfg)
 	fs.SetOutput(io.Discard)
 	require.NoError(t, fs.Parse(args))
 	require.NoError(t, cfg.check())
-	clock := &fakeClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := new(storetest.Clock)
 	cfg.clock = clock.Now
 	h, cleanup, err := newHandler(cfg)
 	require.NoError(t, err)
