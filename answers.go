@@ -180,7 +180,7 @@ func (a errorAnswers) logRefusal(log *slog.Logger, r *http.Request, err error, p
 	log.DebugContext(r.Context(), "ratelimit: cannot decide request", "method", r.Method, "path", r.URL.Path, "status", p.status, "err", err)
 }
 
-// noteRefusal logs err, for a Middleware whose own OnError answers it, if
+// noteRefusal logs err, for a Middleware with a caller's OnError, if
 // it is the first refusal of its kind.
 func (a errorAnswers) noteRefusal(r *http.Request, err error) {
 	p := describe(err)

@@ -155,41 +155,6 @@ func (c *ipConfig) isTrusted(a netip.Addr) bool {
 	return false
 }
 
-// KeyByIP returns a KeyFunc that keys requests by the client's address,
-// "ip:203.0.113.7", or for IPv6 its network, "ip:2001:db8:1:2::/64".
-// IPv4-mapped addresses are unmapped and zones dropped, so no client has
-// two keys. The client is the TCP peer, unless the peer is a trusted proxy:
-// then opts.Header is walked from the right, skipping trusted proxies, and
-// the first other entry is the client (the leftmost when all are trusted,
-// the peer when the header is absent); at most 32 entries are examined.
-// An address that does not parse, or a walked entry that names no client
-// (empty, or a Forwarded element without for=), gives an error wrapping
-// ErrBadRequest, never a key.
-//
-// opts may be nil; an invalid opts is an error naming the field and value.
-// The KeyFunc is safe for concurrent use.
-func KeyByIP(opts *IPOptions) (KeyFunc, error) {
-	c, err := newIPConfig("KeyByIP", opts)
-	if err != nil {
-		return nil, err
-	}
-	c.warnWide()
-	return func(r *http.Request) (string, error) {
-		peer, err := c.peer(r)
-		if err != nil {
-			return "", err
-		}
-		if len(c.trusted) == 0 || !c.isTrusted(peer.addr) {
-			return peer.key, nil
-		}
-		a, err := c.forwarded(r, peer.addr)
-		if err != nil {
-			return "", err
-		}
-		return clientkey.Addr(a, c.v6bits), nil
-	}, nil
-}
-
 // warnWide logs the wide-trusted-range warning for each trusted range that
 // covers much of the internet.
 func (c *ipConfig) warnWide() {

@@ -41,6 +41,28 @@ func ExampleLimiter_Take() {
 	// one second later: 5 passed
 }
 
+// A batch reserves one token per item and, once answered, gives back the
+// tokens of the items it did not use: the request is charged 3, not 10.
+func ExampleLimiter_Refund() {
+	store, _ := memorystore.New(nil)
+	limiter, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.Per(10, time.Hour)})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	took, _ := limiter.Take(ctx, "client-1", 10) // the batch's 10 items
+	fmt.Println("reserved, remaining", took.Remaining)
+	found := 3 // the handler found 3 of them
+	if err := limiter.Refund(ctx, "client-1", 10-int64(found), took); err != nil {
+		panic(err)
+	}
+	res, _ := limiter.Take(ctx, "client-1", 0) // a cost of 0 only looks
+	fmt.Println("settled, remaining", res.Remaining)
+	// Output:
+	// reserved, remaining 0
+	// settled, remaining 7
+}
+
 // New validates the limits and names the one at fault.
 func ExampleNew_invalidLimit() {
 	store, _ := memorystore.New(nil)

@@ -16,6 +16,9 @@ import (
 // on every decided response, with Set semantics, so stacked middleware
 // never duplicates one. Retry-After is written on every refusal whatever
 // the format. The zero value is HeadersIETF. docs/http.md shows each.
+// Fields are set in the drafts' spelling ("RateLimit-Policy"): read them
+// back in-process as h["RateLimit"], not with h.Get; clients see no
+// difference.
 type HeaderFormat uint8
 
 // Header formats.
@@ -169,12 +172,12 @@ type fieldValue struct {
 	buf [112]byte // a quoted name of at most 64 bytes and two 15-digit parameters
 }
 
-// writeHeaders sets the rate-limit header fields of format f that describe
+// writeFields sets the rate-limit header fields of format f that describe
 // res, replacing any earlier value of those fields. policies is the
 // RateLimit-Policy value of the limiter (see policyField), made once, and
 // quotas the cache of res.Policy's RateLimit values (nil for none). It
 // writes nothing for HeadersNone or an unknown format.
-func writeHeaders(h http.Header, f HeaderFormat, res Result, policies []string, quotas *quotaCache) {
+func writeFields(h http.Header, f HeaderFormat, res Result, policies []string, quotas *quotaCache) {
 	p := res.Policy
 	fresh := len(h) == 0
 	switch f {
@@ -188,7 +191,7 @@ func writeHeaders(h http.Header, f HeaderFormat, res Result, policies []string, 
 		if f == HeadersX {
 			keys = &xKeys
 		}
-		v := &[3]string{intString(p.Limit.burst), intString(max(res.Remaining, 0)), intString(ceilSeconds(res.ResetAfter))}
+		v := &[3]string{intString(p.Limit.Burst()), intString(max(res.Remaining, 0)), intString(ceilSeconds(res.ResetAfter))}
 		set(h, keys[0], v[0:1:1], fresh)
 		set(h, keys[1], v[1:2:2], fresh)
 		set(h, keys[2], v[2:3:3], fresh)
@@ -209,7 +212,7 @@ func newLimitHeaders(l *Limiter) *limitHeaders {
 	c := &limitHeaders{policies: ps, quotas: make([]quotaCache, len(ps)), hidden: true,
 		fields: [2][]string{policyField(ps, false), policyField(ps, true)}}
 	for i := range ps {
-		c.quotas[i].burst = sfInteger(ps[i].Limit.burst)
+		c.quotas[i].burst = sfInteger(ps[i].Limit.Burst())
 		c.hidden = c.hidden && ps[i].DryRun
 	}
 	return c
@@ -289,16 +292,16 @@ func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
 				b = r
 			}
 		}
-		writeHeaders(h, m.cfg.Headers, b, c.fields[1], c.quotasOf(b.Policy))
+		writeFields(h, m.cfg.Headers, b, c.fields[1], c.quotasOf(b.Policy))
 	case m.cfg.DryRunHeaders:
-		writeHeaders(h, m.cfg.Headers, res, c.fields[1], c.quotasOf(res.Policy))
+		writeFields(h, m.cfg.Headers, res, c.fields[1], c.quotasOf(res.Policy))
 	case c.hidden:
 		return
 	default:
-		writeHeaders(h, m.cfg.Headers, res, c.fields[0], c.quotasOf(res.Policy))
+		writeFields(h, m.cfg.Headers, res, c.fields[0], c.quotasOf(res.Policy))
 	}
 	if m.cfg.inflight != nil {
-		m.cfg.inflight.list(h, m.cfg.Headers)
+		m.cfg.inflight.addPolicyItem(h, m.cfg.Headers)
 	}
 }
 
@@ -331,7 +334,7 @@ func policyField(ps []Policy, withDryRun bool) []string {
 		}
 		b = appendPolicyItem(b, p.Name)
 		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, sfInteger(p.Limit.burst), 10)
+		b = strconv.AppendInt(b, sfInteger(p.Limit.Burst()), 10)
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, p.Limit.window(), 10)
 	}
@@ -364,7 +367,7 @@ func quotaSeconds(res Result) (int64, bool) {
 		return 0, false
 	}
 	wait := res.ResetAfter
-	if iv := res.Policy.Limit.interval; wait > iv && iv > 0 {
+	if iv := res.Policy.Limit.Interval(); wait > iv && iv > 0 {
 		if wait %= iv; wait == 0 {
 			wait = iv
 		}

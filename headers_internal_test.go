@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Field names as the drafts spell them, the keys writeHeaders assigns in the
+// Field names as the drafts spell them, the keys writeFields assigns in the
 // header map. http.Header.Get canonicalises ("Ratelimit-Policy") and so
 // does not find them: read them with headerField, the map index.
 var allRateLimitFields = []string{
@@ -128,7 +128,7 @@ var headerCases = []headerCase{
 	},
 }
 
-func TestWriteHeaders(t *testing.T) {
+func TestWriteFields(t *testing.T) {
 	for _, tc := range headerCases {
 		t.Run(tc.name, func(t *testing.T) {
 			require.NoError(t, tc.res.Policy.Limit.validate(), "precondition: valid limit")
@@ -157,18 +157,18 @@ func TestWriteHeaders(t *testing.T) {
 func checkHeaders(t *testing.T, f HeaderFormat, res Result, want map[string]string) {
 	t.Helper()
 	h := http.Header{"Content-Type": {"text/plain"}}
-	writeHeaders(h, f, res, field(res), nil)
-	writeHeaders(h, f, res, field(res), nil)
+	writeFields(h, f, res, field(res), nil)
+	writeFields(h, f, res, field(res), nil)
 	for _, name := range allRateLimitFields {
 		got := h[name]
 		if v, ok := want[name]; ok {
-			assert.Equal(t, []string{v}, got, "writeHeaders(%v, %+v): %s", f, res, name)
+			assert.Equal(t, []string{v}, got, "writeFields(%v, %+v): %s", f, res, name)
 		} else {
-			assert.Empty(t, got, "writeHeaders(%v, %+v) wrote %s, want no such field", f, res, name)
+			assert.Empty(t, got, "writeFields(%v, %+v) wrote %s, want no such field", f, res, name)
 		}
 	}
-	assert.Len(t, h, len(want)+1, "writeHeaders(%v, %+v) fields = %v", f, res, h)
-	assert.Equal(t, []string{"text/plain"}, h["Content-Type"], "writeHeaders(%v) touched Content-Type", f)
+	assert.Len(t, h, len(want)+1, "writeFields(%v, %+v) fields = %v", f, res, h)
+	assert.Equal(t, []string{"text/plain"}, h["Content-Type"], "writeFields(%v) touched Content-Type", f)
 }
 
 // formatFields lists the fields each format writes, as the drafts spell them.
@@ -189,27 +189,27 @@ func TestWriteHeadersReplacesEarlierValues(t *testing.T) {
 			h[name] = append(h[name], "stale")
 			h[name] = append(h[name], "stale2")
 		}
-		writeHeaders(h, f, res, field(res), nil)
-		assert.Len(t, h, len(allRateLimitFields), "writeHeaders(%v) fields = %v", f, h)
+		writeFields(h, f, res, field(res), nil)
+		assert.Len(t, h, len(allRateLimitFields), "writeFields(%v) fields = %v", f, h)
 		// The same fields set with h.Add, in the spelling it gives them:
 		hc := http.Header{}
 		for _, name := range allRateLimitFields {
 			hc.Add(name, "stale")
 		}
-		writeHeaders(hc, f, res, field(res), nil)
+		writeFields(hc, f, res, field(res), nil)
 		for _, name := range own {
-			assert.NotContains(t, hc, http.CanonicalHeaderKey(name), "writeHeaders(%v) left the canonical %s", f, name)
-			assert.Len(t, hc[name], 1, "writeHeaders(%v): %s", f, name)
+			assert.NotContains(t, hc, http.CanonicalHeaderKey(name), "writeFields(%v) left the canonical %s", f, name)
+			assert.Len(t, hc[name], 1, "writeFields(%v): %s", f, name)
 		}
-		assert.Len(t, hc, len(allRateLimitFields), "writeHeaders(%v) over h.Add's fields = %v", f, hc)
+		assert.Len(t, hc, len(allRateLimitFields), "writeFields(%v) over h.Add's fields = %v", f, hc)
 		for _, name := range allRateLimitFields {
 			got := h[name]
 			if slices.Contains(own, name) {
-				if assert.Len(t, got, 1, "writeHeaders(%v): %s = %q, want one value", f, name, got) {
-					assert.NotEqual(t, "stale", got[0], "writeHeaders(%v): %s", f, name)
+				if assert.Len(t, got, 1, "writeFields(%v): %s = %q, want one value", f, name, got) {
+					assert.NotEqual(t, "stale", got[0], "writeFields(%v): %s", f, name)
 				}
 			} else {
-				assert.Equal(t, []string{"stale", "stale2"}, got, "writeHeaders(%v) touched %s", f, name)
+				assert.Equal(t, []string{"stale", "stale2"}, got, "writeFields(%v) touched %s", f, name)
 			}
 		}
 	}
@@ -225,15 +225,15 @@ func TestWriteHeadersAddAfterwards(t *testing.T) {
 		for f, own := range formatFields {
 			for _, added := range own {
 				h := http.Header{}
-				writeHeaders(h, f, res, field(res), quotas)
+				writeFields(h, f, res, field(res), quotas)
 				fresh := h.Clone()
 				want := h.Clone()
 				h[added] = append(h[added], "extra")
 				want[added] = append(want[added], "extra")
-				assert.Equal(t, want, h, "%s: writeHeaders(%v); append to %s", tc.name, f, added)
+				assert.Equal(t, want, h, "%s: writeFields(%v); append to %s", tc.name, f, added)
 				next := http.Header{}
-				writeHeaders(next, f, res, field(res), quotas)
-				assert.Equal(t, fresh, next, "%s: writeHeaders(%v) after an append to %s", tc.name, f, added)
+				writeFields(next, f, res, field(res), quotas)
+				assert.Equal(t, fresh, next, "%s: writeFields(%v) after an append to %s", tc.name, f, added)
 			}
 		}
 	}
@@ -249,15 +249,15 @@ func TestWriteHeadersEditInPlace(t *testing.T) {
 		for f, own := range formatFields {
 			for _, edited := range own {
 				h := http.Header{}
-				writeHeaders(h, f, res, field(res), quotas)
+				writeFields(h, f, res, field(res), quotas)
 				fresh := h.Clone()
 				h[edited][0] = "edited"
 				want := fresh.Clone()
 				want[edited] = []string{"edited"}
-				assert.Equal(t, want, h, "%s: writeHeaders(%v); %s edited", tc.name, f, edited)
+				assert.Equal(t, want, h, "%s: writeFields(%v); %s edited", tc.name, f, edited)
 				next := http.Header{}
-				writeHeaders(next, f, res, field(res), quotas)
-				assert.Equal(t, fresh, next, "%s: writeHeaders(%v) after an edit of %s", tc.name, f, edited)
+				writeFields(next, f, res, field(res), quotas)
+				assert.Equal(t, fresh, next, "%s: writeFields(%v) after an edit of %s", tc.name, f, edited)
 			}
 		}
 	}
@@ -299,7 +299,7 @@ func TestHeaderNamesAsTheDraftsSpellThem(t *testing.T) {
 	var names []string
 	for _, f := range []HeaderFormat{HeadersIETF, HeadersLegacy, HeadersX} {
 		h := http.Header{}
-		writeHeaders(h, f, res, field(res), nil)
+		writeFields(h, f, res, field(res), nil)
 		for k := range h {
 			names = append(names, k)
 		}
@@ -344,8 +344,8 @@ func TestQuotaFieldCache(t *testing.T) {
 
 func TestWriteHeadersUnknownFormat(t *testing.T) {
 	h := http.Header{}
-	writeHeaders(h, HeadersNone+1, headerCases[1].res, field(headerCases[1].res), nil)
-	assert.Empty(t, h, "writeHeaders(HeaderFormat(4)) wrote fields")
+	writeFields(h, HeadersNone+1, headerCases[1].res, field(headerCases[1].res), nil)
+	assert.Empty(t, h, "writeFields(HeaderFormat(4)) wrote fields")
 }
 
 // With a refusal, Retry-After (as the middleware computes it) is never
@@ -356,7 +356,7 @@ func TestRetryAfterNotBeforeT(t *testing.T) {
 			continue
 		}
 		h := http.Header{}
-		writeHeaders(h, HeadersIETF, tc.res, field(tc.res), nil)
+		writeFields(h, HeadersIETF, tc.res, field(tc.res), nil)
 		items, err := parseSFList(h["RateLimit"][0])
 		require.NoError(t, err, "%s: RateLimit %q", tc.name, h["RateLimit"][0])
 		require.Len(t, items, 1)
@@ -392,7 +392,7 @@ func TestRetryAfterSeconds(t *testing.T) {
 func TestIETFHeadersAreSFLists(t *testing.T) {
 	for _, tc := range headerCases {
 		h := http.Header{}
-		writeHeaders(h, HeadersIETF, tc.res, field(tc.res), nil)
+		writeFields(h, HeadersIETF, tc.res, field(tc.res), nil)
 		for _, f := range []struct {
 			name     string
 			required []string
@@ -507,11 +507,11 @@ func BenchmarkWriteHeaders(b *testing.B) {
 				h := make(http.Header, 8)
 				n := 0
 				for pb.Next() {
-					writeHeaders(h, f, res, field(res), nil)
+					writeFields(h, f, res, field(res), nil)
 					n++
 				}
 				if want := len(formatFields[f]); n > 0 && len(h) != want {
-					b.Errorf("writeHeaders(%v) wrote %d fields, want %d", f, len(h), want)
+					b.Errorf("writeFields(%v) wrote %d fields, want %d", f, len(h), want)
 				}
 			})
 		})
@@ -619,7 +619,7 @@ func FuzzHeaders(f *testing.F) {
 		res := Result{Allowed: allowed, Policy: pol(name, Per(1, time.Duration(interval)).WithBurst(burst)),
 			Remaining: remaining, ResetAfter: time.Duration(resetAfter), RetryAfter: time.Duration(retryAfter)}
 		h := http.Header{}
-		writeHeaders(h, HeadersIETF, res, field(res), nil)
+		writeFields(h, HeadersIETF, res, field(res), nil)
 		policies, err := parseSFList(h["RateLimit-Policy"][0])
 		if err != nil || len(policies) != 1 || policies[0].name != name || policies[0].params["q"] != min(burst, maxSFInteger) || policies[0].params["w"] < 1 {
 			t.Fatalf("RateLimit-Policy %q: %v %+v", h["RateLimit-Policy"][0], err, policies)
@@ -633,7 +633,7 @@ func FuzzHeaders(f *testing.F) {
 		}
 		for _, format := range []HeaderFormat{HeadersLegacy, HeadersX} {
 			h := http.Header{}
-			writeHeaders(h, format, res, nil, nil)
+			writeFields(h, format, res, nil, nil)
 			for k, v := range h {
 				if n, err := strconv.ParseInt(v[0], 10, 64); err != nil || n < 0 {
 					t.Fatalf("%v: %s: %q", format, k, v)

@@ -156,10 +156,10 @@ func (h *sharedSlots) release() {
 	}
 }
 
-// list adds the concurrency limit to the List of RateLimit-Policy, in the
+// addPolicyItem adds the concurrency limit to the List of RateLimit-Policy, in the
 // IETF format, on the same field line, so that a client that reads only
 // the first line of the field sees it too.
-func (f *inflight) list(h map[string][]string, format HeaderFormat) {
+func (f *inflight) addPolicyItem(h map[string][]string, format HeaderFormat) {
 	switch v := h[policyKey.draft]; {
 	case format != HeadersIETF || len(v) != 1:
 	case v[0] == "": // no policy to list but this one

@@ -149,8 +149,8 @@ func (l *Limiter) check(key string, cost int64) error {
 }
 
 // errEmptyKey is the refusal of an empty key.
-var errEmptyKey = &clientkey.Error{Err: fmt.Errorf("%w: the key function returned an empty key", ErrMissingKey),
-	Kind: clientkey.KindEmptyKey, Detail: "the key function returned an empty key"}
+var errEmptyKey = &clientkey.Error{Err: fmt.Errorf("%w: empty key", ErrMissingKey),
+	Kind: clientkey.KindEmptyKey, Detail: "the key is empty"}
 
 // takeMany is Take for a Limiter of several policies, or only dry-run ones.
 func (l *Limiter) takeMany(ctx context.Context, key string, cost int64) (Result, error) {
@@ -266,16 +266,29 @@ func (l *Limiter) giveBackAll(ctx context.Context, idx []int, key string, cost i
 	}
 }
 
-// Refund gives back cost of the tokens that took, a Result of this
-// Limiter's Take for key, spent, as x/time/rate's Reservation.Cancel does:
-// cost, and the sum of the give-backs of one took, at most what took spent.
-// It does nothing for a refused or degraded took, or with a store that is
-// no [RefundStore]; it returns an error wrapping ErrStore when the store
-// fails.
+// Refund gives back cost tokens of took, an allowed Result of this
+// Limiter's Take for key, as x/time/rate's Reservation.Cancel does. All
+// Refunds of one took together must give back at most what it spent, and
+// key must be the key Take was given (the Middleware's is its KeyFunc's
+// result): neither is in the Result to check. It does nothing for cost ≤ 0,
+// a refused or degraded took, or a store that is no [RefundStore]. It
+// returns an error wrapping ErrMissingKey for an empty key, one naming the
+// policy for a took of another Limiter, and one wrapping ErrStore when the
+// store fails.
 func (l *Limiter) Refund(ctx context.Context, key string, cost int64, took Result) error {
+	if key == "" {
+		return errEmptyKey
+	}
 	rs, ok := l.store.(RefundStore)
 	if !ok || cost <= 0 || !took.Allowed || took.Degraded {
 		return nil
+	}
+	if !l.owns(took.Policy) {
+		name := "none"
+		if took.Policy != nil {
+			name = strconv.Quote(took.Policy.Name)
+		}
+		return fmt.Errorf("ratelimit: Refund: the Result is not of this Limiter's Take (its policy: %s)", name)
 	}
 	var err error
 	switch {
@@ -288,6 +301,16 @@ func (l *Limiter) Refund(ctx context.Context, key string, cost int64, took Resul
 		return storeError(err)
 	}
 	return nil
+}
+
+// owns reports whether p is one of l's policies.
+func (l *Limiter) owns(p *Policy) bool {
+	for i := range l.policies {
+		if &l.policies[i] == p {
+			return true
+		}
+	}
+	return false
 }
 
 // combine makes the Result of a request decided by several policies: the

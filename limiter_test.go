@@ -84,6 +84,21 @@ func TestLimiterRefundNothing(t *testing.T) {
 	assert.Equal(t, []int64{0}, remaining(t, lim, "k"), "a Result not of Take spent nothing")
 }
 
+// Refund refuses an empty key, and a Result of another Limiter, giving
+// back nothing.
+func TestLimiterRefundErrors(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(3, time.Hour)}}})
+	other, err := ratelimit.New(h.store, ratelimit.Policy{Name: "api", Limit: ratelimit.Per(3, time.Hour)})
+	require.NoError(t, err)
+	took, err := h.lim.Take(ctx, "k", 2)
+	require.NoError(t, err)
+	assert.ErrorIs(t, h.lim.Refund(ctx, "", 2, took), ratelimit.ErrMissingKey)
+	err = other.Refund(ctx, "k", 2, took)
+	assert.ErrorContains(t, err, `the Result is not of this Limiter's Take (its policy: "api")`)
+	assert.Equal(t, []int64{1}, remaining(t, h.lim, "k"), "nothing given back")
+}
+
 // With several policies, Refund gives back to each policy that spent, dry-run
 // ones included.
 func TestLimiterRefundPolicies(t *testing.T) {

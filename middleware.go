@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,8 +63,9 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *MiddlewareOptions) (*Middlewar
 // whole answer, through OnDeny or OnError, and next never runs. A request
 // that a LeakyShape policy delays is held until its turn, or refused at
 // once when its wait would outlast its context's deadline or the server's
-// WriteTimeout, or MaxQueued requests wait already. It is the one entry point of every adapter; docs/frameworks.md
-// says what an adapter must do when next panics.
+// WriteTimeout, or MaxQueued requests wait already. It is the one entry
+// point of every adapter; docs/frameworks.md says what an adapter must do
+// when next panics.
 func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func(r *http.Request) (status int)) {
 	if m.cfg.lists != nil {
 		switch v, err := m.cfg.lists.check(r); {
@@ -167,7 +169,7 @@ func (m *Middleware) undecided(w http.ResponseWriter, r *http.Request, err error
 
 // fail answers a request that could not be decided because of err.
 func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if m.cfg.ownOnError {
+	if m.cfg.customOnError {
 		m.cfg.errors.noteRefusal(r, err)
 	}
 	m.cfg.OnError(w, r, err)
@@ -226,8 +228,8 @@ func (m *Middleware) decide(r *http.Request) (d decision) {
 		}
 	}
 	key, err := m.key(r)
-	if err != nil {
-		d.err = err
+	if err != nil || key == "" {
+		d.err = cmp.Or(err, errKeyFuncEmpty)
 		return d
 	}
 	d.key, d.cost = key, 1
@@ -249,6 +251,11 @@ func (m *Middleware) decide(r *http.Request) (d decision) {
 	d.res, d.err = d.lim.Take(r.Context(), d.key, d.cost) // it refuses an empty key and a cost above a burst
 	return d
 }
+
+// errKeyFuncEmpty is the refusal of a request whose key function returned
+// an empty key.
+var errKeyFuncEmpty error = &clientkey.Error{Err: fmt.Errorf("%w: the key function returned an empty key", ErrMissingKey),
+	Kind: clientkey.KindEmptyKey, Detail: "the key function returned an empty key"}
 
 // resultKey is the context key of the Result that ResultFrom returns.
 type resultKey struct{}

@@ -28,8 +28,9 @@ type MiddlewareOptions struct {
 	// OnError answers a request that could not be decided. Default: a
 	// problem body without the error's text: 401 for ErrMissingKey, 400
 	// for ErrBadRequest, 503 with Retry-After: 1 for ErrStore and
-	// ErrWaitAbandoned, else 500. Whatever OnError is, the first refusal
-	// of each kind is logged to Logger.
+	// ErrWaitAbandoned, else 500. Whatever OnError is, the first 400 or
+	// 401 of each kind, and the first 500 from a misconfiguration, is
+	// logged to Logger.
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
 	// Challenge is the WWW-Authenticate field of the default 401 answers,
 	// such as `Bearer realm="api"`. Default: the key function's, as
@@ -86,7 +87,7 @@ type MiddlewareOptions struct {
 	// metrics and logs. It runs on the request path, so it must be fast and
 	// safe for concurrent use. Default: none, at no cost.
 	Observe func(r *http.Request, ev Event)
-	// Logger receives the default error handler's lines and the warnings
+	// Logger receives the lines about undecided requests (see OnError) and the warnings
 	// "one-key" and "shared-policy-name" (docs/operating.md). Default:
 	// slog.Default().
 	Logger *slog.Logger
@@ -97,11 +98,11 @@ type MiddlewareOptions struct {
 // config is the validated form of MiddlewareOptions.
 type config struct {
 	MiddlewareOptions
-	inflight   *inflight
-	maxQueued  int64        // MiddlewareOptions.MaxQueued with its default; < 0: no bound
-	lists      *addrLists   // nil without Block and Safe
-	errors     errorAnswers // the default error handler, and the first refusals
-	ownOnError bool         // OnError is the caller's
+	inflight      *inflight
+	maxQueued     int64        // MiddlewareOptions.MaxQueued with its default; < 0: no bound
+	lists         *addrLists   // nil without Block and Safe
+	errors        errorAnswers // the default error handler, and the first refusals
+	customOnError bool         // OnError is the caller's, not the default
 }
 
 // maxRetryJitter bounds MiddlewareOptions.RetryJitter. An hour spreads the return of
@@ -121,7 +122,7 @@ func newConfig(o *MiddlewareOptions) (config, error) {
 	if c.OnError == nil {
 		c.OnError = c.errors.answer
 	} else {
-		c.ownOnError = true
+		c.customOnError = true
 	}
 	switch {
 	case c.Headers > HeadersNone:

@@ -9,9 +9,10 @@ import (
 )
 
 // Penalty is a policy's penalty box: a key the policy keeps refusing is
-// banned, all its requests refused, until the ban ends. After refusals
-// within Within ÷ (After − 1) always ban; a key never refused more than
-// After − 1 times within any Within never is. A ban lives in the store, so
+// banned, all its requests refused, until the ban ends. After refusals in
+// a row, no two more than Within ÷ (After − 1) apart, always ban; a key
+// refused at most After − 1 times in every span of Within is never
+// banned. A ban lives in the store, so
 // it holds on every instance sharing it; Limiter.Reset lifts it. The zero
 // value bans nobody. docs/policies.md explains the arithmetic.
 type Penalty struct {

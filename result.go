@@ -30,7 +30,7 @@ type Result struct {
 	Until int64
 
 	// Results has every policy's result, in the Limiter's order, when it
-	// has several policies or a dry-run one, else nil; those not Allowed
+	// has several policies, a dry-run one or a Penalty, else nil; those not Allowed
 	// refused (a dry-run one would have). A ban's refusal has the ban's
 	// result alone, its Policy named POLICY/ban. Shared: do not modify it.
 	Results []Result

@@ -16,9 +16,10 @@ import (
 //	if next > now { save(p.Name, key, next, next-now) } else { remove(p.Name, key) }
 //
 // A [Limiter] validates first: p is valid, key not empty, 0 ≤ cost ≤ burst.
-// A [Penalty]'s buckets are policies POLICY/strikes and POLICY/bans
-// (Algorithm 4) and POLICY/ban (Algorithm 3); decide them with Decide too,
-// at the store each time. Implementations must be safe for concurrent use;
+// A [Penalty]'s buckets come to Take as policies of their own, named
+// POLICY/strikes, POLICY/bans and POLICY/ban, whose Algorithms are none of
+// the three exported (MarshalText gives "strikes" and "ban"): decide them
+// with Decide too, and never ahead of the store (no lease, no local answer). Implementations must be safe for concurrent use;
 // docs/stores.md explains writing one, storetest checks it.
 type Store interface {
 	// Take decides one request of cost tokens for the bucket of key under

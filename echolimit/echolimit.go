@@ -66,7 +66,7 @@ func Wrap(m *ratelimit.Middleware, opts *Options) echo.MiddlewareFunc {
 }
 
 // KeyFunc is a [ratelimit.KeyFunc] of an Echo request's context: the key
-// that identifies its client, or an error wrapping ErrMissingKey.
+// that identifies its client, or an error wrapping [ratelimit.ErrMissingKey].
 type KeyFunc func(c echo.Context) (string, error)
 
 // New returns Echo middleware that limits requests with l, keyed by key,

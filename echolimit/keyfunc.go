@@ -16,7 +16,7 @@ import (
 // key it. Without an IPExtractor, Echo v4 believes X-Real-IP or the
 // leftmost X-Forwarded-For entry, which any client writes, so KeyByRealIP
 // keys the TCP peer instead. An address that does not parse gives an error wrapping
-// ErrBadRequest.
+// [ratelimit.ErrBadRequest].
 //
 // opts may be nil; only its IPv6Prefix applies, and it returns an error
 // for an invalid opts or one with TrustedProxies or Header. The KeyFunc is
@@ -44,7 +44,7 @@ func KeyByRealIP(opts *ratelimit.IPOptions) (KeyFunc, error) {
 // KeyByValue returns a KeyFunc that keys requests by the user ID an
 // earlier middleware stored with c.Set(name, id), read and keyed as
 // [ratelimit.KeyByContextValue] does; no value gives an error wrapping
-// ErrMissingKey.
+// [ratelimit.ErrMissingKey].
 func KeyByValue(name string) KeyFunc {
 	return func(c echo.Context) (string, error) { return keyErrors.User(c.Get(name)) }
 }

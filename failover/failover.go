@@ -100,7 +100,8 @@ type Options struct {
 // that fails, decides by its [Mode]. While degraded it sends the primary
 // one probe request every ProbeInterval, and the first that succeeds makes
 // it healthy again. A call whose own context ended, and an error about one
-// key's state ([storeerr.ErrKeyState]), are no failure of the primary.
+// key's stored value (a Redis key of another type, say), are no failure of
+// the primary.
 // Store is safe for concurrent use.
 type Store struct {
 	primary   ratelimit.Store

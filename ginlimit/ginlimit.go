@@ -60,7 +60,7 @@ func handle(m *ratelimit.Middleware, c *gin.Context, r *http.Request) {
 }
 
 // KeyFunc is a [ratelimit.KeyFunc] of a Gin request's context: the key
-// that identifies its client, or an error wrapping ErrMissingKey.
+// that identifies its client, or an error wrapping [ratelimit.ErrMissingKey].
 type KeyFunc func(c *gin.Context) (string, error)
 
 // New returns a Gin handler that limits requests with l, keyed by key and

@@ -18,7 +18,7 @@ import (
 // TrustedPlatform), keyed as [ratelimit.KeyByIP] would key it. On an
 // engine that trusts every proxy, gin.New()'s default, it keys the TCP
 // peer instead, unless the address came from a TrustedPlatform header. An
-// address that does not parse gives an error wrapping ErrBadRequest.
+// address that does not parse gives an error wrapping [ratelimit.ErrBadRequest].
 //
 // opts may be nil; only its IPv6Prefix applies, and it returns an error
 // for an invalid opts or one with TrustedProxies or Header. The KeyFunc is
@@ -83,7 +83,7 @@ func trustsEveryProxy(c *gin.Context, ip, peer string) bool {
 // KeyByValue returns a KeyFunc that keys requests by the user ID an
 // earlier handler stored with c.Set(name, id), read and keyed as
 // [ratelimit.KeyByContextValue] does; no value gives an error wrapping
-// ErrMissingKey.
+// [ratelimit.ErrMissingKey].
 func KeyByValue(name string) KeyFunc {
 	return func(c *gin.Context) (string, error) {
 		v, _ := c.Get(name)

@@ -10,7 +10,8 @@ import (
 var _ ratelimit.RefundStore = (*Store)(nil)
 
 // Refund implements [ratelimit.RefundStore]: it gives back to key's bucket
-// under p what the take still costs it. It never fails.
+// under p at most cost tokens, fewer when the bucket has since earned some
+// of them back. It never fails.
 func (s *Store) Refund(_ context.Context, p *ratelimit.Policy, key string, cost int64, took ratelimit.Result) error {
 	fp := s.fingerprint(p.Name, key)
 	sh := s.shard(fp)

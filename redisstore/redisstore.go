@@ -14,7 +14,8 @@
 // works on a single server, Sentinel, Cluster and Ring. Keys are
 // PREFIX + POLICY + ":" + KEY, a KEY longer than 128 bytes replaced by its
 // SHA-256. A key that holds something else than a state fails its own
-// decisions with an error wrapping [storeerr.ErrKeyState].
+// decisions with an error wrapping ratelimit.ErrStore that names the
+// policy; a failover.Store does not count it as the primary failing.
 //
 // Every call has a deadline (Options.Timeout), and a refused dial fails the
 // calls in flight at once, with its error. Combine the store with a

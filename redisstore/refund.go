@@ -9,7 +9,8 @@ import (
 var _ ratelimit.RefundStore = (*Store)(nil)
 
 // Refund implements [ratelimit.RefundStore] in one round trip: the bucket
-// gets back what the take still costs it (take.lua's "refund"). Tokens that
+// gets back at most cost tokens, fewer when it has since earned some of
+// them back (take.lua's "refund"). Tokens that
 // a lease paid for go back into that lease while it lasts, without a round
 // trip, and are lost once it has ended.
 func (s *Store) Refund(parent context.Context, p *ratelimit.Policy, key string, cost int64, took ratelimit.Result) error {

@@ -20,7 +20,7 @@ import (
 // An entry answers for a second at most (recheck), then the next request
 // asks Redis again: a refused client costs Redis one call a second per
 // instance, and a Limiter.Reset made on another instance reaches this one
-// within a second. A penalty box's ban (the Ban algorithm) is known the
+// within a second. A penalty box's ban (algo.Ban) is known the
 // same way. With leases, a key found not banned is remembered so for the
 // lease time, so that asking whether a key is banned costs no more round
 // trips than its leases: another instance's ban is then seen a lease time

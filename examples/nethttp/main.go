@@ -6,7 +6,7 @@
 //
 // It shows the library's two forms:
 //
-//   - GET /hello, the common case in one line (nethttp.Limit): each API key
+//   - GET /hello, the common case in one line (nethttp.LimitBy): each API key
 //     (header X-API-Key) may make 10 requests at once and earns 5 more per
 //     second; a request without a key gets 401.
 //   - GET /search, the explicit form (a store, a limiter, a middleware) for
