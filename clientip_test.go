@@ -300,18 +300,7 @@ func BenchmarkKeyByIP(b *testing.B) {
 			if bc.header != "" {
 				r.Header.Set(bc.header, bc.value)
 			}
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				n := 0
-				for pb.Next() {
-					k, err := kf(r)
-					if err != nil {
-						panic(err)
-					}
-					n += len(k)
-				}
-				keyBytes.Add(int64(n))
-			})
+			benchKeys(b, kf, r)
 		})
 	}
 }
