@@ -220,12 +220,9 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 		calls = []*call{back, c}
 	}
 	err := s.within(ctx, func(ctx context.Context) error {
-		for _, c := range calls {
-			c.ctx = ctx
-		}
 		if s.proc == nil {
 			for _, c := range calls {
-				s.runAlone(c)
+				s.runAlone(ctx, c)
 			}
 		} else {
 			groups, cmds := dispatch(ctx, s.proc, calls)
