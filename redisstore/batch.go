@@ -246,7 +246,7 @@ func split(p processor, calls []*call) [][]*call {
 		var groups [][]*call
 		slots := make(map[int]int, len(calls)) // slot → index in groups
 		for _, c := range calls {
-			slot := slotOf(c.keys()[0].(string))
+			slot := slotOf(keyOf(c.keys()[0]))
 			i, ok := slots[slot]
 			if !ok {
 				i = len(groups)

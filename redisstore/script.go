@@ -64,7 +64,7 @@ func (s *Store) group(parent context.Context, reqs []ratelimit.BatchItem, append
 	c := s.newCall(parent, len(reqs))
 	c.deadline = time.Now().Add(s.timeout)
 	for i, r := range reqs {
-		c.keys()[i] = s.key(r)
+		c.setKey(i, s.key(r))
 		c.args = appendArgs(c.args, r)
 	}
 	reply, err := s.decide(c)
@@ -118,9 +118,15 @@ func span(reply []any, i int) (int64, bool) {
 
 // newCall returns a call of the script that decides n keys as one group:
 // EVALSHA sha n key… n now-s now-n, the keys for the caller to set
-// (c.keys()) and each key's kind and arguments to append (see appendKind).
+// (setKey) and each key's kind and arguments to append (see appendKind).
+// A call of one key holds its arguments in itself: one allocation.
 func (s *Store) newCall(ctx context.Context, n int) *call {
-	c := &call{ctx: ctx, n: n, args: make([]any, 3+n, 9+6*n)}
+	c := &call{ctx: ctx, n: n}
+	if n == 1 {
+		c.args = c.one[:4]
+	} else {
+		c.args = make([]any, 3+n, 9+6*n)
+	}
 	c.args[0], c.args[1], c.args[2] = argEvalSha, argSHA, n
 	c.args = append(c.args, n, argNone, argNone)
 	if s.now != nil {
@@ -157,9 +163,30 @@ type call struct {
 	reply    []any           // once decided: per key allowed, ahead-s, ahead-n
 	err      error           // or why it could not be
 	done     chan struct{}   // for a queued call: closed once reply or err is set
+	one      [15]any         // args' backing array for a call of one key
+	key      string          // the key of a call of one key, in args as *string
 }
 
 func (c *call) keys() []any { return c.args[3 : 3+c.n] }
+
+// setKey sets the i-th key of c: for a call of one key, as a pointer to
+// c.key, which go-redis writes as the string and which is not boxed anew.
+func (c *call) setKey(i int, key string) {
+	if c.n == 1 {
+		c.key = key
+		c.args[3] = &c.key
+		return
+	}
+	c.args[3+i] = key
+}
+
+// keyOf returns a key of a call's args, set by setKey.
+func keyOf(k any) string {
+	if p, ok := k.(*string); ok {
+		return *p
+	}
+	return k.(string)
+}
 
 func (c *call) argv() []any { return c.args[3+c.n:] }
 
@@ -200,7 +227,7 @@ func (s *Store) alone(c *call) {
 func (s *Store) runAlone(ctx context.Context, c *call) {
 	keys := make([]string, c.n)
 	for i, k := range c.keys() {
-		keys[i] = k.(string)
+		keys[i] = keyOf(k)
 	}
 	settle(takeScript.Run(ctx, s.client, keys, c.argv()...), c)
 }
