@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 
@@ -87,10 +88,13 @@ func (b *batcher) next(s *Store) {
 }
 
 // flush sends r, then every batch that queues meanwhile, until the queue
-// is empty.
+// is empty. After each round trip it yields once, so that the callers it
+// woke, and others ready to run, may queue their next calls and leave in
+// the next batch rather than the one after.
 func (b *batcher) flush(s *Store, r *round) {
 	for {
 		r.exec(s)
+		runtime.Gosched()
 		b.mu.Lock()
 		if len(b.queue) == 0 {
 			b.busy = false
