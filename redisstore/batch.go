@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"time"
 
@@ -28,28 +29,30 @@ const maxBatch = 256
 //
 // No goroutine outlives the calls: the caller whose round trip ends with
 // calls queued starts one goroutine that sends them, and the batches that
-// queue behind those, and ends when the queue is empty. Every round trip
-// has a deadline, the latest of its calls', so that goroutine ends within
-// the store's timeout of the last call's arrival even when Redis hangs.
+// queue behind those, and ends when the queue is empty. A queued call
+// derives no context of its own: its batch's round trip has the earliest
+// of its calls' deadlines (call.deadline), and since calls queue in the
+// order they start, with the same Options.Timeout, every call's round
+// trip, and those it waits behind, end by its own deadline, even when
+// Redis hangs. A caller's own context is honoured while it waits.
 //
 // The zero value is ready to use.
 type batcher struct {
-	dials *dialWatch // set by New, before any call
 	mu    sync.Mutex
 	busy  bool    // a round trip is in flight
 	queue []*call // calls waiting for it to end
 }
 
-// send decides c through p, with the calls that arrive while a round trip
-// is in flight, and returns its reply or error. It returns when c is
-// decided or its context ends, whichever is first.
-func (b *batcher) send(p processor, c *call) ([]any, error) {
+// send decides c through s's client, with the calls that arrive while a
+// round trip is in flight, and returns its reply or error. It returns when
+// c is decided or its context ends, whichever is first.
+func (b *batcher) send(s *Store, c *call) ([]any, error) {
 	b.mu.Lock()
 	if !b.busy {
 		b.busy = true
 		b.mu.Unlock()
-		defer b.next(p)
-		settle(process(c.ctx, p, redis.NewCmd(c.ctx, c.args...)), c)
+		defer b.next(s)
+		s.alone(c)
 		return c.reply, c.err
 	}
 	c.done = make(chan struct{})
@@ -72,29 +75,33 @@ func (b *batcher) send(p processor, c *call) ([]any, error) {
 
 // next starts the round trip of the calls queued during the one that just
 // ended, on a goroutine of its own, or records that none is in flight.
-func (b *batcher) next(p processor) {
+func (b *batcher) next(s *Store) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
 		b.busy = false
 		return
 	}
-	go b.flush(p, b.take(nil))
+	r := new(round)
+	r.start(s, b.take(nil))
+	go b.flush(s, r)
 }
 
-// flush sends batch, then every batch that queues meanwhile, until the
-// queue is empty.
-func (b *batcher) flush(p processor, batch []*call) {
+// flush sends r, then every batch that queues meanwhile, until the queue
+// is empty. After each round trip it yields once, so that the callers it
+// woke, and others ready to run, may queue their next calls and leave in
+// the next batch rather than the one after.
+func (b *batcher) flush(s *Store, r *round) {
 	for {
-		exec(p, b.dials, batch)
-		clear(batch)
+		r.exec(s)
+		runtime.Gosched()
 		b.mu.Lock()
 		if len(b.queue) == 0 {
 			b.busy = false
 			b.mu.Unlock()
 			return
 		}
-		batch = b.take(batch[:0])
+		r.start(s, b.take(r.calls[:0]))
 		b.mu.Unlock()
 	}
 }
@@ -114,46 +121,89 @@ func (b *batcher) take(spare []*call) []*call {
 	return batch
 }
 
-// exec decides the calls of batch in one round trip and wakes their
-// callers. A call whose caller has given up is not sent. Script calls that
-// meet NOSCRIPT (a Redis restarted, or SCRIPT FLUSH) are sent again as
-// EVAL, which loads the script, in a second round trip.
-func exec(p processor, dials *dialWatch, batch []*call) {
-	live := batch[:0]
-	var deadline time.Time
+// fail ends every queued call with err, the error of a refused dial (see
+// dialWatch): those queued and, since round.start registers a batch with
+// the dial watch under b.mu, those in flight are all reached.
+func (b *batcher) fail(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range b.queue {
+		c.err = err
+		close(c.done)
+	}
+	clear(b.queue)
+	b.queue = b.queue[:0]
+}
+
+// A round is one batch's round trip: the calls still wanted, under one
+// context with the earliest of their deadlines, watched for a refused
+// dial. One round serves every batch a flush sends, one after another.
+type round struct {
+	calls    []*call
+	deadline time.Time
+	ctx      context.Context
+	cancel   context.CancelFunc
+	watch    watcher
+}
+
+// start readies r to send batch: a call whose caller has given up, or
+// whose deadline has passed, is answered at once and not sent. It runs
+// under the batcher's lock (see batcher.fail).
+func (r *round) start(s *Store, batch []*call) {
+	r.calls, r.deadline = batch[:0], time.Time{}
+	now := time.Now()
 	for _, c := range batch {
-		if err := c.ctx.Err(); err != nil {
-			c.err = err
-			close(c.done)
+		switch {
+		case c.ctx.Err() != nil:
+			c.err = c.ctx.Err()
+		case !now.Before(c.deadline):
+			c.err = s.timedOut(context.DeadlineExceeded)
+		default:
+			if r.deadline.IsZero() || c.deadline.Before(r.deadline) {
+				r.deadline = c.deadline
+			}
+			r.calls = append(r.calls, c)
 			continue
 		}
-		if d, _ := c.ctx.Deadline(); d.After(deadline) {
-			deadline = d
-		}
-		live = append(live, c)
+		close(c.done)
 	}
-	if len(live) == 0 {
+	clear(batch[len(r.calls):])
+	if len(r.calls) == 0 {
 		return
 	}
 	// The round trip belongs to no caller: it must go on when one of them
-	// is canceled, until the last one's deadline. It carries the first
-	// caller's values (for tracing hooks, say).
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(live[0].ctx), deadline)
-	defer cancel()
-	var w watcher
-	dials.watch(&w, ctx, cancel)
-	defer dials.done(&w)
-	groups, cmds := dispatch(ctx, p, live)
-	dials.done(&w)
+	// is canceled. It carries the first caller's values (for tracing
+	// hooks, say).
+	r.ctx, r.cancel = context.WithDeadline(context.WithoutCancel(r.calls[0].ctx), r.deadline)
+	s.dials.watch(&r.watch, r.ctx, r.cancel)
+}
+
+// exec decides the calls of r in one round trip and wakes their callers.
+// Script calls that meet NOSCRIPT (a Redis restarted, or SCRIPT FLUSH) are
+// sent again as EVAL, which loads the script, in a second round trip.
+func (r *round) exec(s *Store) {
+	if len(r.calls) == 0 {
+		return
+	}
+	groups, cmds := dispatch(r.ctx, s.proc, r.calls)
+	s.dials.done(&r.watch)
+	r.cancel()
+	timedOut := !time.Now().Before(r.deadline)
 	for i, g := range groups {
 		if err := cmds[i].Err(); err != nil {
-			cmds[i].SetErr(w.cause(err))
+			if err = r.watch.cause(err); timedOut {
+				err = s.timedOut(err)
+			}
+			cmds[i].SetErr(err)
 		}
 		settle(cmds[i], g...)
 		for _, c := range g {
 			close(c.done)
 		}
 	}
+	r.watch = watcher{}
+	clear(r.calls)
+	r.ctx, r.cancel = nil, nil
 }
 
 // dispatch sends calls, one group each, in one round trip: in as few
@@ -200,7 +250,7 @@ func split(p processor, calls []*call) [][]*call {
 		var groups [][]*call
 		slots := make(map[int]int, len(calls)) // slot → index in groups
 		for _, c := range calls {
-			slot := slotOf(c.keys()[0].(string))
+			slot := slotOf(keyOf(c.keys()[0]))
 			i, ok := slots[slot]
 			if !ok {
 				i = len(groups)

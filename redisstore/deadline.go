@@ -30,7 +30,13 @@ func (s *Store) within(parent context.Context, f func(ctx context.Context) error
 func (s *Store) failure(parent, ctx context.Context, w *watcher, err error) error {
 	d, _ := ctx.Deadline()
 	if pd, ok := parent.Deadline(); (!ok || pd.After(d)) && parent.Err() == nil && !time.Now().Before(d) {
-		return fmt.Errorf("no answer within Options.Timeout %v: %w", s.timeout, err)
+		return s.timedOut(err)
 	}
 	return w.cause(err)
+}
+
+// timedOut returns err, the error of a call that its deadline ended,
+// naming the deadline.
+func (s *Store) timedOut(err error) error {
+	return fmt.Errorf("no answer within Options.Timeout %v: %w", s.timeout, err)
 }

@@ -38,6 +38,7 @@ import (
 // A nil *dialWatch watches nothing.
 type dialWatch struct {
 	shards [watchShards]watchShard
+	queue  *batcher // its queued calls fail too; nil: none
 }
 
 const watchShards = 8
@@ -134,8 +135,12 @@ func (d *dialWatch) DialHook(next redis.DialHook) redis.DialHook {
 	}
 }
 
-// fail ends every call in flight with err as its cause.
+// fail ends every call in flight with err as its cause, the queued ones
+// first (see batcher.fail).
 func (d *dialWatch) fail(err error) {
+	if d.queue != nil {
+		d.queue.fail(err)
+	}
 	for i := range d.shards {
 		sh := &d.shards[i]
 		sh.mu.Lock()

@@ -207,7 +207,7 @@ func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, 
 func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.Policy, rkey string, cost, want int64) (ratelimit.Result, lease, error) {
 	sent := s.leases.now()
 	c := s.newCall(ctx, 1)
-	c.keys()[0] = rkey
+	c.setKey(0, rkey)
 	kind := len(c.args)
 	c.args = appendKind(c.args, ratelimit.BatchItem{Policy: p, Cost: cost})
 	if want > cost { // a lease is gcra, and what to take if the bucket has it
@@ -220,12 +220,9 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 		calls = []*call{back, c}
 	}
 	err := s.within(ctx, func(ctx context.Context) error {
-		for _, c := range calls {
-			c.ctx = ctx
-		}
 		if s.proc == nil {
 			for _, c := range calls {
-				s.runAlone(c)
+				s.runAlone(ctx, c)
 			}
 		} else {
 			groups, cmds := dispatch(ctx, s.proc, calls)
@@ -274,7 +271,7 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 // room the script keeps for it.
 func (s *Store) giveBack(ctx context.Context, e lease) *call {
 	c := s.newCall(ctx, 1)
-	c.keys()[0] = e.key
+	c.setKey(0, e.key)
 	inc, span := e.left*e.iv, e.size*e.iv
 	c.args = append(c.args, "return", inc/1e9, inc%1e9, span/1e9, span%1e9, e.epoch)
 	return c

@@ -143,7 +143,9 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 	}
 	s.proc, _ = client.(processor)
 	s.dials = watchDials(client)
-	s.batch.dials = s.dials
+	if s.dials != nil && s.batching {
+		s.dials.queue = &s.batch
+	}
 	return s, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -60,22 +61,18 @@ func (s *Store) run(parent context.Context, reqs []ratelimit.BatchItem, results 
 // Timeout, with the kind and arguments of each that appendArgs appends,
 // and returns the group's reply and the time it was decided at.
 func (s *Store) group(parent context.Context, reqs []ratelimit.BatchItem, appendArgs func([]any, ratelimit.BatchItem) []any) ([]any, int64, error) {
-	ctx, cancel := context.WithTimeout(parent, s.timeout)
-	defer cancel()
-	c := s.newCall(ctx, len(reqs))
-	s.dials.watch(&c.watch, ctx, cancel)
-	defer s.dials.done(&c.watch)
+	c := s.newCall(parent, len(reqs))
+	c.deadline = time.Now().Add(s.timeout)
 	for i, r := range reqs {
-		c.keys()[i] = s.key(r)
+		c.setKey(i, s.key(r))
 		c.args = appendArgs(c.args, r)
 	}
 	reply, err := s.decide(c)
-	s.dials.done(&c.watch)
 	if errors.Is(err, storeerr.ErrKeyState) {
 		return nil, 0, keyError(reqs, err)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("redisstore: %w", s.failure(parent, ctx, &c.watch, err))
+		return nil, 0, fmt.Errorf("redisstore: %w", err)
 	}
 	now, err := groupNow(reply, len(reqs))
 	return reply, now, err
@@ -121,9 +118,15 @@ func span(reply []any, i int) (int64, bool) {
 
 // newCall returns a call of the script that decides n keys as one group:
 // EVALSHA sha n key… n now-s now-n, the keys for the caller to set
-// (c.keys()) and each key's kind and arguments to append (see appendKind).
+// (setKey) and each key's kind and arguments to append (see appendKind).
+// A call of one key holds its arguments in itself: one allocation.
 func (s *Store) newCall(ctx context.Context, n int) *call {
-	c := &call{ctx: ctx, n: n, args: make([]any, 3+n, 9+6*n)}
+	c := &call{ctx: ctx, n: n}
+	if n == 1 {
+		c.args = c.one[:4]
+	} else {
+		c.args = make([]any, 3+n, 9+6*n)
+	}
 	c.args[0], c.args[1], c.args[2] = argEvalSha, argSHA, n
 	c.args = append(c.args, n, argNone, argNone)
 	if s.now != nil {
@@ -153,42 +156,80 @@ func appendKind(args []any, r ratelimit.BatchItem) []any {
 // A call is one group of the script on its way to Redis: the requests of
 // one Take or TakeAll, decided all or nothing.
 type call struct {
-	ctx   context.Context // the caller's, with the store's deadline
-	n     int             // the number of keys
-	args  []any           // the call as a command of its own: EVALSHA sha n keys… m now… (…)…
-	reply []any           // once decided: per key allowed, ahead-s, ahead-n
-	err   error           // or why it could not be
-	done  chan struct{}   // for a queued call: closed once reply or err is set
-	watch watcher         // the caller's, ending ctx on a refused dial (see dialWatch)
+	ctx      context.Context // the caller's
+	deadline time.Time       // the store's: Options.Timeout after the call began
+	n        int             // the number of keys
+	args     []any           // the call as a command of its own: EVALSHA sha n keys… m now… (…)…
+	reply    []any           // once decided: per key allowed, ahead-s, ahead-n
+	err      error           // or why it could not be
+	done     chan struct{}   // for a queued call: closed once reply or err is set
+	one      [15]any         // args' backing array for a call of one key
+	key      string          // the key of a call of one key, in args as *string
 }
 
 func (c *call) keys() []any { return c.args[3 : 3+c.n] }
 
+// setKey sets the i-th key of c: for a call of one key, as a pointer to
+// c.key, which go-redis writes as the string and which is not boxed anew.
+func (c *call) setKey(i int, key string) {
+	if c.n == 1 {
+		c.key = key
+		c.args[3] = &c.key
+		return
+	}
+	c.args[3+i] = key
+}
+
+// keyOf returns a key of a call's args, set by setKey.
+func keyOf(k any) string {
+	if p, ok := k.(*string); ok {
+		return *p
+	}
+	return k.(string)
+}
+
 func (c *call) argv() []any { return c.args[3+c.n:] }
 
-// decide sends c and returns its reply or error. Through a go-redis client
-// it may share a round trip with concurrent calls (see batcher), unless
-// Options.NoBatching; through any other Scripter it goes alone.
+// decide sends c and returns its reply or error, which names the deadline
+// or a refused dial when either ended the call (see failure). Through a
+// go-redis client it may share a round trip with concurrent calls (see
+// batcher), unless Options.NoBatching; through any other Scripter it goes
+// alone.
 func (s *Store) decide(c *call) ([]any, error) {
-	switch {
-	case s.proc == nil:
-		s.runAlone(c)
-	case s.batching:
-		return s.batch.send(s.proc, c)
-	default:
-		settle(process(c.ctx, s.proc, redis.NewCmd(c.ctx, c.args...)), c)
+	if s.proc != nil && s.batching {
+		return s.batch.send(s, c)
 	}
+	s.alone(c)
 	return c.reply, c.err
 }
 
-// runAlone sends c through a Scripter that is no go-redis client, with
-// EVALSHA, and EVAL when the server lacks the script.
-func (s *Store) runAlone(c *call) {
+// alone sends c in a round trip of its own, under a context with its
+// deadline, watched for a refused dial.
+func (s *Store) alone(c *call) {
+	ctx, cancel := context.WithDeadline(c.ctx, c.deadline)
+	defer cancel()
+	var w watcher
+	s.dials.watch(&w, ctx, cancel)
+	defer s.dials.done(&w)
+	if s.proc == nil {
+		s.runAlone(ctx, c)
+	} else {
+		settle(process(ctx, s.proc, redis.NewCmd(ctx, c.args...)), c)
+	}
+	s.dials.done(&w) // before reading w.cause
+	if c.err != nil && !errors.Is(c.err, storeerr.ErrKeyState) {
+		c.err = s.failure(c.ctx, ctx, &w, c.err)
+	}
+}
+
+// runAlone sends c under ctx through a Scripter that is no go-redis
+// client, with EVALSHA, and EVAL when the server lacks the script.
+func (s *Store) runAlone(ctx context.Context, c *call) {
 	keys := make([]string, c.n)
 	for i, k := range c.keys() {
-		keys[i] = k.(string)
+		keys[i] = keyOf(k)
 	}
-	settle(takeScript.Run(c.ctx, s.client, keys, c.argv()...), c)
+	settle(takeScript.Run(ctx, s.client, keys, c.argv()...), c)
 }
 
 // command returns the script call that decides calls, one group each.
