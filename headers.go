@@ -15,20 +15,15 @@ import (
 // HeaderFormat selects the rate-limit header fields a [Middleware] writes
 // on every decided response, with Set semantics, so stacked middleware
 // never duplicates one. Retry-After is written on every refusal whatever
-// the format. The zero value is HeadersIETF. docs/http.md shows each.
-// Fields are set in the drafts' spelling ("RateLimit-Policy"): read them
-// back in-process as h["RateLimit"], not with h.Get; clients see no
-// difference.
+// the format. The zero value is HeadersIETF. Fields keep the drafts'
+// spelling ("RateLimit-Policy"): read them in-process as h["RateLimit"].
 type HeaderFormat uint8
 
 // Header formats.
 const (
 	// HeadersIETF writes RateLimit-Policy and RateLimit as in
-	// draft-ietf-httpapi-ratelimit-headers-10: `"default";q=10;w=2` and
-	// `"default";r=9;t=1`, with q the burst, w the seconds an empty bucket
-	// takes to fill, r the whole tokens left and t the seconds until more
-	// quota comes (Retry-After on a refusal; omitted when the bucket is
-	// full), rounded up.
+	// draft-ietf-httpapi-ratelimit-headers-10 (`"default";q=10;w=2`,
+	// `"default";r=9;t=1`); docs/http.md gives each parameter.
 	HeadersIETF HeaderFormat = iota
 	// HeadersLegacy writes RateLimit-Limit, RateLimit-Remaining and
 	// RateLimit-Reset, the early drafts' fields, the reset in seconds

@@ -267,14 +267,12 @@ func (l *Limiter) giveBackAll(ctx context.Context, idx []int, key string, cost i
 }
 
 // Refund gives back cost tokens of took, an allowed Result of this
-// Limiter's Take for key, as x/time/rate's Reservation.Cancel does. All
-// Refunds of one took together must give back at most what it spent, and
-// key must be the key Take was given (the Middleware's is its KeyFunc's
-// result): neither is in the Result to check. It does nothing for cost ≤ 0,
-// a refused or degraded took, or a store that is no [RefundStore]. It
-// returns an error wrapping ErrMissingKey for an empty key, one naming the
-// policy for a took of another Limiter, and one wrapping ErrStore when the
-// store fails.
+// Limiter's Take for key, as x/time/rate's Reservation.Cancel does. The
+// Refunds of one took must add up to at most what it spent, under the key
+// Take was given: the Result cannot tell. It does nothing for cost ≤ 0, a
+// refused or degraded took, or a store that is no [RefundStore]; its
+// errors wrap ErrMissingKey (empty key) or ErrStore, or name the policy of
+// a took of another Limiter.
 func (l *Limiter) Refund(ctx context.Context, key string, cost int64, took Result) error {
 	if key == "" {
 		return errEmptyKey

@@ -19,15 +19,13 @@ type Penalty struct {
 	// After is the number of refusals that bans a key, at least 1.
 	// Zero, the default, turns the penalty box off.
 	After int64
-	// Within is the span in which After refusals ban; positive when
-	// After > 1.
+	// Within is the span in which After refusals ban (positive if After > 1).
 	Within time.Duration
 	// For is how long a ban lasts: positive, at most 50 years.
 	For time.Duration
 	// Max, when longer than For, makes bans back off: For doubled for each
 	// earlier ban the key still has against it, up to Max; a key forgets
-	// one ban every 2 × Max. At most 50 years. Zero, the default: every
-	// ban lasts For.
+	// one ban every 2 × Max; at most 50 years. Zero (default): no back-off.
 	Max time.Duration
 }
 

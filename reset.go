@@ -7,8 +7,7 @@ import (
 )
 
 // ResetStore is a Store that can forget a bucket, so that [Limiter.Reset]
-// can give a client its full quota back. memorystore, redisstore and
-// failover have it; a store without it makes Limiter.Reset fail.
+// can give a client its full quota back; without it, Limiter.Reset fails.
 type ResetStore interface {
 	Store
 	// Reset forgets key's bucket under p, and only it, even while other
