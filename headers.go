@@ -196,7 +196,7 @@ func writeFields(h http.Header, f HeaderFormat, res Result, policies []string, q
 // limitHeaders is what a Middleware writes of one Limiter's policies:
 // their RateLimit-Policy values, made once, and their RateLimit values.
 type limitHeaders struct {
-	policies []Policy     // the Limiter's, whose results these describe
+	lim      *Limiter     // whose results these describe
 	quotas   []quotaCache // of each policy
 	fields   [2][]string  // RateLimit-Policy: of the enforcing policies, of all
 	hidden   bool         // every policy is dry-run
@@ -204,7 +204,7 @@ type limitHeaders struct {
 
 func newLimitHeaders(l *Limiter) *limitHeaders {
 	ps := l.Policies()
-	c := &limitHeaders{policies: ps, quotas: make([]quotaCache, len(ps)), hidden: true,
+	c := &limitHeaders{lim: l, quotas: make([]quotaCache, len(ps)), hidden: true,
 		fields: [2][]string{policyField(ps, false), policyField(ps, true)}}
 	for i := range ps {
 		c.quotas[i].burst = sfInteger(ps[i].Limit.Burst())
@@ -216,10 +216,8 @@ func newLimitHeaders(l *Limiter) *limitHeaders {
 // quotasOf returns the cache of p's RateLimit values, or nil when p is not
 // one of the Limiter's policies.
 func (c *limitHeaders) quotasOf(p *Policy) *quotaCache {
-	for i := range c.policies {
-		if &c.policies[i] == p {
-			return &c.quotas[i]
-		}
+	if i := c.lim.index(p); i >= 0 {
+		return &c.quotas[i]
 	}
 	return nil
 }

@@ -281,7 +281,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, cost int64, took Resul
 	if !ok || cost <= 0 || !took.Allowed || took.Degraded {
 		return nil
 	}
-	if !l.owns(took.Policy) {
+	if l.index(took.Policy) < 0 {
 		name := "none"
 		if took.Policy != nil {
 			name = strconv.Quote(took.Policy.Name)
@@ -301,14 +301,15 @@ func (l *Limiter) Refund(ctx context.Context, key string, cost int64, took Resul
 	return nil
 }
 
-// owns reports whether p is one of l's policies.
-func (l *Limiter) owns(p *Policy) bool {
+// index returns the index of p among l's policies, or -1 when p is none
+// of them.
+func (l *Limiter) index(p *Policy) int {
 	for i := range l.policies {
 		if &l.policies[i] == p {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 // combine makes the Result of a request decided by several policies: the
