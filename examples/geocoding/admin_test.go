@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -212,17 +211,8 @@ func TestAdminTokenFlag(t *testing.T) {
 // newLoggedHandler is newTestHandler with the server's log in a buffer.
 func newLoggedHandler(t *testing.T, args ...string) (http.Handler, *storetest.Clock, *bytes.Buffer) {
 	t.Helper()
-	var cfg config
-	fs := newFlagSet(&cfg)
-	fs.SetOutput(io.Discard)
-	require.NoError(t, fs.Parse(args))
-	require.NoError(t, cfg.check())
-	clock := new(storetest.Clock)
 	logs := new(bytes.Buffer)
-	cfg.clock, cfg.logHandler = clock.Now, slog.NewTextHandler(logs, nil)
-	h, cleanup, err := newHandler(cfg)
-	require.NoError(t, err)
-	t.Cleanup(cleanup)
+	h, clock := newHandlerWith(t, func(cfg *config) { cfg.logHandler = slog.NewTextHandler(logs, nil) }, args...)
 	return h, clock, logs
 }
 

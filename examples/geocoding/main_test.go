@@ -34,6 +34,13 @@ func TestMain(m *testing.M) {
 // does, with a fake clock that stands still until advanced.
 func newTestHandler(t *testing.T, args ...string) (http.Handler, *storetest.Clock) {
 	t.Helper()
+	return newHandlerWith(t, nil, args...)
+}
+
+// newHandlerWith is newTestHandler, with set changing the parsed
+// configuration (if not nil) before the handler is built.
+func newHandlerWith(t *testing.T, set func(*config), args ...string) (http.Handler, *storetest.Clock) {
+	t.Helper()
 	var cfg config
 	fs := newFlagSet(&cfg)
 	fs.SetOutput(io.Discard)
@@ -41,6 +48,9 @@ func newTestHandler(t *testing.T, args ...string) (http.Handler, *storetest.Cloc
 	require.NoError(t, cfg.check())
 	clock := new(storetest.Clock)
 	cfg.clock = clock.Now
+	if set != nil {
+		set(&cfg)
+	}
 	h, cleanup, err := newHandler(cfg)
 	require.NoError(t, err)
 	t.Cleanup(cleanup)
