@@ -196,10 +196,10 @@ func writeFields(h http.Header, f HeaderFormat, res Result, policies []string, q
 // limitHeaders is what a Middleware writes of one Limiter's policies:
 // their RateLimit-Policy values, made once, and their RateLimit values.
 type limitHeaders struct {
-	lim      *Limiter     // whose results these describe
-	quotas   []quotaCache // of each policy
-	fields   [2][]string  // RateLimit-Policy: of the enforcing policies, of all
-	hidden   bool         // every policy is dry-run
+	lim    *Limiter     // whose results these describe
+	quotas []quotaCache // of each policy
+	fields [2][]string  // RateLimit-Policy: of the enforcing policies, of all
+	hidden bool         // every policy is dry-run
 }
 
 func newLimitHeaders(l *Limiter) *limitHeaders {
