@@ -14,6 +14,9 @@ import (
 // must be valid and cost at most its burst; a negative cost counts as 0.
 // Decide is pure and safe for concurrent use; docs/algorithms.md derives it.
 func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
+	if p.Limit.cal != rate {
+		return p.decideQuota(state, now, cost)
+	}
 	iv, burst := int64(p.Limit.interval), p.Limit.burst
 	cost = max(cost, 0)
 	var allowed bool
@@ -23,6 +26,8 @@ func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 		allowed, next, remaining, retryAfter, resetAfter, delay = shape(state, now, iv, burst, cost, p.shapeBound(), p.Immediate)
 	case ban:
 		allowed, next, retryAfter, resetAfter = decideBan(state, now, cost)
+	case debt:
+		allowed, next, remaining, resetAfter = owe(state, now, iv, burst, cost)
 	default: // TokenBucket, LeakyPolice and strikes make the same decisions.
 		allowed, next, remaining, retryAfter, resetAfter = tokenBucket(state, now, iv, burst, cost)
 	}
@@ -46,7 +51,11 @@ func (p *Policy) Refund(state, now, cost, end int64) (next int64) {
 	if cost <= 0 || p.Algorithm == ban {
 		return state
 	}
-	give := min(end-now, cost*int64(p.Limit.interval), state-now)
+	iv := int64(p.Limit.interval)
+	if p.Limit.cal != rate {
+		now, iv = p.Limit.periodEnd(now), 1 // see decideQuota
+	}
+	give := min(end-now, cost*iv, state-now)
 	if give <= 0 {
 		return state
 	}
@@ -55,12 +64,14 @@ func (p *Policy) Refund(state, now, cost, end int64) (next int64) {
 
 // tokenBucket is GCRA: with τ = burst × interval and TAT = max(state, now),
 // a request of cost n is allowed iff TAT + n × interval − now ≤ τ, and then
-// the state moves to TAT + n × interval. A clock that goes backwards cannot
-// add tokens. The results are separate values so that they travel in
+// the state moves to TAT + n × interval. TAT is at most now + 2τ, a burst
+// of debt past empty (see owe): a state further ahead, kept under a longer
+// limit than the one in force, or before the clock went back, counts as
+// that much. The results are separate values so that they travel in
 // registers.
 func tokenBucket(state, now, interval, burst, cost int64) (allowed bool, next, remaining, retryAfter, resetAfter int64) {
 	tau := burst * interval
-	tat := max(state, now)
+	tat := min(max(state, now), now+2*tau)
 	next = state
 	switch {
 	case cost > burst:
@@ -77,6 +88,59 @@ func tokenBucket(state, now, interval, burst, cost int64) (allowed bool, next, r
 	resetAfter = tat - now
 	remaining = min(max((tau-resetAfter)/interval, 0), burst)
 	return allowed, next, remaining, retryAfter, resetAfter
+}
+
+// owe is the settlement of a request that cost more than it reserved: it
+// takes cost more tokens even past empty, so that the key's next requests
+// wait until the debt is repaid, but never moves the state further than
+// now + 2τ, a burst of debt past empty.
+func owe(state, now, interval, burst, cost int64) (allowed bool, next, remaining, resetAfter int64) {
+	tau := burst * interval
+	tat := max(state, now)
+	next = max(state, min(tat+cost*interval, now+2*tau))
+	resetAfter = max(next-now, 0)
+	return true, next, min(max((tau-resetAfter)/interval, 0), burst), resetAfter
+}
+
+// decideQuota is a calendar quota's decision: the token bucket of a burst
+// of n and an interval of 1 ns, decided at the end E of the period that
+// holds now rather than at now, so that the state is E + the tokens spent
+// in the period, and none earn back until E, when the state falls behind
+// the next period's end: a bucket full again. ResetAfter is the time until
+// E, whatever was spent.
+func (p *Policy) decideQuota(state, now, cost int64) (Result, int64) {
+	end, n := p.Limit.periodEnd(now), p.Limit.burst
+	cost = max(cost, 0)
+	var allowed bool
+	var next, remaining int64
+	if p.Algorithm == debt {
+		allowed, next, remaining, _ = owe(state, end, 1, n, cost)
+	} else {
+		allowed, next, remaining, _, _ = tokenBucket(state, end, 1, n, cost)
+	}
+	res := Result{Allowed: allowed, Policy: p, Remaining: remaining, ResetAfter: time.Duration(end - now), Until: next}
+	if !allowed && cost <= n {
+		res.RetryAfter = res.ResetAfter
+	}
+	return res, next
+}
+
+// wouldAllow reports whether cost would have been allowed where res, a
+// look at the bucket (cost 0) at some time, was, and after what wait.
+func (p *Policy) wouldAllow(res Result, cost int64) (bool, time.Duration) {
+	if p.Limit.cal != rate {
+		if cost <= res.Remaining {
+			return true, 0
+		}
+		if cost <= p.Limit.burst {
+			return false, res.ResetAfter
+		}
+		return false, 0
+	}
+	// The algorithm depends on how far the state is ahead of now, which
+	// the look tells.
+	would, _ := p.Decide(int64(res.ResetAfter), 0, cost)
+	return would.Allowed, would.RetryAfter
 }
 
 // decideBan is a penalty box's ban: the state is the time the ban ends. Until

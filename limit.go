@@ -9,22 +9,74 @@ import (
 )
 
 // maxSpan is the longest time a bucket may take to refill from empty: a
-// state is at most one span ahead of now and a decision moves it on by at
-// most one more, so Unix nanoseconds plus two spans fit in an int64 until
-// 2162.
+// state is at most two spans ahead of now (one of debt) and a decision
+// moves it on by at most one more, so Unix nanoseconds plus three spans fit
+// in an int64 until 2112.
 const maxSpan = 50 * 365 * 24 * time.Hour
 
 // Limit is a rate and a capacity: a bucket earns n tokens every period and
 // holds at most Burst. It decides exactly, in whole nanoseconds per token
 // ([Limit.Interval]), and keeps the rate as written for String and
-// RateLimit-Policy. Build it with [Per] or [PerSecond]. The zero Limit is
+// RateLimit-Policy. Build it with [Per] or [PerSecond], or make it a quota
+// per calendar day or month with [Daily] or [Monthly]. The zero Limit is
 // invalid, as is a rate that whole nanoseconds per token miss by over 0.1%
 // (above about a million a second); [New] reports it.
 type Limit struct {
-	interval time.Duration // time to earn one token
+	interval time.Duration // time to earn one token; 0 for a calendar quota
 	burst    int64
 	n        int64         // tokens per period, as written
-	period   time.Duration // as written
+	period   time.Duration // as written; 0 for a calendar quota
+	cal      calendar      // the calendar period of a quota, or none: a rate
+	loc      *time.Location
+}
+
+// calendar is the period of a calendar quota.
+type calendar uint8
+
+const (
+	rate calendar = iota // not a quota: a rate
+	day
+	month
+)
+
+// maxQuota bounds a calendar quota: a state is the period's end plus what
+// was spent in it, at most twice the quota with a debt, and must stay
+// below the next period's end, 23 hours later at the least.
+const maxQuota = 1_000_000_000_000
+
+// Daily returns a quota of n tokens per calendar day in loc, from 00:00 to
+// the next 00:00 (23 or 25 hours on a daylight-saving change): they all
+// come back at once, at midnight. Its burst is n.
+func Daily(n int64, loc *time.Location) Limit {
+	return Limit{burst: n, n: n, cal: day, loc: loc}
+}
+
+// Monthly returns a quota of n tokens per calendar month in loc, from 00:00
+// on the 1st to 00:00 on the 1st of the next month. Its burst is n.
+func Monthly(n int64, loc *time.Location) Limit {
+	return Limit{burst: n, n: n, cal: month, loc: loc}
+}
+
+// Period returns the calendar period of a [Daily] or [Monthly] quota that
+// holds t: its first instant and the next period's. For a rate it returns
+// zero Times.
+func (l Limit) Period(t time.Time) (start, end time.Time) {
+	if l.cal == rate || l.loc == nil {
+		return time.Time{}, time.Time{}
+	}
+	y, m, d := t.In(l.loc).Date()
+	if l.cal == month {
+		return time.Date(y, m, 1, 0, 0, 0, 0, l.loc), time.Date(y, m+1, 1, 0, 0, 0, 0, l.loc)
+	}
+	// A midnight in a daylight-saving gap is the first instant after it.
+	return time.Date(y, m, d, 0, 0, 0, 0, l.loc), time.Date(y, m, d+1, 0, 0, 0, 0, l.loc)
+}
+
+// periodEnd returns the end of the calendar period that holds now, in Unix
+// nanoseconds.
+func (l Limit) periodEnd(now int64) int64 {
+	_, end := l.Period(time.Unix(0, now))
+	return end.UnixNano()
 }
 
 // Per returns a Limit of n tokens per period, with a burst of n.
@@ -44,9 +96,13 @@ func Per(n int64, period time.Duration) Limit {
 // PerSecond returns a Limit of n tokens per second, with a burst of n.
 func PerSecond(n int64) Limit { return Per(n, time.Second) }
 
-// WithBurst returns a copy of l with a capacity of burst tokens.
+// WithBurst returns a copy of l with a capacity of burst tokens; for a
+// calendar quota, a quota of burst tokens.
 func (l Limit) WithBurst(burst int64) Limit {
 	l.burst = burst
+	if l.cal != rate {
+		l.n = burst
+	}
 	return l
 }
 
@@ -54,7 +110,7 @@ func (l Limit) WithBurst(burst int64) Limit {
 func (l Limit) Burst() int64 { return l.burst }
 
 // Interval returns the time it takes to earn one token: the period divided
-// by n, rounded to the nearest nanosecond.
+// by n, rounded to the nearest nanosecond; 0 for a calendar quota.
 func (l Limit) Interval() time.Duration { return l.interval }
 
 // units are the periods that have a name of their own.
@@ -69,11 +125,14 @@ var units = [...]struct {
 }
 
 // String returns l as it was written: "3/s", "5/s burst 10", "2/3s",
-// "100/min". An invalid Limit is written as the call that built it, such
-// as "PerSecond(-5) (invalid)".
+// "100/min", "2500/day (Europe/Paris)". An invalid Limit is written as the
+// call that built it, such as "PerSecond(-5) (invalid)".
 func (l Limit) String() string {
 	if l.validate() != nil {
 		return l.call() + " (invalid)"
+	}
+	if l.cal != rate {
+		return strconv.FormatInt(l.n, 10) + "/" + l.calName() + " (" + l.loc.String() + ")"
 	}
 	unit := l.period.String()
 	for _, u := range units {
@@ -93,6 +152,13 @@ func (l Limit) call() string {
 	if l == (Limit{}) {
 		return "Limit{}"
 	}
+	if l.cal != rate {
+		loc := "nil"
+		if l.loc != nil {
+			loc = strconv.Quote(l.loc.String())
+		}
+		return fmt.Sprintf("%s(%d, %s)", map[calendar]string{day: "Daily", month: "Monthly"}[l.cal], l.n, loc)
+	}
 	s := fmt.Sprintf("Per(%d, %v)", l.n, l.period)
 	for _, u := range units {
 		if l.period == u.d {
@@ -111,6 +177,12 @@ func (l Limit) validate() error {
 	switch {
 	case l == (Limit{}):
 		why = "the zero Limit; build one with Per or PerSecond"
+	case l.cal != rate && l.loc == nil:
+		why = "a nil *time.Location; use time.UTC or time.LoadLocation"
+	case l.cal != rate && (l.n <= 0 || l.n > maxQuota):
+		why = fmt.Sprintf("the quota must be from 1 to %d", int64(maxQuota))
+	case l.cal != rate:
+		return nil
 	case l.n <= 0:
 		why = "the number of tokens must be positive"
 	case l.period <= 0:
@@ -143,5 +215,14 @@ func (l Limit) roundingOff() bool {
 	return max(diff, -diff) > int64(l.period)/1000
 }
 
-// span returns the time an empty bucket takes to fill: burst × interval.
+// span returns the time an empty bucket takes to fill: burst × interval
+// (0 for a calendar quota).
 func (l Limit) span() time.Duration { return time.Duration(l.burst) * l.interval }
+
+// calName returns the name of a calendar quota's period: "day", "month".
+func (l Limit) calName() string {
+	if l.cal == month {
+		return "month"
+	}
+	return "day"
+}

@@ -23,8 +23,10 @@ type Limiter struct {
 	enforce  []int    // indexes of the enforcing policies
 	dryRun   []int    // indexes of the dry-run policies
 	names    []string // every policy's name
-	single   *Policy  // the only policy, if it is enforced; else nil
+	single   *Policy  // the only policy, if it is enforced and has no LimitFor; else nil
 	boxes    []*box   // the policies' penalty boxes
+
+	keyLimits []keyLimits // of each policy, when one has LimitFor; else nil
 }
 
 // New returns a Limiter that enforces policies with state kept in store.
@@ -62,7 +64,12 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 			l.boxes = append(l.boxes, newBox(i, &l.policies[i]))
 		}
 	}
-	if len(l.policies) == 1 && len(l.enforce) == 1 && l.boxes == nil {
+	for i := range l.policies {
+		if l.policies[i].LimitFor != nil {
+			l.keyLimits = make([]keyLimits, len(l.policies))
+		}
+	}
+	if len(l.policies) == 1 && len(l.enforce) == 1 && l.boxes == nil && l.keyLimits == nil {
 		l.single = &l.policies[0]
 	}
 	return l, nil
@@ -72,18 +79,18 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 // slice is shared: do not modify it.
 func (l *Limiter) Policies() []Policy { return l.policies }
 
-func (l *Limiter) key(i int, key string) string {
-	if l.policies[i].Global {
+// bucketKey returns the key of the bucket of key under p.
+func bucketKey(p *Policy, key string) string {
+	if p.Global {
 		return globalKey
 	}
 	return key
 }
 
-// take has the store decide key under policy i. A Result a store built
-// without its Policy gets the one it was asked about.
-func (l *Limiter) take(ctx context.Context, i int, key string, cost int64) (res Result, err error) {
-	p := &l.policies[i]
-	if res, err = l.store.Take(ctx, p, l.key(i, key), cost); err == nil && res.Policy == nil {
+// take has the store decide key under p. A Result a store built without
+// its Policy gets the one it was asked about.
+func (l *Limiter) take(ctx context.Context, p *Policy, key string, cost int64) (res Result, err error) {
+	if res, err = l.store.Take(ctx, p, bucketKey(p, key), cost); err == nil && res.Policy == nil {
 		res.Policy = p
 	}
 	return res, err
@@ -99,8 +106,8 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int64) (res Result,
 	if p == nil || key == "" || cost < 0 || cost > p.Limit.burst {
 		return l.takeChecked(ctx, key, cost)
 	}
-	// l.take(ctx, 0, key, cost), by hand: the call would not be inlined.
-	if res, err = l.store.Take(ctx, p, l.key(0, key), cost); err != nil {
+	// l.take(ctx, p, key, cost), by hand: the call would not be inlined.
+	if res, err = l.store.Take(ctx, p, bucketKey(p, key), cost); err != nil {
 		return Result{}, storeError(err)
 	}
 	if res.Policy == nil {
@@ -110,12 +117,41 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int64) (res Result,
 }
 
 // takeChecked is Take for a Limiter of several policies, or of one that
-// is dry-run, and for a key or cost that Take cannot decide.
+// is dry-run or has LimitFor, and for a key or cost that Take cannot
+// decide.
 func (l *Limiter) takeChecked(ctx context.Context, key string, cost int64) (Result, error) {
-	if err := l.check(key, cost); err != nil {
-		return Result{}, err
+	if key == "" {
+		return Result{}, errEmptyKey
 	}
-	return l.takeMany(ctx, key, cost)
+	if len(l.policies) == 1 && len(l.enforce) == 1 && l.boxes == nil {
+		// One policy, with LimitFor: without the lists of several.
+		p, err := l.policyFor(0, key)
+		if err == nil {
+			err = checkCost(p, cost)
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		res, err := l.take(ctx, p, key, cost)
+		if err != nil {
+			return Result{}, storeError(err)
+		}
+		return res, nil
+	}
+	results := make([]Result, len(l.policies))
+	for i := range l.policies {
+		p, err := l.policyFor(i, key)
+		if err != nil {
+			return Result{}, err
+		}
+		results[i].Policy = p
+	}
+	for _, i := range l.enforce {
+		if err := checkCost(results[i].Policy, cost); err != nil {
+			return Result{}, err
+		}
+	}
+	return l.takeMany(ctx, key, cost, results)
 }
 
 // storeError wraps a store's error with ErrStore, unless it already is one.
@@ -126,23 +162,18 @@ func storeError(err error) error {
 	return fmt.Errorf("%w: %w", ErrStore, err)
 }
 
-// check returns the error for a key or cost that Take cannot decide, with
-// a detail that is safe to show the client.
-func (l *Limiter) check(key string, cost int64) error {
+// checkCost returns the error for a cost that p, an enforcing policy,
+// cannot decide, with a detail that is safe to show the client.
+func checkCost(p *Policy, cost int64) error {
 	switch {
-	case key == "":
-		return errEmptyKey
 	case cost < 0:
 		return &clientkey.Error{Err: fmt.Errorf("%w: negative cost %d", ErrBadRequest, cost), Kind: clientkey.KindCost,
 			Detail: "the request's cost, " + strconv.FormatInt(cost, 10) + ", is negative"}
-	}
-	for _, i := range l.enforce {
-		if p := &l.policies[i]; cost > p.Limit.burst {
-			return &clientkey.Error{
-				Err:    fmt.Errorf("%w: %w: cost %d, policy %q has burst %d", ErrBadRequest, errCostExceedsBurst, cost, p.Name, p.Limit.burst),
-				Kind:   clientkey.KindCostAboveBurst,
-				Detail: fmt.Sprintf("the request's cost, %d, is above the burst of policy %q, %d", cost, p.Name, p.Limit.burst),
-			}
+	case cost > p.Limit.burst:
+		return &clientkey.Error{
+			Err:    fmt.Errorf("%w: %w: cost %d, policy %q has burst %d", ErrBadRequest, errCostExceedsBurst, cost, p.Name, p.Limit.burst),
+			Kind:   clientkey.KindCostAboveBurst,
+			Detail: fmt.Sprintf("the request's cost, %d, is above the burst of policy %q, %d", cost, p.Name, p.Limit.burst),
 		}
 	}
 	return nil
@@ -152,9 +183,9 @@ func (l *Limiter) check(key string, cost int64) error {
 var errEmptyKey = &clientkey.Error{Err: fmt.Errorf("%w: empty key", ErrMissingKey),
 	Kind: clientkey.KindEmptyKey, Detail: "the key is empty"}
 
-// takeMany is Take for a Limiter of several policies, or only dry-run ones.
-func (l *Limiter) takeMany(ctx context.Context, key string, cost int64) (Result, error) {
-	results := make([]Result, len(l.policies))
+// takeMany is Take for a Limiter of several policies, or only dry-run ones,
+// with the policy that decides key under each in results.
+func (l *Limiter) takeMany(ctx context.Context, key string, cost int64, results []Result) (Result, error) {
 	var allowed bool
 	var err error
 	if l.boxes == nil {
@@ -170,22 +201,19 @@ func (l *Limiter) takeMany(ctx context.Context, key string, cost int64) (Result,
 		return Result{}, storeError(err)
 	}
 	for _, i := range l.dryRun {
-		p := &l.policies[i]
+		p := results[i].Policy
 		c := cost
 		if !allowed || cost > p.Limit.burst {
 			c = 0 // the request does not happen, or could never pass: only look
 		}
-		res, err := l.take(ctx, i, key, c)
+		res, err := l.take(ctx, p, key, c)
 		if err != nil {
 			// A dry-run policy never refuses, not even when its store fails.
 			results[i] = Result{Allowed: true, Policy: p, Degraded: true}
 			continue
 		}
 		if c != cost {
-			// A look: would the cost have fit? The algorithm depends on
-			// how far the state is ahead of now, which the look tells.
-			would, _ := p.Decide(int64(res.ResetAfter), 0, cost)
-			res.Allowed, res.RetryAfter = would.Allowed, would.RetryAfter
+			res.Allowed, res.RetryAfter = p.wouldAllow(res, cost) // a look: would the cost have fit?
 		}
 		results[i] = res
 	}
@@ -193,7 +221,7 @@ func (l *Limiter) takeMany(ctx context.Context, key string, cost int64) (Result,
 }
 
 // takeAll takes cost from key under the policies at idx, all or nothing,
-// and writes their results.
+// and writes their results over those that hold their policies.
 func (l *Limiter) takeAll(ctx context.Context, idx []int, key string, cost int64, results []Result) (bool, error) {
 	if bs, ok := l.store.(BatchStore); ok && len(idx) > 1 {
 		all, _, err := l.batch(ctx, bs, idx, key, cost, results, nil)
@@ -203,7 +231,7 @@ func (l *Limiter) takeAll(ctx context.Context, idx []int, key string, cost int64
 	}
 	all := true
 	for k, i := range idx {
-		res, err := l.take(ctx, i, key, cost)
+		res, err := l.take(ctx, results[i].Policy, key, cost)
 		if err != nil {
 			l.giveBackAll(ctx, idx[:k], key, cost, results)
 			return false, err
@@ -225,7 +253,8 @@ func (l *Limiter) takeAll(ctx context.Context, idx []int, key string, cost int64
 func (l *Limiter) batch(ctx context.Context, bs BatchStore, idx []int, key string, cost int64, results []Result, extra []BatchItem) (bool, []Result, error) {
 	reqs := make([]BatchItem, len(idx), len(idx)+len(extra))
 	for k, i := range idx {
-		reqs[k] = BatchItem{Policy: &l.policies[i], Key: l.key(i, key), Cost: cost}
+		p := results[i].Policy
+		reqs[k] = BatchItem{Policy: p, Key: bucketKey(p, key), Cost: cost}
 	}
 	reqs = append(reqs, extra...)
 	out := make([]Result, len(reqs))
@@ -234,10 +263,10 @@ func (l *Limiter) batch(ctx context.Context, bs BatchStore, idx []int, key strin
 	}
 	all := true
 	for k, i := range idx {
-		results[i] = out[k]
-		if results[i].Policy == nil {
-			results[i].Policy = &l.policies[i]
+		if out[k].Policy == nil {
+			out[k].Policy = results[i].Policy
 		}
+		results[i] = out[k]
 		all = all && out[k].Allowed
 	}
 	return all, out[len(idx):], nil
@@ -249,8 +278,8 @@ func (l *Limiter) batch(ctx context.Context, bs BatchStore, idx []int, key strin
 func (l *Limiter) giveBackSome(ctx context.Context, rs RefundStore, idx []int, key string, cost int64, results []Result) error {
 	var first error
 	for _, i := range idx {
-		if r := results[i]; r.Allowed && !r.Degraded && cost <= l.policies[i].Limit.burst {
-			if err := rs.Refund(ctx, &l.policies[i], l.key(i, key), cost, r); err != nil && first == nil {
+		if r := results[i]; r.Allowed && !r.Degraded && cost <= r.Policy.Limit.burst {
+			if err := rs.Refund(ctx, r.Policy, bucketKey(r.Policy, key), cost, r); err != nil && first == nil {
 				first = err
 			}
 		}
@@ -274,38 +303,75 @@ func (l *Limiter) giveBackAll(ctx context.Context, idx []int, key string, cost i
 // errors wrap ErrMissingKey (empty key) or ErrStore, or name the policy of
 // a took of another Limiter.
 func (l *Limiter) Refund(ctx context.Context, key string, cost int64, took Result) error {
-	if key == "" {
-		return errEmptyKey
-	}
+	results, err := l.spent("Refund", key, took)
 	rs, ok := l.store.(RefundStore)
-	if !ok || cost <= 0 || !took.Allowed || took.Degraded {
-		return nil
+	if err != nil || !ok || cost <= 0 || results == nil {
+		return err
+	}
+	if err := l.giveBackSome(ctx, rs, l.all, key, cost, results); err != nil {
+		return storeError(err)
+	}
+	return nil
+}
+
+// Charge takes cost more tokens for took, an allowed Result of this
+// Limiter's Take for key, whose request cost more than it reserved: even
+// past empty, so that the key's next requests wait until the debt is
+// repaid, but no further than a burst past empty (a calendar quota's debt
+// ends at its reset). It does nothing for cost ≤ 0 or a refused or
+// degraded took; its errors are Refund's.
+func (l *Limiter) Charge(ctx context.Context, key string, cost int64, took Result) error {
+	results, err := l.spent("Charge", key, took)
+	if err != nil || cost <= 0 {
+		return err
+	}
+	for _, r := range results {
+		if r.Allowed && !r.Degraded {
+			q := *r.Policy
+			q.Algorithm = debt
+			if _, err := l.take(ctx, &q, key, cost); err != nil {
+				return storeError(err)
+			}
+		}
+	}
+	return nil
+}
+
+// spent returns the results of took, for a Refund or Charge (op) of key:
+// one per policy, nil when took spent nothing, or an error.
+func (l *Limiter) spent(op, key string, took Result) ([]Result, error) {
+	if key == "" {
+		return nil, errEmptyKey
+	}
+	if !took.Allowed || took.Degraded {
+		return nil, nil
 	}
 	if l.index(took.Policy) < 0 {
 		name := "none"
 		if took.Policy != nil {
 			name = strconv.Quote(took.Policy.Name)
 		}
-		return fmt.Errorf("ratelimit: Refund: the Result is not of this Limiter's Take (its policy: %s)", name)
+		return nil, fmt.Errorf("ratelimit: %s: the Result is not of this Limiter's Take (its policy: %s)", op, name)
 	}
-	var err error
 	switch {
 	case took.Results == nil && len(l.policies) == 1:
-		err = l.giveBackSome(ctx, rs, l.all, key, cost, []Result{took})
+		return []Result{took}, nil
 	case len(took.Results) == len(l.policies):
-		err = l.giveBackSome(ctx, rs, l.all, key, cost, took.Results)
+		return took.Results, nil
 	}
-	if err != nil {
-		return storeError(err)
-	}
-	return nil
+	return nil, nil
 }
 
-// index returns the index of p among l's policies, or -1 when p is none
-// of them.
+// index returns the index of the policy among l's that p is, or a copy of
+// with a key's limit (Policy.LimitFor), or -1 when there is none.
 func (l *Limiter) index(p *Policy) int {
 	for i := range l.policies {
 		if &l.policies[i] == p {
+			return i
+		}
+	}
+	for i := range l.keyLimits {
+		if l.owns(i, p) {
 			return i
 		}
 	}

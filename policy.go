@@ -25,14 +25,16 @@ const (
 	LeakyShape
 )
 
-// The Algorithms of a penalty box's own buckets, which no Policy of yours
-// may have: the ban, and the strikes and bans-backoff token buckets.
+// The Algorithms of the Limiter's own buckets, which no Policy of yours may
+// have: a penalty box's ban, and its strikes and bans-backoff token
+// buckets; and a settlement's charge past empty.
 const (
 	ban     Algorithm = algo.Ban
 	strikes Algorithm = algo.Strikes
+	debt    Algorithm = algo.Debt // a settlement's charge past empty
 )
 
-var algorithmNames = [...]string{TokenBucket: "token-bucket", LeakyPolice: "leaky-police", LeakyShape: "leaky-shape", ban: "ban", strikes: "strikes"}
+var algorithmNames = [...]string{TokenBucket: "token-bucket", LeakyPolice: "leaky-police", LeakyShape: "leaky-shape", ban: "ban", strikes: "strikes", debt: "debt"}
 
 // name returns a's name, such as "token-bucket".
 func (a Algorithm) name() string { return enumName("Algorithm", algorithmNames[:], uint8(a)) }
@@ -79,6 +81,12 @@ type Policy struct {
 	Name string
 	// Limit is the rate and capacity.
 	Limit Limit
+	// LimitFor, if set, gives each key its own limit, read at every
+	// decision: a plan table, a per-customer override. For a key it
+	// returns false, Limit applies. It runs on the request path and must
+	// be fast and safe for concurrent use; docs/policies.md says how a
+	// changed limit treats what the bucket holds. Default: Limit for all.
+	LimitFor func(key string) (Limit, bool)
 	// Algorithm is how Limit is applied. The zero value is TokenBucket.
 	Algorithm Algorithm
 	// Immediate, for LeakyShape, lets the first Immediate queued requests
@@ -112,24 +120,53 @@ func (p Policy) validate() (Policy, error) {
 	if int(p.Algorithm) >= len(algorithmNames) {
 		return p, fmt.Errorf("ratelimit: policy %q: unknown algorithm %d", p.Name, p.Algorithm)
 	}
-	if p.Algorithm == ban || p.Algorithm == strikes {
+	switch p.Algorithm {
+	case ban, strikes:
 		return p, fmt.Errorf("ratelimit: policy %q: the algorithm %s is a penalty box's own; set Policy.Penalty", p.Name, p.Algorithm.name())
+	case debt:
+		return p, fmt.Errorf("ratelimit: policy %q: the algorithm %s is a settlement's own (Limiter.Charge)", p.Name, p.Algorithm.name())
 	}
 	if err := p.Penalty.validate(&p); err != nil {
 		return p, fmt.Errorf("ratelimit: policy %q: %w", p.Name, err)
 	}
-	if err := p.Limit.validate(); err != nil {
+	if p.LimitFor != nil && p.Global {
+		return p, fmt.Errorf("ratelimit: policy %q: LimitFor with Global: a global policy has one bucket, not one per key", p.Name)
+	}
+	if err := p.checkLimit(p.Limit); err != nil {
 		return p, fmt.Errorf("ratelimit: policy %q: %w", p.Name, err)
 	}
-	switch {
-	case p.Algorithm != LeakyShape && (p.Immediate != 0 || p.MaxDelay != 0):
-		return p, fmt.Errorf("ratelimit: policy %q: Immediate and MaxDelay apply to %s only", p.Name, LeakyShape.name())
-	case p.Immediate < 0 || p.Immediate > p.Limit.burst:
-		return p, fmt.Errorf("ratelimit: policy %q: Immediate %d outside [0, burst %d]", p.Name, p.Immediate, p.Limit.burst)
-	case p.MaxDelay < 0 || p.MaxDelay > p.Limit.span():
-		return p, fmt.Errorf("ratelimit: policy %q: MaxDelay %v outside [0, %v]", p.Name, p.MaxDelay, p.Limit.span())
-	}
 	return p, nil
+}
+
+// checkLimit reports why p cannot apply l, its Limit or one LimitFor gave.
+func (p *Policy) checkLimit(l Limit) error {
+	if err := l.validate(); err != nil {
+		return err
+	}
+	switch {
+	case l.cal != p.Limit.cal:
+		return fmt.Errorf("LimitFor gave %v, a %s, where Limit is a %s", l, l.kind(), p.Limit.kind())
+	case l.cal != rate && p.Algorithm != TokenBucket:
+		return fmt.Errorf("a calendar quota is a TokenBucket's, not a %s's", p.Algorithm.name())
+	case p.Algorithm != LeakyShape && (p.Immediate != 0 || p.MaxDelay != 0):
+		return fmt.Errorf("Immediate and MaxDelay apply to %s only", LeakyShape.name())
+	case p.Immediate < 0 || p.Immediate > l.burst:
+		return fmt.Errorf("Immediate %d outside [0, burst %d]", p.Immediate, l.burst)
+	case p.MaxDelay < 0 || p.MaxDelay > l.span():
+		return fmt.Errorf("MaxDelay %v outside [0, %v]", p.MaxDelay, l.span())
+	}
+	return nil
+}
+
+// kind names what l is: a rate, a daily or a monthly quota.
+func (l Limit) kind() string {
+	switch l.cal {
+	case day:
+		return "daily quota"
+	case month:
+		return "monthly quota"
+	}
+	return "rate"
 }
 
 func validName(s string) bool {

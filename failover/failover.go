@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/algo"
 	"github.com/tokenfair/ratelimit/internal/storeerr"
 )
 
@@ -108,7 +109,7 @@ type Store struct {
 	cfg       Options
 	degraded  atomic.Bool
 	nextProbe atomic.Int64
-	shares    sync.Map     // ratelimit.Policy → *ratelimit.Policy: one instance's share
+	shares    sync.Map     // *ratelimit.Policy → *ratelimit.Policy: one instance's share
 	nShares   atomic.Int32 // entries in shares, at most maxShares
 }
 
@@ -322,23 +323,27 @@ func (f *Store) share(p *ratelimit.Policy, cost int64) *ratelimit.Policy {
 	if n <= 1 || strings.Contains(p.Name, "/") {
 		return p
 	}
-	if s, ok := f.shares.Load(*p); ok && cost <= s.(*ratelimit.Policy).Limit.Burst() {
+	if s, ok := f.shares.Load(p); ok && cost <= s.(*ratelimit.Policy).Limit.Burst() {
 		return s.(*ratelimit.Policy)
 	}
-	const maxSpan = 50 * 365 * 24 * time.Hour
 	burst := max(p.Limit.Burst()/n, cost, 1)
-	iv := p.Limit.Interval()
-	if iv <= maxSpan/time.Duration(burst)/time.Duration(n) {
-		iv *= time.Duration(n)
-	} else {
-		iv = maxSpan / time.Duration(burst)
-	}
 	s := *p
-	s.Limit = ratelimit.Per(1, iv).WithBurst(burst)
-	s.Immediate = p.Immediate / n
-	s.MaxDelay = min(p.MaxDelay, time.Duration(burst)*iv)
-	if burst == max(p.Limit.Burst()/n, 1) && f.nShares.Load() < maxShares {
-		if prev, loaded := f.shares.LoadOrStore(*p, &s); loaded {
+	if iv := p.Limit.Interval(); iv == 0 {
+		s.Limit = p.Limit.WithBurst(burst) // a calendar quota: 1/Instances of it
+	} else {
+		const maxSpan = 50 * 365 * 24 * time.Hour
+		if iv <= maxSpan/time.Duration(burst)/time.Duration(n) {
+			iv *= time.Duration(n)
+		} else {
+			iv = maxSpan / time.Duration(burst)
+		}
+		s.Limit = ratelimit.Per(1, iv).WithBurst(burst)
+		s.Immediate = p.Immediate / n
+		s.MaxDelay = min(p.MaxDelay, time.Duration(burst)*iv)
+	}
+	// A settlement's charge (algo.Debt) is a copy made for the occasion.
+	if burst == max(p.Limit.Burst()/n, 1) && p.Algorithm != algo.Debt && f.nShares.Load() < maxShares {
+		if prev, loaded := f.shares.LoadOrStore(p, &s); loaded {
 			return prev.(*ratelimit.Policy)
 		}
 		f.nShares.Add(1)

@@ -13,6 +13,11 @@ const (
 	// decision must be the store's own (no lease): the strikes and bans
 	// that a penalty box counts.
 	Strikes = 4
+	// Debt: a settlement's charge of a request that cost more than it
+	// reserved, to the bucket of the policy it copies (same name, same
+	// limit): always allowed, it takes cost more tokens past empty, at
+	// most to a burst of debt (a state of now + 2 × burst × interval).
+	Debt = 5
 )
 
 // ShapeBound returns the longest wait a LeakyShape policy of that interval,

@@ -46,10 +46,11 @@ const (
 	KindCostAboveBurst             // a cost above a policy's burst
 	KindBadRequest                 // another ErrBadRequest
 	KindUserIDType                 // a user ID of a type that cannot be a key: the server's mistake
+	KindLimitFor                   // Policy.LimitFor gave a limit the policy cannot apply: the server's mistake
 	NumKinds
 )
 
-var kindNames = [NumKinds]string{"missing-key", "empty-key", "client-ip", "cost", "cost-above-burst", "bad-request", "user-id-type"}
+var kindNames = [NumKinds]string{"missing-key", "empty-key", "client-ip", "cost", "cost-above-burst", "bad-request", "user-id-type", "limit-for"}
 
 func (k Kind) String() string {
 	if k < NumKinds {
