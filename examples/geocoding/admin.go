@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
@@ -62,13 +63,13 @@ func withAdmin(next http.Handler, token string, limiter *ratelimit.Limiter, keyB
 	case "api-key":
 		a.badKey = "the key is empty"
 		a.key = func(r *http.Request, client string) (string, error) {
-			return key(clientRequest(r, func(c *http.Request) { c.Header.Set(apiKeyHeader, client) }))
+			return key(clientRequest(r.Context(), func(c *http.Request) { c.Header.Set(apiKeyHeader, client) }))
 		}
 	case "ip":
 		a.badKey = "the key is not an IP address"
 		a.key = func(r *http.Request, client string) (string, error) {
 			client = strings.TrimPrefix(client, "ip:")
-			return key(clientRequest(r, func(c *http.Request) { c.RemoteAddr = client }))
+			return key(clientRequest(r.Context(), func(c *http.Request) { c.RemoteAddr = client }))
 		}
 	default:
 		return nil, fmt.Errorf("-key %s: want api-key or ip", keyBy)
@@ -76,11 +77,11 @@ func withAdmin(next http.Handler, token string, limiter *ratelimit.Limiter, keyB
 	return a, nil
 }
 
-// clientRequest returns a request as the client of the reset would send
-// it, made by set from an empty one: the key function finds the limiter's
-// key in it as in the client's own requests.
-func clientRequest(r *http.Request, set func(*http.Request)) *http.Request {
-	c := (&http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/"}, Header: http.Header{}}).WithContext(r.Context())
+// clientRequest returns a request as a client would send it, made by set
+// from an empty one with ctx: the key function finds the limiter's key in
+// it as in the client's own requests (of a reset, or of a plan).
+func clientRequest(ctx context.Context, set func(*http.Request)) *http.Request {
+	c := (&http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/"}, Header: http.Header{}}).WithContext(ctx)
 	set(c)
 	return c
 }

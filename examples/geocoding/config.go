@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	_ "time/tzdata" // -tz on a machine without a zoneinfo database
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/failover"
@@ -46,6 +47,9 @@ type config struct {
 	banFor         time.Duration
 	block, safe    string
 	adminToken     string
+	daily, monthly int64  // -daily, -monthly: calendar quotas, 0 for none
+	tz             string // -tz: the time zone of the quotas' days and months
+	plans          string // -plans: the file of the plans per API key
 
 	// clock, when not nil, is the time source of the store instead of the
 	// system's monotonic clock. Only tests set it; main leaves it nil.
@@ -53,6 +57,9 @@ type config struct {
 	// logHandler, when not nil, is the handler of the server's log instead
 	// of slog.Default's. Only tests set it; main leaves it nil.
 	logHandler slog.Handler
+	// planPoll, when not 0, is how often the -plans file is looked at
+	// instead of planPollEvery. Only tests set it.
+	planPoll time.Duration
 }
 
 // newFlagSet returns the flag set that fills cfg. Its defaults are those of
@@ -89,6 +96,10 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.StringVar(&cfg.block, "block", "", "comma-separated `CIDRs` of clients refused with 403 before any limiting, with any -key; the client address is found as with -key ip")
 	fs.StringVar(&cfg.safe, "safe", "", "comma-separated `CIDRs` of clients never limited nor counted, with any -key; -block wins over -safe")
 	fs.StringVar(&cfg.adminToken, "admin-token", "", "bearer `token` of POST /admin/reset?key=KEY (none: no admin endpoint)")
+	fs.Int64Var(&cfg.daily, "daily", 0, "requests per calendar day for each client, on top of -rate (0: no daily quota)")
+	fs.Int64Var(&cfg.monthly, "monthly", 0, "requests per calendar month for each client, on top of -rate (0: no monthly quota)")
+	fs.StringVar(&cfg.tz, "tz", "UTC", "the time `zone` of the days and months of -daily and -monthly, an IANA name such as Europe/Paris")
+	fs.StringVar(&cfg.plans, "plans", "", "JSON `file` of limits per API key, {\"KEY\": {\"rate\": R, \"burst\": B, \"daily\": D, \"monthly\": M}}, reread when it changes and on SIGHUP")
 	return fs
 }
 
@@ -171,8 +182,25 @@ func (c *config) check() error {
 	case c.banAfter > 1 && c.banWithin <= 0:
 		invalid("ban-within", c.banWithin.String(), "want a positive duration with -ban-after above 1")
 	}
+	for _, q := range []struct {
+		flag string
+		n    int64
+	}{{"daily", c.daily}, {"monthly", c.monthly}} {
+		if q.n < 0 || q.n > maxQuota {
+			invalid(q.flag, strconv.FormatInt(q.n, 10), fmt.Sprintf("want a quota of 1 to %d requests, or 0 for none", int64(maxQuota)))
+		}
+	}
+	if _, err := time.LoadLocation(c.tz); err != nil {
+		invalid("tz", c.tz, "unknown time zone; want an IANA name such as Europe/Paris, or UTC")
+	}
+	if c.plans != "" && c.key != "api-key" {
+		invalid("plans", c.plans, "needs -key api-key: its keys are API keys")
+	}
 	return errors.Join(errs...)
 }
+
+// maxQuota is the largest calendar quota, the library's.
+const maxQuota = 1_000_000_000_000
 
 // orList returns "a, b or c".
 func orList(vs []string) string {

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func fetch(t *testing.T, srv *httptest.Server, req request) answer {
 	if method == "" {
 		method = http.MethodGet
 	}
-	r, err := http.NewRequest(method, srv.URL+req.target, nil)
+	r, err := http.NewRequest(method, srv.URL+req.target, strings.NewReader(req.body))
 	require.NoError(t, err)
 	if req.apiKey != "" {
 		r.Header.Set("X-API-Key", req.apiKey)
@@ -86,6 +87,13 @@ func TestFrameworksAnswerAlike(t *testing.T) {
 		request{method: http.MethodPost, target: "/metrics", apiKey: "carol"},
 		request{method: http.MethodPost, target: "/metrics"},
 		request{target: "/geocode?q=tokyo", apiKey: "bob"},
+		postBatch("bob", "paris\r\natlantis\r\n\r\ntokyo"),
+		postBatch("bob", strings.Repeat("paris\n", 101)),
+		postBatch("bob", strings.Repeat("paris\n", 11)),
+		postBatch("", "paris\n"),
+		request{target: "/geocode/batch", apiKey: "bob"},
+		request{method: http.MethodOptions, target: "/geocode/batch", apiKey: "bob"},
+		postBatch("bob", "rome\n"),
 	)
 	xff := func(client string) request {
 		return request{target: "/geocode?q=rome", forwardedFor: client}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -57,22 +56,39 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		return nil, nil, fmt.Errorf("-key %s: want api-key or ip", cfg.key)
 	}
 
-	policies, err := newPolicies(cfg)
-	if err != nil {
-		return nil, nil, err
-	}
 	store, cleanup, err := newStore(cfg, m)
 	if err != nil {
 		return nil, nil, err
 	}
-	limiter, err := ratelimit.New(store, policies...)
+	var plans *planTable
+	if cfg.plans != "" {
+		plans = new(planTable)
+	}
+	ls, err := newLimiters(cfg, store, key, plans)
 	if err != nil {
 		cleanup()
-		return nil, nil, fmt.Errorf("%s: %w", limitFlags(cfg), err)
+		return nil, nil, err
+	}
+	if plans != nil {
+		reader := &planReader{path: cfg.plans, def: ls.defaults(cfg), check: ls.checkRate,
+			keyOf: func(apiKey string) (string, error) {
+				return key(clientRequest(context.Background(), func(c *http.Request) { c.Header.Set(apiKeyHeader, apiKey) }))
+			}}
+		stop, err := watchPlans(reader, plans, cfg.planPoll, logger)
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		closeStore := cleanup
+		cleanup = func() { stop(); closeStore() }
 	}
 	opts := &ratelimit.MiddlewareOptions{Headers: cfg.headers, Observe: m.Observe, Logger: logger, MaxInFlight: cfg.maxInflight,
 		MaxInFlightTotal: cfg.maxInflightAll, MaxQueued: cfg.maxQueued,
-		Block: strings.Split(cfg.block, ","), Safe: strings.Split(cfg.safe, ","), ClientIP: clientIP}
+		Block: strings.Split(cfg.block, ","), Safe: strings.Split(cfg.safe, ","), ClientIP: clientIP,
+		Cost: batchCost(ls.decides, key), ResultInContext: true}
+	if plans != nil {
+		opts.LimiterFor = ls.pick
+	}
 	if prefix := cfg.skipPath; prefix != "" {
 		opts.Skip = func(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, prefix) }
 	}
@@ -82,13 +98,13 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 	case "successful":
 		opts.CountIf = func(status int) bool { return status < 400 }
 	}
-	mw, err := ratelimit.NewMiddleware(limiter, key, opts)
+	mw, err := ratelimit.NewMiddleware(ls.own(), key, opts)
 	if err != nil { // after check, only -block and -safe can be wrong
 		cleanup()
 		return nil, nil, fmt.Errorf("-block, -safe: %w", err)
 	}
 
-	router, err := newRouter(cfg.framework, mw, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	router, err := newRouter(cfg.framework, mw, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), geocodeBatch(logger))
 	if err != nil {
 		cleanup()
 		return nil, nil, err
@@ -98,37 +114,11 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		cleanup()
 		return nil, nil, err
 	}
-	if router, err = withAdmin(router, cfg.adminToken, limiter, cfg.key, key, guard, logger); err != nil {
+	if router, err = withAdmin(router, cfg.adminToken, ls.all(), cfg.key, key, guard, logger); err != nil {
 		cleanup()
 		return nil, nil, err
 	}
-	return router, cleanup, nil
-}
-
-// newPolicies returns the per-client policy of -rate and -burst and, with
-// -global-rate, the global one.
-func newPolicies(cfg config) ([]ratelimit.Policy, error) {
-	limit, err := limitOf(cfg.rate, cfg.burst)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", limitFlags(cfg), err)
-	}
-	policies := []ratelimit.Policy{{Limit: limit, Algorithm: cfg.algorithm, DryRun: cfg.dryRun,
-		Penalty: ratelimit.Penalty{After: cfg.banAfter, Within: cfg.banWithin, For: cfg.banFor}}}
-	if room := time.Duration(limit.Burst()) * limit.Interval(); cfg.algorithm == ratelimit.LeakyShape && room > maxShapingWait {
-		policies[0].MaxDelay = maxShapingWait // a longer wait could not be answered
-	}
-	if cfg.globalRate > 0 {
-		burst := cfg.globalBurst
-		if burst == 0 {
-			burst = max(1, int64(min(cfg.globalRate, math.MaxInt64/2))) // the whole tokens of one second
-		}
-		global, err := limitOf(cfg.globalRate, burst)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", limitFlags(cfg), err)
-		}
-		policies = append(policies, ratelimit.Policy{Name: "global", Limit: global, Global: true, DryRun: cfg.dryRun})
-	}
-	return policies, nil
+	return withBatches(router), cleanup, nil
 }
 
 // limitFlags returns the flags that set the limits and the penalty box,

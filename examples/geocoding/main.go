@@ -56,12 +56,28 @@
 //
 //	go run ./examples/geocoding -key ip -rate 0.1 -burst 5 -ban-after 5 -ban-within 1m -ban-for 10m
 //
+// To sell 2 500 requests a day, reset at midnight in Paris, on top of the
+// rate, with plans per API key that the server reads again when the file
+// changes (and on SIGHUP), and look up several places at once:
+//
+//	echo '{"gold": {"rate": 50, "burst": 100, "daily": 100000}}' > plans.json
+//	go run ./examples/geocoding -daily 2500 -tz Europe/Paris -plans plans.json
+//	printf 'paris\natlantis\ntokyo\n' | curl -s -H 'X-API-Key: demo' --data-binary @- localhost:8080/geocode/batch
+//
+// The batch reserves a token per name, of the rate and of each quota, and
+// keeps one per place found: here two.
+//
 // # Endpoints
 //
 //   - GET /geocode?q=NAME: 200 with {"query","name","lat","lon"} for a known
 //     place (case is ignored: paris, Tokyo, new york, ...); 404 for an
 //     unknown one; 400 without q. Errors are application/problem+json.
 //     Other methods get 405.
+//   - POST /geocode/batch: a body of place names, one per line (blank
+//     lines skipped, CRLF accepted, at most 100 names, else 400 before any
+//     token is taken); 200 with a JSON array of the results of GET /geocode
+//     for the places found, in order. It is admitted only if every policy
+//     of the key holds a token per name, and charged one per place found.
 //   - GET /healthz: 200 "ok", never limited.
 //   - POST /admin/reset?key=KEY with Authorization: Bearer TOKEN, only with
 //     -admin-token TOKEN: forgets the client's state under every per-client
@@ -115,6 +131,18 @@
 //	-safe            comma-separated CIDRs of clients never limited nor
 //	                 counted, with any -key [none]; -block wins over -safe
 //	-admin-token     bearer token of POST /admin/reset [none: no endpoint]
+//	-daily           requests per calendar day for each client, resetting at
+//	                 00:00 in -tz, on top of -rate (policy "daily") [0: none]
+//	-monthly         requests per calendar month, resetting at 00:00 on the
+//	                 1st (policy "monthly") [0: none]
+//	-tz              IANA time zone of the days and months [UTC]
+//	-plans           JSON file of limits per API key [none]:
+//	                 {"KEY": {"rate": R, "burst": B, "daily": D, "monthly": M}},
+//	                 every field optional (missing: the flag's value; daily
+//	                 or monthly 0: none); read again within a second of a
+//	                 change and on SIGHUP; an invalid file is refused whole,
+//	                 naming its line: at start-up with the exit status 2,
+//	                 later in the log, keeping the plans last read
 //
 // Invalid values are refused with a message naming the flag, and the exit
 // status 2.
@@ -226,8 +254,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	logger.Info("geocoding: listening on http://"+ln.Addr().String(), append(storeAttrs(cfg),
-		"key", cfg.key, "rate", cfg.rate, "burst", cfg.burst, "headers", cfg.headers)...)
+	logger.Info("geocoding: listening on http://"+ln.Addr().String(), append(append(storeAttrs(cfg),
+		"key", cfg.key, "rate", cfg.rate, "burst", cfg.burst, "headers", cfg.headers), quotaAttrs(cfg)...)...)
 
 	select {
 	case err := <-served:
@@ -246,6 +274,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	<-served // http.ErrServerClosed
 	logger.Info("geocoding: stopped")
 	return 0
+}
+
+// quotaAttrs returns the log attributes of the calendar quotas and the
+// plans of cfg, if any.
+func quotaAttrs(cfg config) []any {
+	var attrs []any
+	if cfg.daily > 0 {
+		attrs = append(attrs, "daily", cfg.daily)
+	}
+	if cfg.monthly > 0 {
+		attrs = append(attrs, "monthly", cfg.monthly)
+	}
+	if cfg.plans != "" {
+		attrs = append(attrs, "plans", cfg.plans)
+	}
+	if attrs != nil {
+		attrs = append(attrs, "tz", cfg.tz)
+	}
+	return attrs
 }
 
 // report writes err to w, one "geocoding: " line per line of its text.

@@ -63,6 +63,7 @@ type request struct {
 	apiKey         string // X-API-Key, if not empty
 	remoteAddr     string // if not empty
 	forwardedFor   string // X-Forwarded-For, if not empty
+	body           string
 }
 
 // field returns the first value of the header field name spelled exactly
@@ -82,7 +83,7 @@ func serve(h http.Handler, req request) *httptest.ResponseRecorder {
 	if method == "" {
 		method = http.MethodGet
 	}
-	r := httptest.NewRequest(method, req.target, nil)
+	r := httptest.NewRequest(method, req.target, strings.NewReader(req.body))
 	if req.apiKey != "" {
 		r.Header.Set("X-API-Key", req.apiKey)
 	}
@@ -526,6 +527,10 @@ func TestFlagDefaults(t *testing.T) {
 		"safe":               "",
 		"admin-token":        "",
 		"ipv6-prefix":        "0",
+		"daily":              "0",
+		"monthly":            "0",
+		"tz":                 "UTC",
+		"plans":              "",
 	}
 	var cfg config
 	fs := newFlagSet(&cfg)
@@ -585,6 +590,12 @@ func TestRunInvalidFlags(t *testing.T) {
 		{[]string{"-skip-path", "static"}, "geocoding: -skip-path static: want a path prefix starting with /"},
 		{[]string{"-ipv6-prefix", "129"}, "geocoding: -ipv6-prefix 129: want 1 to 128 bits, or 0 for the library's default (64)"},
 		{[]string{"-ipv6-prefix", "-1"}, "geocoding: -ipv6-prefix -1: want 1 to 128 bits, or 0 for the library's default (64)"},
+		{[]string{"-tz", "Mars/Olympus"}, "geocoding: -tz Mars/Olympus: unknown time zone; want an IANA name such as Europe/Paris, or UTC"},
+		{[]string{"-daily", "100", "-tz", "Europe/Pariss"}, "geocoding: -tz Europe/Pariss: unknown time zone"},
+		{[]string{"-daily", "-1"}, "geocoding: -daily -1: want a quota of 1 to 1000000000000 requests, or 0 for none"},
+		{[]string{"-monthly", "1000000000001"}, "geocoding: -monthly 1000000000001: want a quota of 1 to 1000000000000 requests, or 0 for none"},
+		{[]string{"-plans", "plans.json", "-key", "ip"}, "geocoding: -plans plans.json: needs -key api-key: its keys are API keys"},
+		{[]string{"-plans", "/nonexistent/plans.json"}, "geocoding: -plans: open /nonexistent/plans.json: no such file or directory"},
 		{[]string{"-nosuchflag"}, "flag provided but not defined: -nosuchflag"},
 		{[]string{"extra"}, `geocoding: unexpected argument "extra"`},
 	} {

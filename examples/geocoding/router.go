@@ -16,24 +16,27 @@ import (
 
 // newRouter returns the server's routes, served by the framework that
 // -framework names, with every request except /healthz and GET /metrics
-// limited by mw. The three routers answer alike: the same handlers write
-// every body, and the limiter's answers are the core's.
-func newRouter(framework string, mw *ratelimit.Middleware, metrics http.Handler) (http.Handler, error) {
+// limited by mw; batch answers POST /geocode/batch. The three routers
+// answer alike: the same handlers write every body, and the limiter's
+// answers are the core's.
+func newRouter(framework string, mw *ratelimit.Middleware, metrics, batch http.Handler) (http.Handler, error) {
 	switch framework {
 	case "nethttp":
-		return nethttpRouter(mw, metrics), nil
+		return nethttpRouter(mw, metrics, batch), nil
 	case "gin":
-		return ginRouter(mw, metrics), nil
+		return ginRouter(mw, metrics, batch), nil
 	case "echo":
-		return echoRouter(mw, metrics), nil
+		return echoRouter(mw, metrics, batch), nil
 	}
 	return nil, fmt.Errorf("-framework %s: want nethttp, gin or echo", framework)
 }
 
-func nethttpRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler {
+func nethttpRouter(mw *ratelimit.Middleware, metrics, batch http.Handler) http.Handler {
 	api := http.NewServeMux()
 	api.HandleFunc("GET /geocode", geocode)
 	api.HandleFunc("/geocode", methodNotAllowed)
+	api.Handle("POST "+batchPath, batch)
+	api.HandleFunc(batchPath, batchMethodNotAllowed)
 	api.HandleFunc("/", notFound)
 
 	mux := http.NewServeMux()
@@ -57,21 +60,23 @@ func unlimited(r *http.Request) bool {
 	return false
 }
 
-// wrongMethod answers a request whose path exists for GET and HEAD only:
-// 405, except for /metrics, which the net/http router sends to the API's
-// 404.
+// wrongMethod answers a request whose path exists for other methods: 405,
+// except for /metrics, which the net/http router sends to the API's 404.
 func wrongMethod(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/metrics" {
+	switch r.URL.Path {
+	case "/metrics":
 		notFound(w, r)
-		return
+	case batchPath:
+		batchMethodNotAllowed(w, r)
+	default:
+		methodNotAllowed(w, r)
 	}
-	methodNotAllowed(w, r)
 }
 
 // ginRouter is Gin in release mode, without its redirects (which net/http's
 // router does not make either), every unknown route answered by the same
 // handlers as the net/http router.
-func ginRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler {
+func ginRouter(mw *ratelimit.Middleware, metrics, batch http.Handler) http.Handler {
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
 	e.RedirectTrailingSlash = false
@@ -90,9 +95,10 @@ func ginRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler {
 		e.GET(path, gin.WrapH(h))
 		e.HEAD(path, gin.WrapH(h))
 	}
+	e.POST(batchPath, gin.WrapH(batch))
 	e.NoRoute(func(c *gin.Context) {
 		switch c.Request.URL.Path {
-		case "/healthz", "/geocode", "/metrics":
+		case "/healthz", "/geocode", "/metrics", batchPath:
 			wrongMethod(c.Writer, c.Request)
 		default:
 			notFound(c.Writer, c.Request)
@@ -105,7 +111,7 @@ func ginRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler {
 // the net/http router. The limiter writes its answers itself
 // (WriteResponse), so that they are the core's bytes even when Echo's
 // error handler would indent them (a "pretty" query parameter).
-func echoRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler {
+func echoRouter(mw *ratelimit.Middleware, metrics, batch http.Handler) http.Handler {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	limit := echolimit.Wrap(mw, &echolimit.Options{WriteResponse: true})
@@ -128,6 +134,8 @@ func echoRouter(mw *ratelimit.Middleware, metrics http.Handler) http.Handler {
 		e.GET(path, echo.WrapHandler(h))
 		e.HEAD(path, echo.WrapHandler(h))
 	}
+	e.Any(batchPath, wrong)
+	e.POST(batchPath, echo.WrapHandler(batch))
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return

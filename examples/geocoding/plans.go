@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+// plan is the limits of one API key, read from the -plans file, with the
+// flags' values where the file says nothing.
+type plan struct {
+	rate           ratelimit.Limit
+	daily, monthly ratelimit.Limit // the zero Limit: no such quota
+}
+
+// quotas returns the calendar quotas that p gives its key.
+func (p *plan) quotas() quotas {
+	var q quotas
+	if p.daily != (ratelimit.Limit{}) {
+		q |= dailyQuota
+	}
+	if p.monthly != (ratelimit.Limit{}) {
+		q |= monthlyQuota
+	}
+	return q
+}
+
+// planTable holds the plans last read, by the limiter's key of their API
+// key, swapped whole when the file is read again. It is safe for
+// concurrent use; a lookup takes no lock.
+type planTable struct {
+	plans atomic.Pointer[map[string]*plan]
+}
+
+// get returns the plan of the limiter's key key, or nil; a nil t has none.
+func (t *planTable) get(key string) *plan {
+	if t == nil {
+		return nil
+	}
+	if m := t.plans.Load(); m != nil {
+		return (*m)[key]
+	}
+	return nil
+}
+
+// limitFor returns a Policy.LimitFor that gives a key the limit of its
+// plan that of returns, if it has a plan and the plan has that limit.
+func (t *planTable) limitFor(of func(*plan) ratelimit.Limit) func(key string) (ratelimit.Limit, bool) {
+	return func(key string) (ratelimit.Limit, bool) {
+		if p := t.get(key); p != nil {
+			l := of(p)
+			return l, l != (ratelimit.Limit{})
+		}
+		return ratelimit.Limit{}, false
+	}
+}
+
+// planDefaults are what the fields a plan leaves out take: the flags'
+// -rate, -burst, -daily and -monthly, in the time zone of -tz.
+type planDefaults struct {
+	rate           float64
+	burst          int64
+	daily, monthly int64
+	loc            *time.Location
+}
+
+// maxPlansSize bounds the -plans file: some 200 000 plans.
+const maxPlansSize = 16 << 20
+
+// planReader reads and checks the -plans file.
+type planReader struct {
+	path string
+	def  planDefaults
+	// keyOf returns the limiter's key of an API key, as the server's key
+	// function finds it in X-API-Key.
+	keyOf func(apiKey string) (string, error)
+	// check reports why the rate policy cannot apply a plan's rate.
+	check func(ratelimit.Limit) error
+}
+
+// read reads the file and returns its plans by the limiter's key, and the
+// file's information as it was when opened, to tell a later change. Its
+// errors start with the file's name and, for an invalid content, the line.
+func (pr *planReader) read() (map[string]*plan, os.FileInfo, error) {
+	f, err := os.Open(pr.path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxPlansSize+1))
+	if err != nil {
+		return nil, fi, fmt.Errorf("%s: %w", pr.path, err)
+	}
+	if len(data) > maxPlansSize {
+		return nil, fi, fmt.Errorf("%s: larger than %d MiB", pr.path, maxPlansSize>>20)
+	}
+	plans, err := pr.parse(data)
+	if err != nil {
+		return nil, fi, fmt.Errorf("%s:%w", pr.path, err)
+	}
+	return plans, fi, nil
+}
+
+// planFields are the fields of a plan, as the file writes them.
+var planFields = map[string]bool{"rate": true, "burst": true, "daily": true, "monthly": true}
+
+// parse returns the plans of data, a JSON object of plans by API key. Its
+// errors start with the line at fault: "3: ...".
+func (pr *planReader) parse(data []byte) (map[string]*plan, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	line := func() int { return 1 + bytes.Count(data[:dec.InputOffset()], []byte("\n")) }
+	// fail returns the error of the token just read.
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("%d: %s", line(), fmt.Sprintf(format, args...))
+	}
+	token := func() (json.Token, error) {
+		tok, err := dec.Token()
+		var syntax *json.SyntaxError
+		switch {
+		case errors.As(err, &syntax):
+			return nil, fmt.Errorf("%d: %v", 1+bytes.Count(data[:syntax.Offset], []byte("\n")), err)
+		case err == io.EOF:
+			return nil, fail("unexpected end of the file")
+		case err != nil:
+			return nil, fail("%v", err)
+		}
+		return tok, nil
+	}
+	if tok, err := token(); err != nil {
+		return nil, err
+	} else if tok != json.Delim('{') {
+		return nil, fail("want a JSON object of plans by API key, {\"KEY\": {\"rate\": R, ...}, ...}")
+	}
+	plans := map[string]*plan{}
+	lines := map[string]int{}      // the line of each API key
+	apiKeys := map[string]string{} // the API key of each limiter's key
+	for dec.More() {
+		tok, err := token()
+		if err != nil {
+			return nil, err
+		}
+		apiKey := tok.(string) // an object's key
+		if at, ok := lines[apiKey]; ok {
+			return nil, fail("key %q: already given at line %d", apiKey, at)
+		}
+		lines[apiKey] = line()
+		key, err := pr.keyOf(apiKey)
+		if err != nil {
+			return nil, fail("key %q: not an API key: %v", apiKey, err)
+		}
+		if other, ok := apiKeys[key]; ok {
+			return nil, fail("key %q: the same API key as %q, at line %d", apiKey, other, lines[other])
+		}
+		apiKeys[key] = apiKey
+		if plans[key], err = pr.plan(token, fail, apiKey); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := token(); err != nil { // the closing brace
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fail("unexpected data after the object of plans")
+	}
+	return plans, nil
+}
+
+// plan reads the plan of apiKey, an object of fields, through token and
+// checks it; fail names the line of the token just read.
+func (pr *planReader) plan(token func() (json.Token, error), fail func(string, ...any) error, apiKey string) (*plan, error) {
+	if tok, err := token(); err != nil {
+		return nil, err
+	} else if tok != json.Delim('{') {
+		return nil, fail("key %q: want an object of rate, burst, daily and monthly", apiKey)
+	}
+	d := pr.def
+	for {
+		tok, err := token()
+		if err != nil {
+			return nil, err
+		}
+		if tok == json.Delim('}') {
+			break
+		}
+		field := tok.(string)
+		if !planFields[field] {
+			return nil, fail("key %q: unknown field %q: want rate, burst, daily or monthly", apiKey, field)
+		}
+		if tok, err = token(); err != nil {
+			return nil, err
+		}
+		n, ok := tok.(json.Number)
+		if !ok {
+			return nil, fail("key %q: %s %s: want a number", apiKey, field, valueText(tok))
+		}
+		if err := setPlanField(&d, field, n); err != nil {
+			return nil, fail("key %q: %s %s: %v", apiKey, field, n, err)
+		}
+	}
+	p := &plan{}
+	rate, err := limitOf(d.rate, d.burst)
+	if err == nil {
+		err = pr.check(rate)
+	}
+	if err != nil {
+		return nil, fail("key %q: rate %s burst %d: %v", apiKey, formatFloat(d.rate), d.burst, err)
+	}
+	p.rate = rate
+	if d.daily > 0 {
+		p.daily = ratelimit.Daily(d.daily, d.loc)
+	}
+	if d.monthly > 0 {
+		p.monthly = ratelimit.Monthly(d.monthly, d.loc)
+	}
+	return p, nil
+}
+
+// setPlanField sets the field of d that the plan's field names to n, or
+// reports why n is not valid there.
+func setPlanField(d *planDefaults, field string, n json.Number) error {
+	if field == "rate" {
+		r, err := n.Float64()
+		if err != nil || math.IsInf(r, 0) || r <= 0 {
+			return errors.New("want a positive, finite number of tokens per second")
+		}
+		d.rate = r
+		return nil
+	}
+	v, err := strconv.ParseInt(n.String(), 10, 64)
+	switch {
+	case field == "burst" && (err != nil || v < 1):
+		return errors.New("want a capacity of at least 1, a whole number")
+	case field != "burst" && (err != nil || v < 0 || v > maxQuota):
+		return fmt.Errorf("want a quota of 1 to %d requests, a whole number, or 0 for none", int64(maxQuota))
+	}
+	switch field {
+	case "burst":
+		d.burst = v
+	case "daily":
+		d.daily = v
+	case "monthly":
+		d.monthly = v
+	}
+	return nil
+}
+
+// valueText writes a JSON token that is not a number as the file has it.
+func valueText(tok json.Token) string {
+	switch v := tok.(type) {
+	case nil:
+		return "null"
+	case string:
+		return strconv.Quote(v)
+	case json.Delim:
+		if v == '{' {
+			return "{...}"
+		}
+		return "[...]"
+	}
+	return fmt.Sprint(tok)
+}
