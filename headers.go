@@ -169,16 +169,16 @@ type fieldValue struct {
 
 // writeFields sets the rate-limit header fields of format f that describe
 // res, replacing any earlier value of those fields. policies is the
-// RateLimit-Policy value of the limiter (see policyField), made once, and
+// RateLimit-Policy value of the limiter (see limitHeaders.policyField), and
 // quotas the cache of res.Policy's RateLimit values (nil for none). It
 // writes nothing for HeadersNone or an unknown format.
-func writeFields(h http.Header, f HeaderFormat, res Result, policies []string, quotas *quotaCache) {
+func writeFields(h http.Header, f HeaderFormat, res Result, policies string, quotas *quotaCache) {
 	p := res.Policy
 	fresh := len(h) == 0
 	switch f {
 	case HeadersIETF:
 		t, hasT := quotaSeconds(res)
-		v := &[2]string{quotaField(quotas, p.Name, sfInteger(res.Remaining), t, hasT), policies[0]}
+		v := &[2]string{quotaField(quotas, p.Name, sfInteger(res.Remaining), t, hasT), policies}
 		set(h, quotaKey, v[0:1:1], fresh)
 		set(h, policyKey, v[1:2:2], fresh)
 	case HeadersLegacy, HeadersX:
@@ -198,19 +198,67 @@ func writeFields(h http.Header, f HeaderFormat, res Result, policies []string, q
 type limitHeaders struct {
 	lim    *Limiter     // whose results these describe
 	quotas []quotaCache // of each policy
-	fields [2][]string  // RateLimit-Policy: of the enforcing policies, of all
+	fields [2]string    // RateLimit-Policy: of the enforcing policies, of all
 	hidden bool         // every policy is dry-run
+	bytes  bool         // the policies count bytes (MiddlewareOptions.CountBytes)
+
+	// With a calendar quota or LimitFor, RateLimit-Policy depends on the
+	// time or the key: it is made for each response, and its strings are
+	// kept here, made once each, in a map copied on write.
+	dynamic bool
+	mu      sync.Mutex
+	made    atomic.Pointer[map[string]string]
 }
 
-func newLimitHeaders(l *Limiter) *limitHeaders {
+func newLimitHeaders(l *Limiter, bytes bool) *limitHeaders {
 	ps := l.Policies()
-	c := &limitHeaders{lim: l, quotas: make([]quotaCache, len(ps)), hidden: true,
-		fields: [2][]string{policyField(ps, false), policyField(ps, true)}}
+	c := &limitHeaders{lim: l, quotas: make([]quotaCache, len(ps)), hidden: true, bytes: bytes}
 	for i := range ps {
 		c.quotas[i].burst = sfInteger(ps[i].Limit.Burst())
 		c.hidden = c.hidden && ps[i].DryRun
+		c.dynamic = c.dynamic || ps[i].LimitFor != nil || ps[i].Limit.cal != rate
+	}
+	if !c.dynamic {
+		c.fields = [2]string{string(appendPolicies(nil, ps, nil, false, bytes, time.Time{})), string(appendPolicies(nil, ps, nil, true, bytes, time.Time{}))}
 	}
 	return c
+}
+
+// maxMadeFields bounds the RateLimit-Policy values a dynamic limitHeaders
+// keeps; past it, a value is made again each time.
+const maxMadeFields = 256
+
+// policyField returns the RateLimit-Policy value for res at now: made
+// once for a Limiter whose field does not change, else from the limits
+// that decided res.
+func (c *limitHeaders) policyField(res Result, withDryRun bool, now func() time.Time) string {
+	k := 0
+	if withDryRun {
+		k = 1
+	}
+	if !c.dynamic {
+		return c.fields[k]
+	}
+	var buf [256]byte
+	b := appendPolicies(buf[:0], c.lim.policies, &res, withDryRun, c.bytes, now())
+	m := c.made.Load()
+	if m != nil {
+		if v, ok := (*m)[string(b)]; ok {
+			return v
+		}
+	}
+	v := string(b)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.made.Load(); old == nil || len(*old) < maxMadeFields {
+		next := make(map[string]string, 1)
+		if old != nil {
+			maps.Copy(next, *old)
+		}
+		next[v] = v
+		c.made.Store(&next)
+	}
+	return v
 }
 
 // quotasOf returns the cache of p's RateLimit values, or nil when p is not
@@ -228,6 +276,7 @@ func (c *limitHeaders) quotasOf(p *Policy) *quotaCache {
 type headerCaches struct {
 	own    *Limiter
 	ownH   *limitHeaders
+	bytes  bool       // MiddlewareOptions.CountBytes
 	mu     sync.Mutex // held to add to others
 	others atomic.Pointer[map[*Limiter]*limitHeaders]
 }
@@ -246,7 +295,7 @@ func (hc *headerCaches) of(l *Limiter) *limitHeaders {
 			return c
 		}
 	}
-	c := newLimitHeaders(l)
+	c := newLimitHeaders(l, hc.bytes)
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
 	old := hc.others.Load()
@@ -277,6 +326,13 @@ func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
 		return
 	}
 	c := m.headers.of(lim)
+	if c.hidden && !m.cfg.DryRunHeaders {
+		return
+	}
+	var policies string
+	if m.cfg.Headers == HeadersIETF {
+		policies = c.policyField(res, m.cfg.DryRunHeaders, m.now)
+	}
 	switch {
 	case m.cfg.DryRunHeaders && res.Allowed && res.Results != nil:
 		b := res.Results[0]
@@ -285,13 +341,9 @@ func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
 				b = r
 			}
 		}
-		writeFields(h, m.cfg.Headers, b, c.fields[1], c.quotasOf(b.Policy))
-	case m.cfg.DryRunHeaders:
-		writeFields(h, m.cfg.Headers, res, c.fields[1], c.quotasOf(res.Policy))
-	case c.hidden:
-		return
+		writeFields(h, m.cfg.Headers, b, policies, c.quotasOf(b.Policy))
 	default:
-		writeFields(h, m.cfg.Headers, res, c.fields[0], c.quotasOf(res.Policy))
+		writeFields(h, m.cfg.Headers, res, policies, c.quotasOf(res.Policy))
 	}
 	if m.cfg.inflight != nil {
 		m.cfg.inflight.addPolicyItem(h, m.cfg.Headers)
@@ -313,25 +365,38 @@ func addSaturating(d, j time.Duration) time.Duration {
 	return d + j
 }
 
-// policyField returns the RateLimit-Policy value that lists ps (the
+// appendPolicies appends the RateLimit-Policy value that lists ps (the
 // dry-run ones only if withDryRun): "name";q=BURST;w=W items joined by
-// commas.
-func policyField(ps []Policy, withDryRun bool) []string {
-	var b []byte
-	for _, p := range ps {
+// commas, with qu="content-bytes" when they count bytes. A policy's limit
+// is the one that decided res, when res (which may be nil) says; a
+// calendar quota's w is the length of its period at now.
+func appendPolicies(b []byte, ps []Policy, res *Result, withDryRun, bytes bool, now time.Time) []byte {
+	start := len(b)
+	for i := range ps {
+		p := &ps[i]
 		if p.DryRun && !withDryRun {
 			continue
 		}
-		if len(b) > 0 {
+		switch {
+		case res == nil:
+		case len(res.Results) == len(ps) && res.Results[i].Policy != nil:
+			p = res.Results[i].Policy
+		case res.Results == nil && len(ps) == 1 && res.Policy != nil:
+			p = res.Policy
+		}
+		if len(b) > start {
 			b = append(b, ',')
 		}
 		b = appendPolicyItem(b, p.Name)
 		b = append(b, ";q="...)
 		b = strconv.AppendInt(b, sfInteger(p.Limit.Burst()), 10)
+		if bytes {
+			b = append(b, `;qu="content-bytes"`...)
+		}
 		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, p.Limit.window(), 10)
+		b = strconv.AppendInt(b, p.Limit.window(now), 10)
 	}
-	return []string{string(b)}
+	return b
 }
 
 // appendPolicyItem appends name as a Structured Field String. Policy names
@@ -359,7 +424,7 @@ func quotaSeconds(res Result) (int64, bool) {
 	if res.ResetAfter <= 0 {
 		return 0, false
 	}
-	wait := res.ResetAfter
+	wait := res.ResetAfter // of a calendar quota: the time to its reset
 	if iv := res.Policy.Limit.Interval(); wait > iv && iv > 0 {
 		if wait %= iv; wait == 0 {
 			wait = iv
@@ -389,8 +454,12 @@ func retryAfterSeconds(d time.Duration) int64 { return max(1, ceilSeconds(d)) }
 // window returns the w parameter of RateLimit-Policy: the time in which the
 // burst is earned at the rate as written, burst × period / n, in whole
 // seconds rounded up and at least 1. It is the period itself when the burst
-// is n.
-func (l Limit) window() int64 {
+// is n; for a calendar quota, the length of its period at now.
+func (l Limit) window(now time.Time) int64 {
+	if l.cal != rate {
+		start, end := l.Period(now)
+		return max(ceilSeconds(end.Sub(start)), 1)
+	}
 	if l.n <= 0 || l.period <= 0 || l.burst <= 0 {
 		return 1
 	}

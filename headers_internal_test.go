@@ -282,15 +282,15 @@ func TestPolicyField(t *testing.T) {
 		{Per(7, time.Hour).WithBurst(1), `"p";q=1;w=515`}, // 3600/7 = 514.3 s, rounded up
 		{Per(1, time.Nanosecond).WithBurst(1_500_000_000_000_000_000), `"p";q=999999999999999;w=1500000000`},
 	} {
-		assert.Equal(t, []string{tc.want}, policyField([]Policy{{Name: "p", Limit: tc.l}}, false), "policyField(%v)", tc.l)
+		assert.Equal(t, tc.want, policyField([]Policy{{Name: "p", Limit: tc.l}}, false), "policyField(%v)", tc.l)
 	}
 	ps := []Policy{
 		{Name: "per-key", Limit: PerSecond(5).WithBurst(10)},
 		{Name: "shadow", Limit: Per(1, time.Minute), DryRun: true},
 		{Name: "daily", Limit: Per(10000, 24*time.Hour)},
 	}
-	assert.Equal(t, []string{`"per-key";q=10;w=2,"daily";q=10000;w=86400`}, policyField(ps, false))
-	assert.Equal(t, []string{`"per-key";q=10;w=2,"shadow";q=1;w=60,"daily";q=10000;w=86400`}, policyField(ps, true))
+	assert.Equal(t, `"per-key";q=10;w=2,"daily";q=10000;w=86400`, policyField(ps, false))
+	assert.Equal(t, `"per-key";q=10;w=2,"shadow";q=1;w=60,"daily";q=10000;w=86400`, policyField(ps, true))
 }
 
 // The field names go out as the drafts spell them, not canonicalised.
@@ -315,7 +315,7 @@ func TestHeaderNamesAsTheDraftsSpellThem(t *testing.T) {
 func TestQuotaFieldCache(t *testing.T) {
 	lim, err := New(nopStore{}, Policy{Name: "a", Limit: PerSecond(5).WithBurst(100)}, Policy{Name: "b", Limit: PerSecond(5).WithBurst(100)})
 	require.NoError(t, err)
-	caches := newLimitHeaders(lim)
+	caches := newLimitHeaders(lim, false)
 	assert.Nil(t, caches.quotasOf(&Policy{Name: "a"}), "not one of the limiter's policies")
 	for round := range 2 { // the second round reads what the first one stored
 		for i := range lim.Policies() {
@@ -599,8 +599,14 @@ func headerField(h http.Header, name string) string {
 }
 
 // field is the RateLimit-Policy value of a limiter with res's policy alone.
-func field(res Result) []string {
+func field(res Result) string {
 	return policyField([]Policy{*res.Policy}, false)
+}
+
+// policyField is the RateLimit-Policy value that lists ps, of requests
+// that count.
+func policyField(ps []Policy, withDryRun bool) string {
+	return string(appendPolicies(nil, ps, nil, withDryRun, false, time.Time{}))
 }
 
 // pol returns a policy, for a Result's Policy field.
@@ -633,7 +639,7 @@ func FuzzHeaders(f *testing.F) {
 		}
 		for _, format := range []HeaderFormat{HeadersLegacy, HeadersX} {
 			h := http.Header{}
-			writeFields(h, format, res, nil, nil)
+			writeFields(h, format, res, "", nil)
 			for k, v := range h {
 				if n, err := strconv.ParseInt(v[0], 10, 64); err != nil || n < 0 {
 					t.Fatalf("%v: %s: %q", format, k, v)
@@ -665,7 +671,7 @@ func TestLimitWindow(t *testing.T) {
 		{Limit{}, 1},
 		{Per(1, math.MaxInt64).WithBurst(math.MaxInt64), maxSFInteger},
 	} {
-		assert.Equal(t, tc.want, tc.l.window(), "%v.window()", tc.l)
+		assert.Equal(t, tc.want, tc.l.window(time.Time{}), "%v.window()", tc.l)
 	}
 	// Per with a whole number of seconds: w is the period, for any n.
 	for _, n := range []int64{1, 3, 7, 9, 11, 13, 60, 97, 100, 999, 7_000_000, 999_999_999} {
@@ -674,7 +680,7 @@ func TestLimitWindow(t *testing.T) {
 			if l.validate() != nil {
 				continue
 			}
-			assert.Equal(t, int64(p/time.Second), l.window(), "Per(%d, %v).window()", n, p)
+			assert.Equal(t, int64(p/time.Second), l.window(time.Time{}), "Per(%d, %v).window()", n, p)
 		}
 	}
 }

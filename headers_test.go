@@ -359,9 +359,9 @@ func TestDryRunHeadersOnRefusals(t *testing.T) {
 		return r
 	}
 	first, second := httptest.NewRecorder(), httptest.NewRecorder()
-	m.Handle(first, request(), func(*http.Request) int {
-		m.Handle(second, request(), func(*http.Request) int { return 200 }) // while the first holds the slot
-		return 200
+	m.Handle(first, request(), func(*http.Request) (int, int64) {
+		m.Handle(second, request(), func(*http.Request) (int, int64) { return 200, 0 }) // while the first holds the slot
+		return 200, 0
 	})
 	require.Equal(t, 429, second.Code)
 	assert.Equal(t, `"dry";q=3;w=60,"inflight";q=1;qu="concurrent-requests"`, field(second.Header(), "RateLimit-Policy"))
@@ -408,4 +408,57 @@ func TestFieldNamesCanonical(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A calendar quota's RateLimit-Policy has w = the length of the day at
+// the Middleware's Clock, 23 or 25 hours on a daylight-saving change; its
+// RateLimit and Retry-After count to its reset.
+func TestQuotaFields(t *testing.T) {
+	paris, err := time.LoadLocation("Europe/Paris")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		at     time.Time // UTC
+		w      string
+		toNext int // seconds to the next midnight in Paris
+	}{
+		{time.Date(2026, 3, 29, 10, 0, 0, 0, time.UTC), "82800", 12 * 3600},  // midnight at 22:00 UTC
+		{time.Date(2026, 10, 25, 10, 0, 0, 0, time.UTC), "90000", 13 * 3600}, // midnight at 23:00 UTC
+		{time.Date(2026, 6, 1, 21, 59, 59, 0, time.UTC), "86400", 1},
+	} {
+		var h *harness
+		h = newHarness(t, setup{
+			policies: []ratelimit.Policy{{Limit: ratelimit.PerSecond(5).WithBurst(10)}, {Name: "daily", Limit: ratelimit.Daily(3, paris)}},
+			opts:     &ratelimit.MiddlewareOptions{Clock: func() time.Time { return h.clock.Now() }},
+		})
+		h.clock.Advance(tc.at.Sub(h.clock.Now()))
+		toNext := strconv.Itoa(tc.toNext)
+		w := h.get("a")
+		assert.Equal(t, `"default";q=10;w=2,"daily";q=3;w=`+tc.w, field(w.Header(), "RateLimit-Policy"), tc.at)
+		assert.Equal(t, `"daily";r=2;t=`+toNext, field(w.Header(), "RateLimit"), tc.at)
+		h.get("a")
+		h.get("a")
+		w = h.get("a")
+		require.Equal(t, http.StatusTooManyRequests, w.Code, tc.at)
+		assert.Equal(t, toNext, w.Header().Get("Retry-After"), tc.at)
+		assert.Equal(t, `"daily";r=0;t=`+toNext, field(w.Header(), "RateLimit"), tc.at)
+		res, err := h.lim.Take(context.Background(), "a", 0)
+		require.NoError(t, err)
+		assert.Equal(t, int64(7), res.Results[0].Remaining, "%v: the refused request took nothing from the rate", tc.at)
+	}
+}
+
+// The header fields show each key's own limit (Policy.LimitFor).
+func TestLimitForFields(t *testing.T) {
+	h := newHarness(t, setup{policies: []ratelimit.Policy{{Limit: ratelimit.Per(10, time.Minute),
+		LimitFor: func(key string) (ratelimit.Limit, bool) { return ratelimit.Per(100, time.Minute), key == "gold" }}}})
+	for range 2 {
+		w := h.get("gold")
+		assert.Equal(t, `"default";q=100;w=60`, field(w.Header(), "RateLimit-Policy"))
+		w = h.get("plain")
+		assert.Equal(t, `"default";q=10;w=60`, field(w.Header(), "RateLimit-Policy"))
+	}
+	assert.Equal(t, `"default";r=97;t=1`, field(h.get("gold").Header(), "RateLimit"))
+	h = newHarness(t, setup{policies: h.lim.Policies(), opts: &ratelimit.MiddlewareOptions{Headers: ratelimit.HeadersLegacy}})
+	assert.Equal(t, "100", field(h.get("gold").Header(), "RateLimit-Limit"))
+	assert.Equal(t, "10", field(h.get("plain").Header(), "RateLimit-Limit"))
 }

@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"testing"
+	_ "time/tzdata"
 
 	"go.uber.org/goleak"
 )

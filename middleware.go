@@ -2,7 +2,7 @@ package ratelimit
 
 import (
 	"cmp"
-	"context"
+
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -47,7 +47,7 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *MiddlewareOptions) (*Middlewar
 		}
 	}
 	m := &Middleware{limiter: l, key: key, cfg: cfg}
-	m.headers.own, m.headers.ownH = l, newLimitHeaders(l)
+	m.headers.own, m.headers.ownH, m.headers.bytes = l, newLimitHeaders(l, cfg.CountBytes), cfg.CountBytes
 	if !cfg.Quiet {
 		m.keys = new(dominance)
 		m.limits = new(limitsSeen)
@@ -58,15 +58,16 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *MiddlewareOptions) (*Middlewar
 
 // Handle decides r, sets the rate-limit header fields on w and, when r may
 // proceed, calls next with the request to serve (r, or a copy carrying the
-// Result with MiddlewareOptions.ResultInContext); next runs the rest of the
-// chain and returns the response's status. Otherwise Handle writes the
+// decision with MiddlewareOptions.ResultInContext); next runs the rest of
+// the chain and returns the response's status and the bytes of its body
+// (both 0 unless CountsResponses). Otherwise Handle writes the
 // whole answer, through OnDeny or OnError, and next never runs. A request
 // that a LeakyShape policy delays is held until its turn, or refused at
 // once when its wait would outlast its context's deadline or the server's
 // WriteTimeout, or MaxQueued requests wait already. It is the one entry
 // point of every adapter; docs/frameworks.md says what an adapter must do
 // when next panics.
-func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func(r *http.Request) (status int)) {
+func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func(r *http.Request) (status int, written int64)) {
 	if m.cfg.lists != nil {
 		switch v, err := m.cfg.lists.check(r); {
 		case err != nil: // as the key function's errors: KeyByIP would fail alike
@@ -108,7 +109,7 @@ func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func(r 
 // the shaping queues (MaxQueued) until its wait ends. It takes them before
 // it is observed and answered, since a refusal for want of them is a
 // refusal.
-func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func(*http.Request) int, start time.Time, d *decision) {
+func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func(*http.Request) (int, int64), start time.Time, d *decision) {
 	if d.err == nil && d.res.Allowed && m.cfg.inflight != nil {
 		var release func()
 		if release, d.res, d.err = m.acquire(r, d); release != nil {
@@ -148,14 +149,11 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func(*h
 			return
 		}
 	}
-	if m.cfg.ResultInContext {
-		r = r.WithContext(context.WithValue(r.Context(), resultKey{}, d.res))
-	}
-	if m.cfg.CountIf == nil {
+	if !m.cfg.ResultInContext && !m.CountsResponses() {
 		next(r)
 		return
 	}
-	m.count(r, next, d)
+	m.run(r, next, d)
 }
 
 // undecided observes and answers a request that failed before its
@@ -252,21 +250,20 @@ func (m *Middleware) decide(r *http.Request) (d decision) {
 	return d
 }
 
+// now returns the time of MiddlewareOptions.Clock.
+func (m *Middleware) now() time.Time {
+	if m.cfg.Clock != nil {
+		return m.cfg.Clock()
+	}
+	return time.Now()
+}
+
 // errKeyFuncEmpty is the refusal of a request whose key function returned
 // an empty key.
 var errKeyFuncEmpty error = &clientkey.Error{Err: fmt.Errorf("%w: the key function returned an empty key", ErrMissingKey),
 	Kind: clientkey.KindEmptyKey, Detail: "the key function returned an empty key"}
 
-// resultKey is the context key of the Result that ResultFrom returns.
-type resultKey struct{}
-
-// ResultFrom returns the decision that a Middleware with
-// MiddlewareOptions.ResultInContext put in ctx, and whether there is one.
-func ResultFrom(ctx context.Context) (Result, bool) {
-	res, ok := ctx.Value(resultKey{}).(Result)
-	return res, ok
-}
-
-// CountsResponses reports whether the status next returns to Handle
-// matters (MiddlewareOptions.CountIf), so an adapter can skip learning it.
-func (m *Middleware) CountsResponses() bool { return m.cfg.CountIf != nil }
+// CountsResponses reports whether the status and bytes next returns to
+// Handle matter (MiddlewareOptions.CountIf and CountBytes), so an adapter
+// can skip learning them.
+func (m *Middleware) CountsResponses() bool { return m.cfg.CountIf != nil || m.cfg.CountBytes }

@@ -162,11 +162,11 @@ func (h *harness) codes(n int, client string) []int {
 // ran.
 func (h *harness) handle(r *http.Request) (w *httptest.ResponseRecorder, ran bool) {
 	w = httptest.NewRecorder()
-	h.m.Handle(w, r, func(*http.Request) int {
+	h.m.Handle(w, r, func(*http.Request) (int, int64) {
 		ran = true
 		w.WriteHeader(http.StatusOK)
 		w.Write([]byte("ok"))
-		return http.StatusOK
+		return http.StatusOK, 2
 	})
 	return w, ran
 }

@@ -62,6 +62,11 @@ type MiddlewareOptions struct {
 	// not count gets its cost back (status >= 400: a login guard). Default:
 	// every request counts.
 	CountIf func(status int) bool
+	// CountBytes makes each request cost the bytes of its response body:
+	// it reserves Cost's estimate (default 1) and, once the response is
+	// complete, settles on the bytes written (see Settle); RateLimit-Policy
+	// says qu="content-bytes". Default: false, a request costs Cost.
+	CountBytes bool
 	// MaxInFlight and MaxInFlightTotal limit the requests running at once,
 	// per key and in all; one over either is refused with 429 and the
 	// policy "inflight". Default: 0, no limit.
@@ -79,10 +84,14 @@ type MiddlewareOptions struct {
 	// SlotName names this Middleware's slots in Slots, the same on every
 	// instance: 1 to 64 characters from [A-Za-z0-9._-]. Required with Slots.
 	SlotName string
-	// ResultInContext puts each admitted request's Result in the context
-	// of the request next receives, for ResultFrom, at a few allocations
-	// per request. Default: false.
+	// ResultInContext puts each admitted request's decision in the context
+	// of the request next receives, for ResultFrom and Settle, at a few
+	// allocations per request. Default: false.
 	ResultInContext bool
+	// Clock is the time by which the header fields of calendar quotas are
+	// written (w, the period's length): the store's clock. Default:
+	// time.Now.
+	Clock func() time.Time
 	// Observe is told about every decision, or failure to decide, for
 	// metrics and logs. It runs on the request path, so it must be fast and
 	// safe for concurrent use. Default: none, at no cost.

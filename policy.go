@@ -81,11 +81,12 @@ type Policy struct {
 	Name string
 	// Limit is the rate and capacity.
 	Limit Limit
-	// LimitFor, if set, gives each key its own limit, read at every
-	// decision: a plan table, a per-customer override. For a key it
-	// returns false, Limit applies. It runs on the request path and must
-	// be fast and safe for concurrent use; docs/policies.md says how a
-	// changed limit treats what the bucket holds. Default: Limit for all.
+	// LimitFor, if set, gives each key (as Take gets it: KeyByAPIKey's
+	// is a hash) its own limit, read at every decision: a plan table, a
+	// per-customer override; where it returns false, Limit applies. It
+	// runs on the request path and must be fast and safe for concurrent
+	// use; docs/policies.md says how a changed limit treats what the
+	// bucket holds. Default: Limit for every key.
 	LimitFor func(key string) (Limit, bool)
 	// Algorithm is how Limit is applied. The zero value is TokenBucket.
 	Algorithm Algorithm

@@ -18,24 +18,6 @@ type decision struct {
 	queued bool // it holds a place in the shaping queues (enqueue)
 }
 
-// refund gives back what d spent, after the request turned out not to
-// count or could not run, even if r's context has ended.
-func (d *decision) refund(r *http.Request) {
-	_ = d.lim.Refund(context.WithoutCancel(r.Context()), d.key, d.cost, d.res)
-}
-
-// count runs next and gives back what d spent when next's status does
-// not count (MiddlewareOptions.CountIf) or next panics.
-func (m *Middleware) count(r *http.Request, next func(*http.Request) int, d *decision) {
-	counted := false
-	defer func() {
-		if !counted { // next did not return normally, or its status does not count
-			d.refund(r)
-		}
-	}()
-	counted = m.cfg.CountIf(next(r))
-}
-
 // defaultMaxQueued is MiddlewareOptions.MaxQueued's default: the requests that may
 // wait in shaping queues at once, across all keys of a Middleware. Each
 // holds a goroutine and a connection (a file descriptor) while it waits;

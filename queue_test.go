@@ -340,12 +340,12 @@ func TestCountIfPanicGivesBack(t *testing.T) {
 	r := httptest.NewRequest("POST", "/login", nil)
 	r.Header.Set("X-Client", "alice")
 	for range 10 {
-		assert.PanicsWithValue(t, "boom", func() { m.Handle(httptest.NewRecorder(), r, func(*http.Request) int { panic("boom") }) })
+		assert.PanicsWithValue(t, "boom", func() { m.Handle(httptest.NewRecorder(), r, func(*http.Request) (int, int64) { panic("boom") }) })
 	}
 	res, err := lim.Take(context.Background(), "alice", 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(5), res.Remaining, "every panicking request gave its token back")
-	m.Handle(httptest.NewRecorder(), r, func(*http.Request) int { return 200 })
+	m.Handle(httptest.NewRecorder(), r, func(*http.Request) (int, int64) { return 200, 0 })
 	res, err = lim.Take(context.Background(), "alice", 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(4), res.Remaining, "a counted request keeps its token")

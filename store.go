@@ -16,11 +16,13 @@ import (
 //	if next > now { save(p.Name, key, next, next-now) } else { remove(p.Name, key) }
 //
 // A [Limiter] validates first: p is valid, key not empty, 0 ≤ cost ≤ burst.
-// A [Penalty]'s buckets come to Take as policies of their own, named
-// POLICY/strikes, POLICY/bans and POLICY/ban, whose Algorithms are none of
-// the three exported (MarshalText gives "strikes" and "ban"): decide them
-// with Decide too, and never ahead of the store (no lease, no local answer). Implementations must be safe for concurrent use;
-// docs/stores.md explains writing one, storetest checks it.
+// Some policies are the Limiter's own, with Algorithms none of the three
+// exported (MarshalText gives "strikes", "ban", "debt"): a [Penalty]'s
+// buckets, named POLICY/strikes, POLICY/bans and POLICY/ban, and a charge
+// past empty ([Limiter.Charge]), a copy of the policy charged, whose cost
+// may exceed the burst. Decide them with Decide too, and never ahead of
+// the store (no lease, no local answer). Implementations must be safe for
+// concurrent use; docs/stores.md explains writing one, storetest checks it.
 type Store interface {
 	// Take decides one request of cost tokens for the bucket of key under
 	// p, and spends them if allowed. It returns an error only when the

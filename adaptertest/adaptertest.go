@@ -23,7 +23,8 @@
 // refusal or an error is the core's answer; the response's status reaches
 // MiddlewareOptions.CountIf; an in-flight slot is held while next runs; Skip, Block
 // and Safe; the field names as the core spells them; next gets the request
-// that ratelimit.ResultFrom reads. [RunKeys] tests an
+// that ratelimit.ResultFrom reads and ratelimit.Settle settles; the bytes
+// of the response reach MiddlewareOptions.CountBytes. [RunKeys] tests an
 // adapter's own key functions.
 package adaptertest
 
@@ -59,6 +60,8 @@ func Run(t *testing.T, newHandler NewHandler) {
 		{"AddressLists", testAddressLists},
 		{"FieldNames", testFieldNames},
 		{"ResultFrom", testResultFrom},
+		{"Settle", testSettle},
+		{"CountBytes", testCountBytes},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newHandler) })
 	}

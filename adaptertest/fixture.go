@@ -53,10 +53,10 @@ func newFixture(t *testing.T, nh NewHandler, s setup) *fixture {
 		require.NoError(t, err)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var panicked any
-			m.Handle(w, r, func(r *http.Request) (status int) {
+			m.Handle(w, r, func(r *http.Request) (status int, written int64) {
 				sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 				status, panicked = quick.Run(func() { next.ServeHTTP(sw, r) }, func() (int, bool) { return sw.status, sw.sent })
-				return status
+				return status, sw.bytes
 			})
 			if panicked != nil {
 				panic(panicked)
@@ -93,8 +93,9 @@ func newLimiter(t *testing.T, store ratelimit.Store, l ratelimit.Limit) *ratelim
 // WriteHeader.
 type statusWriter struct {
 	http.ResponseWriter
-	status int  // the response's status: 200 until another is written
-	sent   bool // the status is final
+	status int   // the response's status: 200 until another is written
+	sent   bool  // the status is final
+	bytes  int64 // of the body, written
 }
 
 func (s *statusWriter) WriteHeader(code int) {
@@ -106,20 +107,37 @@ func (s *statusWriter) WriteHeader(code int) {
 
 func (s *statusWriter) Write(b []byte) (int, error) {
 	s.sent = true
-	return s.ResponseWriter.Write(b)
+	n, err := s.ResponseWriter.Write(b)
+	s.bytes += int64(n)
+	return n, err
 }
 
 // next is the rest of the chain: it counts its runs and answers with
 // header fields and a body of its own, which the adapter must leave alone.
 // It answers /status/NNN with status NNN, /implicit with a body and no
-// WriteHeader (so 200), holds /block until released, panics on /panic, and
-// on /abort panics after it has sent a 200 and part of the body.
+// WriteHeader (so 200), /bytes/N with a body of N bytes, holds /block until
+// released, panics on /panic, on /abort panics after it has sent a 200 and
+// part of the body, and settles /settle/N at a cost of N (ratelimit.Settle),
+// its error in X-Settle.
 func next(sd *side) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sd.calls.Add(1)
 		status := http.StatusOK
 		if code, ok := strings.CutPrefix(r.URL.Path, "/status/"); ok {
 			status, _ = strconv.Atoi(code)
+		}
+		if n, ok := strings.CutPrefix(r.URL.Path, "/bytes/"); ok {
+			size, _ := strconv.Atoi(n)
+			io.WriteString(w, strings.Repeat("x", size))
+			return
+		}
+		if n, ok := strings.CutPrefix(r.URL.Path, "/settle/"); ok {
+			cost, _ := strconv.ParseInt(n, 10, 64)
+			settled := "ok"
+			if err := ratelimit.Settle(r.Context(), cost); err != nil {
+				settled = err.Error()
+			}
+			w.Header().Set("X-Settle", settled)
 		}
 		switch r.URL.Path {
 		case "/block":

@@ -58,3 +58,20 @@ func testAborted(t *testing.T, nh NewHandler) {
 	assert.Equal(t, f.ref.calls.Load(), f.adapter.calls.Load())
 	assert.EqualValues(t, 4, f.adapter.calls.Load(), "three panics that wrote nothing were given back; the begun download counted")
 }
+
+// testCountBytes: with CountBytes a request costs the bytes of its body,
+// which the adapter must count as they are written; RateLimit-Policy says
+// the quota counts bytes.
+func testCountBytes(t *testing.T, nh NewHandler) {
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(100, time.Minute), opts: &ratelimit.MiddlewareOptions{CountBytes: true}})
+	r := f.send(request{client: "alice", path: "/bytes/30"})
+	assert.Len(t, r.Body, 30, "the body of /bytes/30")
+	assert.Equal(t, `"per-key";q=100;qu="content-bytes";w=60`, r.Header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"per-key";r=99;t=1`, r.Header.Get("RateLimit"), "1 byte reserved")
+	// 30 bytes spent; this request reserves 1 more and writes 0.
+	r = f.send(request{client: "alice", path: "/bytes/0"})
+	assert.Equal(t, `"per-key";r=69;t=1`, r.Header.Get("RateLimit"), "the 30 bytes written were charged")
+	r = f.send(request{client: "alice", path: "/bytes/70"})
+	assert.Contains(t, r.Header.Get("RateLimit"), `"per-key";r=69;`, "the 1 byte reserved by a body of 0 went back")
+	assertStopped(t, f.send(request{client: "alice"}), http.StatusTooManyRequests)
+}

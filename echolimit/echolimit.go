@@ -103,7 +103,7 @@ func middleware(m *ratelimit.Middleware, withContext bool, opts *Options) echo.M
 			status := func() (int, bool) {
 				return max(c.Response().Status, http.StatusOK), c.Response().Committed // a 1xx is never final
 			}
-			run := func(served *http.Request) (code int) {
+			run := func(served *http.Request) (code int, written int64) {
 				if served != r { // with ResultInContext
 					c.SetRequest(served)
 				}
@@ -115,7 +115,7 @@ func middleware(m *ratelimit.Middleware, withContext bool, opts *Options) echo.M
 						c.Error(err)
 					}
 				}, status)
-				return code
+				return code, c.Response().Size
 			}
 			// The core writes header fields to the response, and its
 			// answer, if any, to w: nothing when next ran.

@@ -159,10 +159,10 @@ func (s *server) get(client string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(http.MethodGet, "/geocode?q=paris", nil)
 	r.Header.Set("X-Client", client)
 	w := httptest.NewRecorder()
-	s.mw.Handle(w, r, func(*http.Request) int {
+	s.mw.Handle(w, r, func(*http.Request) (int, int64) {
 		s.calls++
 		w.Write([]byte("ok"))
-		return http.StatusOK
+		return http.StatusOK, 2
 	})
 	return w
 }

@@ -43,13 +43,13 @@ func Wrap(m *ratelimit.Middleware) gin.HandlerFunc {
 func handle(m *ratelimit.Middleware, c *gin.Context, r *http.Request) {
 	admitted := false
 	var panicked any
-	m.Handle(c.Writer, r, func(next *http.Request) (status int) {
+	m.Handle(c.Writer, r, func(next *http.Request) (status int, written int64) {
 		admitted = true
 		if next != r { // with ResultInContext
 			c.Request = next
 		}
 		status, panicked = quick.Run(c.Next, func() (int, bool) { return c.Writer.Status(), c.Writer.Written() })
-		return status
+		return status, int64(max(c.Writer.Size(), 0))
 	})
 	if !admitted {
 		c.Abort()

@@ -145,6 +145,24 @@ func TestDecisionsCounted(t *testing.T) {
 	assert.Equal(t, 5.0, testutil.ToFloat64(gauge(r.reg, "ratelimit_keys")), "per-key a and b, global *, shadow a and b")
 }
 
+// A calendar quota and a per-key limit are counted under their policies'
+// names, like any other.
+func TestQuotaAndLimitForCounted(t *testing.T) {
+	rate := ratelimit.Policy{Limit: ratelimit.Per(10, time.Minute),
+		LimitFor: func(key string) (ratelimit.Limit, bool) { return ratelimit.Per(1, time.Minute), key == "slow" }}
+	daily := ratelimit.Policy{Name: "daily", Limit: ratelimit.Daily(3, time.UTC)}
+	r := newRig(t, nil, rate, daily)
+	for range 4 {
+		r.get("a")
+	}
+	r.get("slow")
+	r.get("slow")
+	assert.Equal(t, 5, r.count("default", metrics.Allowed), "each policy's own verdict: a's 4, slow's first")
+	assert.Equal(t, 1, r.count("default", metrics.Limited), "slow's second, by its own limit")
+	assert.Equal(t, 5, r.count("daily", metrics.Allowed))
+	assert.Equal(t, 1, r.count("daily", metrics.Limited), "a's fourth")
+}
+
 // shadowDown is a memory store whose dry-run policy "shadow" fails.
 type shadowDown struct{ ratelimit.Store }
 

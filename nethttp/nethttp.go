@@ -35,14 +35,14 @@ func Wrap(m *ratelimit.Middleware) func(next http.Handler) http.Handler {
 		}
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var panicked any
-			m.Handle(w, r, func(r *http.Request) (status int) {
+			m.Handle(w, r, func(r *http.Request) (status int, written int64) {
 				if !m.CountsResponses() {
 					next.ServeHTTP(w, r)
-					return 0
+					return 0, 0
 				}
 				sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 				status, panicked = quick.Run(func() { next.ServeHTTP(sw, r) }, sw.begun)
-				return status
+				return status, sw.bytes
 			})
 			if panicked != nil {
 				panic(panicked) // http.ErrAbortHandler, say, once the response has begun
@@ -60,6 +60,7 @@ type statusWriter struct {
 	http.ResponseWriter
 	status  int
 	written bool
+	bytes   int64 // of the body, written
 }
 
 func (s *statusWriter) WriteHeader(code int) {
@@ -71,7 +72,9 @@ func (s *statusWriter) WriteHeader(code int) {
 
 func (s *statusWriter) Write(b []byte) (int, error) {
 	s.written = true
-	return s.ResponseWriter.Write(b)
+	n, err := s.ResponseWriter.Write(b)
+	s.bytes += int64(n)
+	return n, err
 }
 
 // begun returns the status and whether the response has begun.

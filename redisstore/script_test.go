@@ -170,7 +170,7 @@ func TestKeyStateStaysPerKey(t *testing.T) {
 				r := httptest.NewRequest(http.MethodGet, "/geocode?q=paris", nil)
 				r.Header.Set("X-Client", client)
 				w := httptest.NewRecorder()
-				mw.Handle(w, r, func(*http.Request) int { return http.StatusOK })
+				mw.Handle(w, r, func(*http.Request) (int, int64) { return http.StatusOK, 0 })
 				return w
 			}
 

@@ -1,0 +1,124 @@
+package ratelimit_test
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+// settling is a harness whose handler settles each request at the cost in
+// its X-Settle field (none without it), and keeps Settle's error.
+func settling(t *testing.T, limit ratelimit.Limit, opts *ratelimit.MiddlewareOptions) (*harness, *error) {
+	var err error
+	h := newHarness(t, setup{limit: limit, opts: opts, next: func(w http.ResponseWriter, r *http.Request) {
+		err = nil
+		if v := r.Header.Get("X-Settle"); v != "" {
+			cost, _ := strconv.ParseInt(v, 10, 64)
+			err = ratelimit.Settle(r.Context(), cost)
+		}
+		w.Write([]byte("ok"))
+	}})
+	return h, &err
+}
+
+// look returns what key's bucket holds under h's one policy, and how long
+// until a request of 1 is allowed.
+func (h *harness) look(key string) (remaining int64, retryAfter time.Duration) {
+	h.t.Helper()
+	res, err := h.lim.Take(context.Background(), key, 0)
+	require.NoError(h.t, err)
+	return res.Remaining, res.RetryAfter
+}
+
+func TestSettleGivesBackTheDifference(t *testing.T) {
+	h, err := settling(t, ratelimit.PerSecond(10), &ratelimit.MiddlewareOptions{ResultInContext: true, Cost: costByHeader})
+	require.Equal(t, http.StatusOK, h.get("a", "X-Cost", "5", "X-Settle", "2").Code)
+	require.NoError(t, *err)
+	left, _ := h.look("a")
+	assert.Equal(t, int64(8), left, "reserved 5, settled 2")
+}
+
+func TestSettleMoreGoesIntoDebt(t *testing.T) {
+	h, err := settling(t, ratelimit.PerSecond(10), &ratelimit.MiddlewareOptions{ResultInContext: true})
+	require.Equal(t, http.StatusOK, h.get("a", "X-Settle", "15").Code)
+	require.NoError(t, *err)
+	left, _ := h.look("a")
+	assert.Equal(t, int64(0), left)
+	w := h.get("a")
+	require.Equal(t, http.StatusTooManyRequests, w.Code, "5 tokens in debt")
+	assert.Equal(t, "1", w.Header().Get("Retry-After"), "the debt of 5 and the next token: 600 ms")
+	res, _ := h.lim.Take(context.Background(), "a", 1)
+	assert.Equal(t, 600*time.Millisecond, res.RetryAfter)
+	h.clock.Advance(600 * time.Millisecond)
+	assert.Equal(t, http.StatusOK, h.get("a").Code, "repaid")
+}
+
+func TestSettleDebtIsAtMostABurst(t *testing.T) {
+	h, err := settling(t, ratelimit.PerSecond(10), &ratelimit.MiddlewareOptions{ResultInContext: true})
+	require.Equal(t, http.StatusOK, h.get("a", "X-Settle", "1000000").Code)
+	require.NoError(t, *err)
+	res, _ := h.lim.Take(context.Background(), "a", 1)
+	assert.Equal(t, 1100*time.Millisecond, res.RetryAfter, "a burst of debt past empty, and the next token")
+}
+
+func TestSettleErrors(t *testing.T) {
+	h, err := settling(t, ratelimit.PerSecond(10), &ratelimit.MiddlewareOptions{ResultInContext: true})
+	h.get("a", "X-Settle", "-1")
+	assert.EqualError(t, *err, "ratelimit: Settle: negative cost -1")
+	left, _ := h.look("a")
+	assert.Equal(t, int64(9), left, "a refused settlement changes nothing")
+
+	var ctx context.Context
+	h = newHarness(t, setup{limit: ratelimit.PerSecond(10), opts: &ratelimit.MiddlewareOptions{ResultInContext: true},
+		next: func(w http.ResponseWriter, r *http.Request) {
+			ctx = r.Context()
+			require.NoError(t, ratelimit.Settle(ctx, 3))
+			assert.EqualError(t, ratelimit.Settle(ctx, 1), "ratelimit: Settle(1): the request's cost is settled already")
+		}})
+	h.get("a")
+	left, _ = h.look("a")
+	assert.Equal(t, int64(7), left, "the first settlement holds")
+	assert.EqualError(t, ratelimit.Settle(ctx, 1), "ratelimit: Settle(1): the response is complete")
+
+	h = newHarness(t, setup{limit: ratelimit.PerSecond(10), opts: &ratelimit.MiddlewareOptions{ResultInContext: true},
+		next: func(w http.ResponseWriter, r *http.Request) { ctx = r.Context() }})
+	h.get("a")
+	assert.EqualError(t, ratelimit.Settle(ctx, 5), "ratelimit: Settle(5): the response is complete")
+	left, _ = h.look("a")
+	assert.Equal(t, int64(9), left, "nothing settled after the response")
+
+	assert.EqualError(t, ratelimit.Settle(context.Background(), 1), "ratelimit: Settle: no decision in the context; set MiddlewareOptions.ResultInContext")
+}
+
+// A handler's settlement comes before the response's: CountIf and
+// CountBytes settle only what the handler did not.
+func TestSettleBeforeTheResponse(t *testing.T) {
+	h, err := settling(t, ratelimit.Per(100, time.Minute), &ratelimit.MiddlewareOptions{ResultInContext: true, CountBytes: true,
+		CountIf: func(status int) bool { return status < 400 }})
+	h.get("a", "X-Settle", "10")
+	require.NoError(t, *err)
+	left, _ := h.look("a")
+	assert.Equal(t, int64(90), left, "the handler's 10, not the 2 bytes written")
+	h.get("a")
+	left, _ = h.look("a")
+	assert.Equal(t, int64(88), left, "the 2 bytes of the body")
+}
+
+func TestCountBytesOfAStatusThatDoesNotCount(t *testing.T) {
+	h := newHarness(t, setup{limit: ratelimit.Per(100, time.Minute), opts: &ratelimit.MiddlewareOptions{CountBytes: true,
+		CountIf: func(status int) bool { return status < 400 }},
+		next: func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte("not found"))
+		}})
+	h.get("a")
+	left, _ := h.look("a")
+	assert.Equal(t, int64(100), left, "a 404 does not count, whatever its size")
+}
