@@ -25,12 +25,7 @@ const (
 
 // batch is the body of a POST /geocode/batch, read once: its names, one
 // per line that is not blank.
-type batch struct {
-	names []string
-	// giveBack returns n of the tokens reserved for the batch, one per
-	// name, under every policy that took them.
-	giveBack func(ctx context.Context, n int64, took ratelimit.Result) error
-}
+type batch struct{ names []string }
 
 // batchKey is the context key of a request's batch.
 type batchKey struct{}
@@ -94,35 +89,12 @@ func batchNames(body string) []string {
 }
 
 // batchCost is the Middleware's cost of r: one token per name of a batch,
-// else 1. limiterOf returns the limiter that decides r and keyOf its key,
-// for settle.
-func batchCost(limiterOf func(*http.Request) *ratelimit.Limiter, keyOf ratelimit.KeyFunc) func(r *http.Request) (int64, error) {
-	return func(r *http.Request) (int64, error) {
-		b := batchOf(r.Context())
-		if b == nil {
-			return 1, nil
-		}
-		lim := limiterOf(r)
-		key, err := keyOf(r)
-		if err != nil {
-			return 0, err // the Middleware found it already: cannot happen
-		}
-		b.giveBack = func(ctx context.Context, n int64, took ratelimit.Result) error {
-			return lim.Refund(ctx, key, n, took)
-		}
+// else 1.
+func batchCost(r *http.Request) (int64, error) {
+	if b := batchOf(r.Context()); b != nil {
 		return int64(len(b.names)), nil
 	}
-}
-
-// settle settles the cost of the batch request of ctx at used tokens, no
-// more than it reserved: the rest goes back to every policy that took it.
-func settle(ctx context.Context, used int64) error {
-	b := batchOf(ctx)
-	took, ok := ratelimit.ResultFrom(ctx)
-	if b == nil || !ok || b.giveBack == nil {
-		return nil
-	}
-	return b.giveBack(ctx, int64(len(b.names))-used, took)
+	return 1, nil
 }
 
 // geocodeBatch answers POST /geocode/batch with, in order, the result of
@@ -142,7 +114,7 @@ func geocodeBatch(logger *slog.Logger) http.HandlerFunc {
 				found = append(found, geocodeResult{Query: name, Name: p.Name, Lat: p.Lat, Lon: p.Lon})
 			}
 		}
-		if err := settle(r.Context(), int64(len(found))); err != nil {
+		if err := ratelimit.Settle(r.Context(), int64(len(found))); err != nil {
 			logger.Warn("geocoding: a batch's unused tokens could not be given back", "names", len(b.names), "found", len(found), "err", err)
 		}
 		writeJSON(w, http.StatusOK, "application/json", found)

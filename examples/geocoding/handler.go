@@ -85,7 +85,7 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 	opts := &ratelimit.MiddlewareOptions{Headers: cfg.headers, Observe: m.Observe, Logger: logger, MaxInFlight: cfg.maxInflight,
 		MaxInFlightTotal: cfg.maxInflightAll, MaxQueued: cfg.maxQueued,
 		Block: strings.Split(cfg.block, ","), Safe: strings.Split(cfg.safe, ","), ClientIP: clientIP,
-		Cost: batchCost(ls.decides, key), ResultInContext: true}
+		Cost: batchCost, ResultInContext: true, Clock: cfg.clock}
 	if plans != nil {
 		opts.LimiterFor = ls.pick
 	}

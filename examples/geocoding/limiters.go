@@ -87,14 +87,6 @@ func (ls *limiters) pick(r *http.Request) *ratelimit.Limiter {
 	return ls.of[p.quotas()]
 }
 
-// decides returns the limiter that decides r.
-func (ls *limiters) decides(r *http.Request) *ratelimit.Limiter {
-	if l := ls.pick(r); l != nil {
-		return l
-	}
-	return ls.own()
-}
-
 // defaults returns what a plan's missing fields take: the flags of cfg.
 func (ls *limiters) defaults(cfg config) planDefaults {
 	return planDefaults{rate: cfg.rate, burst: cfg.burst, daily: cfg.daily, monthly: cfg.monthly, loc: ls.ps.loc}

@@ -58,8 +58,8 @@ func TestPlans(t *testing.T) {
   "free":   {"daily": 0}
 }`)
 	h := plansHandler(t, path, 0, io.Discard, "-daily", "0")
-	assert.Equal(t, `"default";q=50;w=1,"daily";q=3;w=1`, policyOf(h, "gold")) // TODO w
-	assert.Equal(t, `"default";q=20;w=4,"monthly";q=1000;w=1`, policyOf(h, "silver"))
+	assert.Equal(t, `"default";q=50;w=1,"daily";q=3;w=86400`, policyOf(h, "gold"))
+	assert.Equal(t, `"default";q=20;w=4,"monthly";q=1000;w=2678400`, policyOf(h, "silver"))
 	assert.Equal(t, `"default";q=10;w=2`, policyOf(h, "free"))
 	assert.Equal(t, `"default";q=10;w=2`, policyOf(h, "nobody"))
 	gold := request{target: "/geocode?q=paris", apiKey: "gold"}
@@ -69,8 +69,8 @@ func TestPlans(t *testing.T) {
 	assert.Equal(t, []any{"daily"}, decode(t, serve(h, gold))["violated-policies"])
 
 	h = plansHandler(t, path, 0, io.Discard, "-daily", "7")
-	assert.Equal(t, `"default";q=10;w=2,"daily";q=7;w=1`, policyOf(h, "nobody"), "the flag's quota")
-	assert.Equal(t, `"default";q=20;w=4,"daily";q=7;w=1,"monthly";q=1000;w=1`, policyOf(h, "silver"))
+	assert.Equal(t, `"default";q=10;w=2,"daily";q=7;w=86400`, policyOf(h, "nobody"), "the flag's quota")
+	assert.Equal(t, `"default";q=20;w=4,"daily";q=7;w=86400,"monthly";q=1000;w=2678400`, policyOf(h, "silver"))
 	assert.Equal(t, `"default";q=10;w=2`, policyOf(h, "free"), "daily 0: none")
 }
 
@@ -94,7 +94,7 @@ func TestPlansFollowFile(t *testing.T) {
 	next := filepath.Join(filepath.Dir(path), "plans.json.new")
 	writePlans(t, next, `{"alice": {"burst": 40, "daily": 5}}`)
 	require.NoError(t, os.Rename(next, path))
-	follows(`"default";q=40;w=8,"daily";q=5;w=1`, "replaced by a rename")
+	follows(`"default";q=40;w=8,"daily";q=5;w=86400`, "replaced by a rename")
 	assert.Equal(t, `"default";q=10;w=2`, policyOf(h, "bob"))
 }
 

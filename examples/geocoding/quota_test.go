@@ -41,6 +41,7 @@ func TestDailyQuota(t *testing.T) {
 			const toMidnight = 3*3600 + 30*60
 			assert.Equal(t, strconv.Itoa(toMidnight), w.Header().Get("Retry-After"))
 			assert.Equal(t, `"daily";r=0;t=`+strconv.Itoa(toMidnight), field(w.Header(), "RateLimit"))
+			assert.Equal(t, `"default";q=10;w=2,"daily";q=3;w=86400`, field(w.Header(), "RateLimit-Policy"))
 			assert.Equal(t, []any{"daily"}, decode(t, w)["violated-policies"])
 
 			midnight := time.Date(2026, 1, 11, 0, 0, 0, 0, loc)
@@ -70,16 +71,20 @@ func TestMonthlyQuota(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
 	assert.Equal(t, strconv.Itoa(int(first.Sub(start)/time.Second)), w.Header().Get("Retry-After"))
 	assert.Equal(t, []any{"monthly"}, decode(t, w)["violated-policies"])
+	assert.Equal(t, `"default";q=10;w=2,"monthly";q=2;w=2419200`, field(w.Header(), "RateLimit-Policy"), "28 days")
 
 	setClock(clock, first.Add(-time.Nanosecond))
 	assert.Equal(t, http.StatusTooManyRequests, serve(h, req).Code, "a nanosecond before the 1st")
 	setClock(clock, first)
-	assert.Equal(t, []int{200, 200, 429}, statuses(h, req, 3), "from the 1st")
+	w = serve(h, req)
+	assert.Equal(t, http.StatusOK, w.Code, "from the 1st")
+	assert.Equal(t, `"default";q=10;w=2,"monthly";q=2;w=2678400`, field(w.Header(), "RateLimit-Policy"), "31 days")
+	assert.Equal(t, []int{200, 429}, statuses(h, req, 2))
 }
 
 // TestQuotaDaylightSaving: in Europe/Paris the day of 29 March 2026 lasts
-// 23 hours and that of 25 October 25 hours; a quota spent at 00:00 comes
-// back at the next midnight.
+// 23 hours and that of 25 October 25 hours, as RateLimit-Policy's w says;
+// a quota spent at 00:00 comes back at the next midnight.
 func TestQuotaDaylightSaving(t *testing.T) {
 	loc := inZone(t, "Europe/Paris")
 	for _, tc := range []struct {
@@ -94,10 +99,14 @@ func TestQuotaDaylightSaving(t *testing.T) {
 			h, clock := newTestHandler(t, "-daily", "1", "-tz", "Europe/Paris")
 			setClock(clock, tc.day)
 			req := request{target: "/geocode?q=paris", apiKey: "alice"}
-			require.Equal(t, http.StatusOK, serve(h, req).Code)
 			w := serve(h, req)
+			require.Equal(t, http.StatusOK, w.Code)
+			day := strconv.Itoa(tc.hours * 3600)
+			assert.Equal(t, `"default";q=10;w=2,"daily";q=1;w=`+day, field(w.Header(), "RateLimit-Policy"))
+			w = serve(h, req)
 			require.Equal(t, http.StatusTooManyRequests, w.Code)
-			assert.Equal(t, strconv.Itoa(tc.hours*3600), w.Header().Get("Retry-After"))
+			assert.Equal(t, day, w.Header().Get("Retry-After"))
+			assert.Equal(t, `"daily";r=0;t=`+day, field(w.Header(), "RateLimit"))
 			setClock(clock, tc.day.Add(time.Duration(tc.hours)*time.Hour))
 			assert.Equal(t, http.StatusOK, serve(h, req).Code, "at the next midnight")
 		})
