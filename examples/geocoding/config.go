@@ -51,8 +51,9 @@ type config struct {
 	tz             string // -tz: the time zone of the quotas' days and months
 	plans          string // -plans: the file of the plans per API key
 
-	// clock, when not nil, is the time source of the store instead of the
-	// system's monotonic clock. Only tests set it; main leaves it nil.
+	// clock, when not nil, is the time source of the stores and of the
+	// header fields instead of the system's clock. Only tests set it; main
+	// leaves it nil.
 	clock func() time.Time
 	// logHandler, when not nil, is the handler of the server's log instead
 	// of slog.Default's. Only tests set it; main leaves it nil.

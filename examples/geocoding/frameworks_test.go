@@ -102,12 +102,14 @@ func TestFrameworksAnswerAlike(t *testing.T) {
 		xff("203.0.113.7"), xff("203.0.113.7"), xff("203.0.113.7"), xff("192.0.2.1, 203.0.113.7"),
 		xff("198.51.100.8"), xff("::ffff:198.51.100.8"), xff("garbage"), xff(""),
 	}
+	plans := plansFile(t, `{"alice": {"burst": 5, "daily": 8}, "bob": {"daily": 0}}`)
 	for _, tc := range []struct {
 		name   string
 		args   []string
 		script []request
 	}{
 		{"defaults", nil, script},
+		{"quotas and plans", []string{"-daily", "3", "-monthly", "100", "-tz", "Europe/Paris", "-plans", plans}, script},
 		{"legacy headers", []string{"-headers", "legacy", "-rate", "1", "-burst", "3"}, script},
 		{"x headers", []string{"-headers", "x"}, script},
 		{"no headers", []string{"-headers", "none"}, script},

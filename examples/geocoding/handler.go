@@ -28,7 +28,8 @@ const apiKeyHeader = "X-API-Key"
 // it holds (the stores and the Redis client). /healthz and /metrics are
 // answered before the limiter; every other request goes through it. cfg
 // must have passed check; newHandler reports invalid rates, bursts,
-// trusted proxies and address lists, naming the flag.
+// trusted proxies and address lists, naming the flag, and an invalid
+// -plans file, naming its line. The function stops the -plans watcher too.
 func newHandler(cfg config) (http.Handler, func(), error) {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)

@@ -202,3 +202,17 @@ func TestPlansRun(t *testing.T) {
 	cancel()
 	assert.Equal(t, 0, <-done, "stderr:\n%s", &stderr)
 }
+
+// TestPlansAdminReset: the admin reset forgets a key's quotas too, those
+// of its plan included, which the flags do not set.
+func TestPlansAdminReset(t *testing.T) {
+	path := plansFile(t, `{"alice": {"daily": 2, "monthly": 3}}`)
+	h, clock := newHandlerWith(t, nil, "-plans", path, "-admin-token", adminToken)
+	alice := request{target: "/geocode?q=paris", apiKey: "alice"}
+	require.Equal(t, []int{200, 200, 429}, statuses(h, alice, 3))
+	require.Equal(t, http.StatusNoContent, adminReset(h, "POST", "alice", "Bearer "+adminToken).Code)
+	assert.Equal(t, []int{200, 200, 429}, statuses(h, alice, 3), "the day's 2, and 2 of the month's 3")
+	clock.Advance(24 * time.Hour)
+	assert.Equal(t, []int{200, 429}, statuses(h, alice, 2), "the month's third")
+	assert.Equal(t, []any{"monthly"}, decode(t, serve(h, alice))["violated-policies"])
+}
