@@ -66,10 +66,20 @@ func (l Limit) Period(t time.Time) (start, end time.Time) {
 	}
 	y, m, d := t.In(l.loc).Date()
 	if l.cal == month {
-		return time.Date(y, m, 1, 0, 0, 0, 0, l.loc), time.Date(y, m+1, 1, 0, 0, 0, 0, l.loc)
+		return midnight(y, m, 1, l.loc), midnight(y, m+1, 1, l.loc)
 	}
-	// A midnight in a daylight-saving gap is the first instant after it.
-	return time.Date(y, m, d, 0, 0, 0, 0, l.loc), time.Date(y, m, d+1, 0, 0, 0, 0, l.loc)
+	return midnight(y, m, d, l.loc), midnight(y, m, d+1, l.loc)
+}
+
+// midnight returns the first instant of the day y-m-d in loc (normalised
+// as time.Date does): 00:00, or the end of a daylight-saving gap that
+// skips it, where time.Date may give the hour before the gap instead.
+func midnight(y int, m time.Month, d int, loc *time.Location) time.Time {
+	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
+	if t.Hour() >= 12 {
+		_, t = t.ZoneBounds() // in the day before: the gap starts when its zone ends
+	}
+	return t
 }
 
 // periodEnd returns the end of the calendar period that holds now, in Unix

@@ -108,3 +108,42 @@ func TestNewNamesInvalidLimit(t *testing.T) {
 		}
 	}
 }
+
+// A day whose midnight falls in a daylight-saving gap starts at the end of
+// the gap, and the day before lasts until then: every instant is in the
+// period Period gives, and the periods follow one another.
+func TestPeriodAcrossMidnightGaps(t *testing.T) {
+	for _, zone := range []string{"America/Havana", "America/Santiago", "Asia/Beirut", "Europe/Paris"} {
+		loc, err := time.LoadLocation(zone)
+		if !assert.NoError(t, err) {
+			continue
+		}
+		l := Daily(1, loc)
+		var short, long int
+		_, prevEnd := l.Period(time.Date(2025, 12, 31, 12, 0, 0, 0, loc))
+		for at := time.Date(2026, 1, 1, 0, 30, 0, 0, loc); at.Year() < 2027; at = at.Add(time.Hour) {
+			start, end := l.Period(at)
+			if !assert.True(t, !at.Before(start) && at.Before(end), "%s: %v outside [%v, %v)", zone, at, start, end) {
+				break
+			}
+			if start.Equal(prevEnd) {
+				switch end.Sub(start) {
+				case 23 * time.Hour:
+					short++
+				case 25 * time.Hour:
+					long++
+				default:
+					assert.Equal(t, 24*time.Hour, end.Sub(start), "%s: the day from %v", zone, start)
+				}
+			} else {
+				assert.Equal(t, prevEnd, end, "%s: the period of %v follows the one before", zone, at)
+			}
+			prevEnd = end
+		}
+		assert.Equal(t, [2]int{1, 1}, [2]int{short, long}, "%s: the days of 23 h and 25 h in 2026", zone)
+	}
+	havana, _ := time.LoadLocation("America/Havana")
+	start, end := Daily(1, havana).Period(time.Date(2026, 3, 8, 4, 30, 0, 0, time.UTC)) // 23:30 on the 7th
+	assert.Equal(t, time.Date(2026, 3, 8, 5, 0, 0, 0, time.UTC), end.UTC(), "the 7th lasts until the gap: 01:00 CDT on the 8th")
+	assert.Equal(t, 24*time.Hour, end.Sub(start))
+}

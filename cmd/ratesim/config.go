@@ -28,16 +28,19 @@ type config struct {
 	plot      string
 	plotKeys  []string
 	plotTop   int
+	t0        string
+	tz        string
 	input     string // TRACE: a file name, or "" or "-" for standard input
 
-	policy ratelimit.Policy // built from algorithm, rate and burst
+	policy ratelimit.Policy // built from algorithm, rate and burst (or, for a quota, burst and tz)
+	epoch  int64            // for a quota, time 0 in Unix nanoseconds (-t0); 0 for a rate
 }
 
 // parseFlags parses args, reporting any problem on stderr. It returns
 // flag.ErrHelp for -h.
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	cfg := &config{
-		algorithm: choice{"token-bucket", []string{"token-bucket", "leaky-police", "leaky-shape"}},
+		algorithm: choice{"token-bucket", append([]string{"token-bucket", "leaky-police", "leaky-shape"}, quotaAlgorithms...)},
 		start:     choice{"full", []string{"full", "empty"}},
 		format:    choice{"table", formats},
 		log:       choice{"", []string{"common", "combined"}},
@@ -45,9 +48,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	fs := flag.NewFlagSet("ratesim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Var(&cfg.algorithm, "algorithm", "the `algorithm`: token-bucket, leaky-police or leaky-shape")
-	fs.Float64Var(&cfg.rate, "rate", 5, "tokens earned per second; the interval is 1s/rate rounded to the nanosecond")
-	fs.Int64Var(&cfg.burst, "burst", 10, "bucket capacity: the most tokens that can be spent at once")
+	fs.Var(&cfg.algorithm, "algorithm", "the `algorithm`: token-bucket, leaky-police, leaky-shape, or daily or monthly (a calendar quota of -burst)")
+	fs.Float64Var(&cfg.rate, "rate", 5, "tokens earned per second; the interval is 1s/rate rounded to the nanosecond (not with a quota)")
+	fs.Int64Var(&cfg.burst, "burst", 10, "bucket capacity: the most tokens that can be spent at once; for daily and monthly, the quota")
+	fs.StringVar(&cfg.t0, "t0", defaultT0, "for daily and monthly, the wall-clock `time` of time 0 in -tz, such as 2026-03-28T00:00:00, or with an offset (+01:00); with -log, the first line's timestamp")
+	fs.StringVar(&cfg.tz, "tz", "UTC", "for daily and monthly, the IANA time `zone` whose midnights reset the quota, such as Europe/Paris")
 	fs.Var(&cfg.start, "start", "`state` of every key's bucket at time 0, also for keys first seen later: full or empty")
 	fs.Var(&cfg.format, "format", "output `format`: table, csv or json (one object per line)")
 	fs.Var(&cfg.log, "log", "read an access log in this `format` instead of a trace: common or combined (as Apache and nginx write them)")
@@ -77,10 +82,13 @@ Blank lines and lines starting with # are skipped.
   yes 3 | head -n 10 | ratesim -rate 2 -burst 5 -start empty   # 5 allowed, 5 denied
   ratesim -log combined -key-field host -rate 1 -burst 20 -format csv access.log
   ratesim -plot buckets.svg trace.txt > /dev/null
+  ratesim -algorithm daily -burst 2500 -tz Europe/Paris -t0 2026-03-28 trace.txt
 
 With -start empty a bucket is empty at time 0 and refills from then on, so
 a key first seen at time t has min(t*rate, burst) tokens; for leaky-shape,
-the queue has no room at time 0. A cost above the burst is always refused.
+the queue has no room at time 0; for daily and monthly, the quota is used
+up at time 0 and comes back at the next reset. A cost above the burst is
+always refused.
 Exit status: 0 on success, 2 for invalid flags or a malformed line, 1 when
 reading or writing fails.
 
@@ -99,9 +107,25 @@ Flags:
 	}
 	set := make(map[string]bool)
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	quota := slices.Contains(quotaAlgorithms, cfg.algorithm.value)
+	var loc *time.Location
+	if set["tz"] || quota {
+		var err error
+		if loc, err = loadZone(cfg.tz); err != nil {
+			return fail("%v", err)
+		}
+	}
 	switch {
 	case fs.NArg() > 1:
 		return fail("want at most one TRACE file, got %d arguments", fs.NArg())
+	case !quota && (set["t0"] || set["tz"]):
+		return fail("-t0 and -tz need -algorithm daily or monthly: a rate has no calendar")
+	case quota && set["rate"]:
+		return fail("-rate with -algorithm %s: a quota earns no tokens by the second; -burst is its size", cfg.algorithm.value)
+	case quota && cfg.plot != "":
+		return fail("-plot with -algorithm %s: the picture draws the buckets of rates; the remaining column shows the quota left", cfg.algorithm.value)
+	case quota && set["t0"] && cfg.log.value != "":
+		return fail("-t0 with -log: time 0 is the first line's timestamp")
 	case math.IsNaN(cfg.rate) || math.IsInf(cfg.rate, 0) || cfg.rate <= 0:
 		return fail("-rate %s: want a positive, finite number of tokens per second", strconv.FormatFloat(cfg.rate, 'g', -1, 64))
 	case float64(time.Second)/cfg.rate >= math.MaxInt64:
@@ -123,6 +147,14 @@ Flags:
 		return fail("-plot-key and -plot-top exclude each other")
 	}
 	cfg.input = fs.Arg(0)
+	if quota {
+		t0, err := parseT0(cfg.t0, loc)
+		if err != nil {
+			return fail("%v", err)
+		}
+		cfg.epoch = t0.UnixNano()
+		return cfg.newPolicy(ratelimit.Policy{Limit: quotaLimit(cfg.algorithm.value, cfg.burst, loc)}, fail)
+	}
 	var alg ratelimit.Algorithm
 	if err := alg.UnmarshalText([]byte(cfg.algorithm.value)); err != nil {
 		return fail("-algorithm: %v", err)
@@ -131,10 +163,19 @@ Flags:
 	if limit.Interval() == 0 {
 		return fail("-rate %s: more than one token per nanosecond", strconv.FormatFloat(cfg.rate, 'g', -1, 64))
 	}
+	return cfg.newPolicy(ratelimit.Policy{Limit: limit, Algorithm: alg}, fail)
+}
+
+// newPolicy validates p and sets cfg.policy to it, with its defaults; or
+// reports why p is invalid through fail.
+func (cfg *config) newPolicy(p ratelimit.Policy, fail func(string, ...any) (*config, error)) (*config, error) {
 	// New validates the policy and fills in its defaults; the simulator
 	// decides with the policy itself and never calls the store.
-	lim, err := ratelimit.New(noStore{}, ratelimit.Policy{Limit: limit, Algorithm: alg})
+	lim, err := ratelimit.New(noStore{}, p)
 	if err != nil {
+		if isQuota(p) {
+			return fail("-burst %d: %v", cfg.burst, err)
+		}
 		return fail("-rate %s -burst %d: %v", strconv.FormatFloat(cfg.rate, 'g', -1, 64), cfg.burst, err)
 	}
 	cfg.policy = lim.Policies()[0]

@@ -17,6 +17,10 @@
 //	yes 3 | head -n 10 | go run ./cmd/ratesim -rate 2 -burst 5 -start empty
 //	ratesim: 10 requests: 5 allowed, 5 denied
 //
+// With -algorithm daily or monthly, the policy is a quota of -burst
+// requests per calendar day or month in the zone -tz, and -t0 is the
+// wall-clock time of time 0.
+//
 // docs/ratesim.md describes the traces, access logs, output formats and
 // pictures; -h lists the flags.
 package main
@@ -29,6 +33,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	_ "time/tzdata" // -tz resolves on a machine without a zoneinfo database
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) }

@@ -215,7 +215,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-rate", "x"}, `invalid value "x" for flag -rate`},
 		{[]string{"-burst", "0"}, "-burst 0: want a capacity of at least 1"},
 		{[]string{"-burst", "-3"}, "-burst -3: want a capacity of at least 1"},
-		{[]string{"-algorithm", "gcra"}, `invalid value "gcra" for flag -algorithm: want token-bucket, leaky-police or leaky-shape`},
+		{[]string{"-algorithm", "gcra"}, `invalid value "gcra" for flag -algorithm: want token-bucket, leaky-police, leaky-shape, daily or monthly`},
 		{[]string{"-start", "half"}, `invalid value "half" for flag -start: want full or empty`},
 		{[]string{"-format", "xml"}, `invalid value "xml" for flag -format: want table, csv or json`},
 		{[]string{"-log", "w3c"}, `invalid value "w3c" for flag -log: want common or combined`},

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // replay reads the input, decides every request, writes the decisions and
@@ -43,7 +44,7 @@ func replay(cfg *config, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 		}()
 	}
 
-	sim := newSimulator(cfg.policy, cfg.start.value == "empty")
+	sim := newSimulator(cfg.policy, cfg.start.value == "empty", cfg.epoch)
 	if plotFile != nil {
 		keys := cfg.plotKeys
 		if len(keys) == 0 {
@@ -72,6 +73,7 @@ func replay(cfg *config, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 	if err := out.start(); err != nil {
 		return writeFailed(err)
 	}
+	logQuota := cfg.log.value != "" && isQuota(cfg.policy)
 	var (
 		req       request
 		skipped   int
@@ -99,6 +101,15 @@ func replay(cfg *config, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 			}
 			errorf(stderr, "reading %s: %v", name, err)
 			return exitIO
+		}
+		if logQuota && sim.total.requests == 0 {
+			// A quota's time 0 is the first line's timestamp.
+			ls := src.(*logSource)
+			if !inT0Range(time.Unix(ls.base, 0)) {
+				errorf(stderr, "line %d: timestamp %s: a calendar quota replays times %s", ls.lines.n, quote(ls.stamp), t0Range)
+				return exitUsage
+			}
+			sim.begin(ls.base * 1e9)
 		}
 		ks, res := sim.take(&req)
 		if err := out.write(req.t, ks.name, req.cost, res); err != nil {

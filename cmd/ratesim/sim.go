@@ -8,6 +8,8 @@ import "github.com/tokenfair/ratelimit"
 // keys, not of requests.
 type simulator struct {
 	policy  ratelimit.Policy
+	empty   bool  // -start empty
+	epoch   int64 // Unix nanoseconds of time 0 for a calendar quota; 0 for a rate
 	initial int64 // state of a key when first seen
 	keys    map[string]*keyState
 	total   keyStats
@@ -26,13 +28,26 @@ type keyState struct {
 }
 
 // newSimulator returns a simulator for p. With empty set, every key's
-// bucket is empty at time 0 (see emptyState); otherwise it is full.
-func newSimulator(p ratelimit.Policy, empty bool) *simulator {
-	s := &simulator{policy: p, keys: make(map[string]*keyState)}
-	if empty {
-		s.initial = emptyState(p)
-	}
+// bucket is empty at time 0 (see emptyState and quotaStart); otherwise it
+// is full. For a calendar quota, epoch is the Unix time of time 0, in
+// nanoseconds; for a rate, 0.
+func newSimulator(p ratelimit.Policy, empty bool, epoch int64) *simulator {
+	s := &simulator{policy: p, empty: empty, keys: make(map[string]*keyState)}
+	s.begin(epoch)
 	return s
+}
+
+// begin sets the Unix time of time 0, and so the state of a key when first
+// seen; for a calendar quota replaying an access log, it is the first
+// line's timestamp, known once that line is read.
+func (s *simulator) begin(epoch int64) {
+	s.epoch = epoch
+	switch {
+	case isQuota(s.policy):
+		s.initial = quotaStart(s.policy, s.empty, epoch)
+	case s.empty:
+		s.initial = emptyState(s.policy)
+	}
 }
 
 // emptyState is the state at time 0 of a bucket that has no room: for the
@@ -68,7 +83,7 @@ func (s *simulator) key(key []byte) *keyState {
 func (s *simulator) take(req *request) (*keyState, ratelimit.Result) {
 	ks := s.key(req.key)
 	before := ks.state
-	res, after := s.policy.Decide(before, req.t, req.cost)
+	res, after := s.policy.Decide(before, s.epoch+req.t, req.cost)
 	ks.state = after
 	ks.stats.add(res.Allowed)
 	s.total.add(res.Allowed)

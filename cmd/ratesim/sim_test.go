@@ -82,44 +82,68 @@ func TestDecisionsEqualLibrary(t *testing.T) {
 		rows := parseCSV(t, stdout)
 		require.Len(t, rows, len(lines))
 
-		clock := new(storetest.Clock)
-		store, err := memorystore.New(&memorystore.Options{Clock: clock.Now})
-		require.NoError(t, err)
-		lim, err := ratelimit.New(store, p)
-		require.NoError(t, err)
-		ctx := context.Background()
-		if empty {
-			// Empty every key at time 0: spend the burst, and for the
-			// shaping queue take its last place too.
-			for _, k := range traceKeys {
-				_, err := lim.Take(ctx, k, burst)
-				require.NoError(t, err)
-				if a == ratelimit.LeakyShape {
-					_, err = lim.Take(ctx, k, 1)
-					require.NoError(t, err)
-				}
-			}
-		}
-		now := int64(0)
-		for j, l := range lines {
-			clock.Advance(time.Duration(l.t - now))
-			now = l.t
-			row := rows[j]
-			what := fmt.Sprintf("trace %d (%q) line %d: %s %q %d", i, args, j+2, formatSeconds(l.t), l.key, l.cost)
-			if l.cost > burst {
-				assert.Equal(t, []string{"false", "0"}, []string{row["allowed"], row["retry_after"]}, what)
-				continue
-			}
-			res, err := lim.Take(ctx, l.key, l.cost)
-			require.NoError(t, err, what)
-			want := []string{strconv.FormatBool(res.Allowed), strconv.FormatInt(res.Remaining, 10), formatSeconds(int64(res.RetryAfter)),
-				formatSeconds(int64(res.Delay)), formatSeconds(int64(res.ResetAfter))}
-			got := []string{row["allowed"], row["remaining"], row["retry_after"], row["delay"], row["reset_after"]}
-			if !assert.Equal(t, want, got, what) {
-				return
-			}
+		lim, clock := libraryLimiter(t, p, time.Time{}, empty)
+		if !checkLibrary(t, lim, clock, lines, rows, fmt.Sprintf("trace %d (%q)", i, args)) {
+			return
 		}
 	}
+}
+
+// libraryLimiter returns a Limiter of p over the memory store and the
+// store's clock, at epoch unless it is zero. With empty set, every key of
+// traceKeys is empty at that time: its burst spent, and for the shaping
+// queue its last place too.
+func libraryLimiter(t *testing.T, p ratelimit.Policy, epoch time.Time, empty bool) (*ratelimit.Limiter, *storetest.Clock) {
+	t.Helper()
+	clock := new(storetest.Clock)
+	if !epoch.IsZero() {
+		clock.Advance(epoch.Sub(clock.Now()))
+	}
+	store, err := memorystore.New(&memorystore.Options{Clock: clock.Now})
+	require.NoError(t, err)
+	lim, err := ratelimit.New(store, p)
+	require.NoError(t, err)
+	if !empty {
+		return lim, clock
+	}
+	for _, k := range traceKeys {
+		_, err := lim.Take(context.Background(), k, p.Limit.Burst())
+		require.NoError(t, err)
+		if p.Algorithm == ratelimit.LeakyShape {
+			_, err = lim.Take(context.Background(), k, 1)
+			require.NoError(t, err)
+		}
+	}
+	return lim, clock
+}
+
+// checkLibrary takes the requests of lines from lim, its clock advanced to
+// each line's time, and checks that rows, the CLI's CSV of the same trace
+// (named by trace), hold the same decisions; a cost above the burst is
+// refused with no retry_after. It reports whether all rows matched.
+func checkLibrary(t *testing.T, lim *ratelimit.Limiter, clock *storetest.Clock, lines []traceLine, rows []map[string]string, trace string) bool {
+	t.Helper()
+	burst := lim.Policies()[0].Limit.Burst()
+	now := int64(0)
+	for j, l := range lines {
+		clock.Advance(time.Duration(l.t - now))
+		now = l.t
+		row := rows[j]
+		what := fmt.Sprintf("%s line %d: %s %q %d", trace, j+2, formatSeconds(l.t), l.key, l.cost)
+		if l.cost > burst {
+			assert.Equal(t, []string{"false", "0"}, []string{row["allowed"], row["retry_after"]}, what)
+			continue
+		}
+		res, err := lim.Take(context.Background(), l.key, l.cost)
+		require.NoError(t, err, what)
+		want := []string{strconv.FormatBool(res.Allowed), strconv.FormatInt(res.Remaining, 10), formatSeconds(int64(res.RetryAfter)),
+			formatSeconds(int64(res.Delay)), formatSeconds(int64(res.ResetAfter))}
+		got := []string{row["allowed"], row["remaining"], row["retry_after"], row["delay"], row["reset_after"]}
+		if !assert.Equal(t, want, got, what) {
+			return false
+		}
+	}
+	return true
 }
 
 // For the token bucket, the CLI allows what golang.org/x/time/rate's

@@ -69,6 +69,7 @@ var fuzzArgs = [][]string{
 	{"-format", "csv"},
 	{"-format", "json", "-algorithm", "leaky-shape", "-start", "empty", "-rate", "3", "-burst", "2"},
 	{"-format", "table", "-algorithm", "leaky-police", "-rate", "0.5", "-burst", "1", "-skip-bad"},
+	{"-format", "csv", "-algorithm", "daily", "-burst", "3", "-tz", "Europe/Paris", "-t0", "2026-03-28T23:00:00", "-start", "empty"},
 }
 
 // checkRun runs ratesim on input and checks that it ends well: status 0
@@ -141,5 +142,6 @@ func FuzzAccessLog(f *testing.F) {
 			}
 		}
 		checkRun(t, log, "-format", "json", "-log", "combined", "-skip-bad", "-algorithm", "leaky-shape")
+		checkRun(t, log, "-format", "csv", "-log", "combined", "-algorithm", "monthly", "-tz", "America/New_York")
 	})
 }
