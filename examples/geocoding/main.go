@@ -207,7 +207,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var cfg config
 	fs := newFlagSet(&cfg)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: go run ./examples/geocoding [flags]\n\nServes GET /geocode?q=NAME behind the rate limiter.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: go run ./examples/geocoding [flags]\n\nServes GET /geocode?q=NAME and POST /geocode/batch behind the rate limiter.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.SetOutput(io.Discard)
