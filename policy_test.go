@@ -72,3 +72,33 @@ func TestPolicyErrors(t *testing.T) {
 		assert.False(t, errors.Is(err, ErrBadRequest), "a configuration error is no request's fault")
 	}
 }
+
+// New refuses a calendar quota that is invalid or that the policy cannot
+// apply, naming the policy, the value at fault and what is wanted.
+func TestQuotaPolicyErrors(t *testing.T) {
+	for _, tc := range []struct {
+		p    Policy
+		want []string
+	}{
+		{Policy{Name: "daily", Limit: Daily(10, nil)}, []string{`policy "daily"`, "Daily(10, nil)", "a nil *time.Location"}},
+		{Policy{Name: "monthly", Limit: Monthly(0, time.UTC)}, []string{`policy "monthly"`, `Monthly(0, "UTC")`, "from 1 to 1000000000000"}},
+		{Policy{Limit: Daily(10, time.UTC).WithBurst(1e13)}, []string{`policy "default"`, `Daily(10000000000000, "UTC")`, "from 1 to 1000000000000"}},
+		{Policy{Limit: Daily(10, time.UTC), Algorithm: LeakyShape}, []string{`policy "default"`, "a calendar quota is a TokenBucket's, not a leaky-shape's"}},
+		{Policy{Limit: Monthly(10, time.UTC), Algorithm: LeakyPolice}, []string{"a calendar quota is a TokenBucket's, not a leaky-police's"}},
+		{Policy{Limit: Daily(10, time.UTC), Immediate: 1}, []string{`policy "default"`, "Immediate and MaxDelay apply to leaky-shape only"}},
+		{Policy{Limit: Daily(10, time.UTC), MaxDelay: time.Second}, []string{"Immediate and MaxDelay apply to leaky-shape only"}},
+		{Policy{Limit: Daily(10, time.UTC), Algorithm: LeakyShape, MaxDelay: time.Second}, []string{"not a leaky-shape's"}},
+	} {
+		_, err := New(nopStore{}, tc.p)
+		if assert.Error(t, err, "New(%+v)", tc.p) {
+			for _, want := range tc.want {
+				assert.Contains(t, err.Error(), want, "New(%+v)", tc.p)
+			}
+			assert.False(t, errors.Is(err, ErrBadRequest), "a configuration error is no request's fault")
+		}
+	}
+	for _, l := range []Limit{Daily(1, time.UTC), Monthly(maxQuota, time.UTC), Daily(10, time.UTC).WithBurst(20)} {
+		_, err := New(nopStore{}, Policy{Limit: l})
+		assert.NoError(t, err, "New(Policy{Limit: %v})", l)
+	}
+}
