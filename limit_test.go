@@ -256,6 +256,20 @@ func TestLimitPeriod(t *testing.T) {
 		{"Asia/Beirut", false, "2026-03-28T23:59:59+02:00", "2026-03-28T00:00:00+02:00", "2026-03-29T01:00:00+03:00", day24},
 		{"Asia/Beirut", false, "2026-03-29T01:00:00+03:00", "2026-03-29T01:00:00+03:00", "2026-03-30T00:00:00+03:00", 23 * time.Hour},
 		{"Asia/Beirut", false, "2026-03-29T12:00:00+03:00", "2026-03-29T01:00:00+03:00", "2026-03-30T00:00:00+03:00", 23 * time.Hour},
+
+		// West of Greenwich too, where time.Date puts a midnight in a gap
+		// on the day before: America/Havana in 2026, 00:00 becomes 01:00 on
+		// 8 March, and 01:00 becomes 00:00 on 1 November (midnight twice:
+		// the day begins at the first); America/Santiago, 00:00 becomes
+		// 01:00 on 6 September, and 5 April begins at 00:00 after an hour
+		// of 4 April repeats.
+		{"America/Havana", false, "2026-03-07T23:30:00-05:00", "2026-03-07T00:00:00-05:00", "2026-03-08T01:00:00-04:00", day24},
+		{"America/Havana", false, "2026-03-08T12:00:00-04:00", "2026-03-08T01:00:00-04:00", "2026-03-09T00:00:00-04:00", 23 * time.Hour},
+		{"America/Havana", true, "2026-03-08T01:00:00-04:00", "2026-03-01T00:00:00-05:00", "2026-04-01T00:00:00-04:00", 31*day24 - time.Hour},
+		{"America/Havana", false, "2026-11-01T00:30:00-05:00", "2026-11-01T00:00:00-04:00", "2026-11-02T00:00:00-05:00", 25 * time.Hour},
+		{"America/Santiago", false, "2026-09-05T23:59:59-04:00", "2026-09-05T00:00:00-04:00", "2026-09-06T01:00:00-03:00", day24},
+		{"America/Santiago", false, "2026-09-06T01:00:00-03:00", "2026-09-06T01:00:00-03:00", "2026-09-07T00:00:00-03:00", 23 * time.Hour},
+		{"America/Santiago", false, "2026-04-04T23:30:00-04:00", "2026-04-04T00:00:00-03:00", "2026-04-05T00:00:00-04:00", 25 * time.Hour},
 	})
 	start, end := PerSecond(5).Period(time.Now())
 	assert.True(t, start.IsZero() && end.IsZero(), "a rate's Period = %v, %v, want zero Times", start, end)
@@ -273,6 +287,8 @@ func TestLimitPeriodZones(t *testing.T) {
 		{"Europe/Paris", "2026-03-29T00:59:59.999999999Z", "2026-03-29T01:00:00Z", "01:59:59", "03:00:00"},
 		{"Europe/Paris", "2026-10-25T00:59:59.999999999Z", "2026-10-25T01:00:00Z", "02:59:59", "02:00:00"},
 		{"Asia/Beirut", "2026-03-28T21:59:59.999999999Z", "2026-03-28T22:00:00Z", "23:59:59", "01:00:00"},
+		{"America/Havana", "2026-03-08T04:59:59.999999999Z", "2026-03-08T05:00:00Z", "23:59:59", "01:00:00"},
+		{"America/Santiago", "2026-09-06T03:59:59.999999999Z", "2026-09-06T04:00:00Z", "23:59:59", "01:00:00"},
 	} {
 		loc := loadLocation(t, tc.zone)
 		for _, c := range [][2]string{{tc.before, tc.wantBefore}, {tc.at, tc.wantAt}} {
