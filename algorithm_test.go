@@ -349,6 +349,26 @@ func BenchmarkDecide(b *testing.B) {
 			}
 		})
 	}
+	for _, zone := range []string{"UTC", "Europe/Paris"} {
+		b.Run("daily-"+zone, func(b *testing.B) {
+			loc, err := time.LoadLocation(zone)
+			require.NoError(b, err)
+			p := &ratelimit.Policy{Name: "bench", Limit: ratelimit.Daily(1_000_000_000_000, loc)}
+			var res ratelimit.Result
+			b.ReportAllocs()
+			state, now, allowed := int64(0), time.Date(2026, 3, 29, 0, 0, 0, 0, time.UTC).UnixNano(), 0
+			for b.Loop() {
+				res, state = p.Decide(state, now, 1)
+				if res.Allowed {
+					allowed++
+				}
+				now += 500
+			}
+			if allowed == 0 {
+				b.Fatal("nothing allowed")
+			}
+		})
+	}
 }
 
 const ms = int64(time.Millisecond)
@@ -575,4 +595,187 @@ func TestDecideNegativeCost(t *testing.T) {
 	assert.Equal(t, now+600, next)
 	assert.True(t, res.Allowed)
 	assert.EqualValues(t, 4, res.Remaining)
+}
+
+// at returns the Unix nanoseconds of s, in RFC 3339.
+func at(t *testing.T, s string) int64 {
+	t.Helper()
+	v, err := time.Parse(time.RFC3339Nano, s)
+	require.NoError(t, err)
+	return v.UnixNano()
+}
+
+// dailyPolicy returns a policy of a quota of n per day in the zone named zone.
+func dailyPolicy(t *testing.T, n int64, zone string) *ratelimit.Policy {
+	t.Helper()
+	loc, err := time.LoadLocation(zone)
+	require.NoError(t, err)
+	return &ratelimit.Policy{Name: "q", Limit: ratelimit.Daily(n, loc)}
+}
+
+// quotaStep is a decision of a calendar quota at at (RFC 3339) and what it
+// must be: the state it must leave is end + spent, end being the RFC 3339
+// end of the period of the decision, or unchanged.
+type quotaStep struct {
+	at        string
+	cost      int64
+	allowed   bool
+	remaining int64
+	retry     time.Duration
+	reset     time.Duration
+	end       string // "": the state does not change
+	spent     int64
+}
+
+// runQuota decides steps in turn, from state, and returns the last state.
+func runQuota(t *testing.T, p *ratelimit.Policy, state int64, steps []quotaStep) int64 {
+	t.Helper()
+	for i, s := range steps {
+		res, next := p.Decide(state, at(t, s.at), s.cost)
+		want := state
+		if s.end != "" {
+			want = at(t, s.end) + s.spent
+		}
+		got := decision{res.Allowed, next, res.Remaining, int64(res.RetryAfter), int64(res.ResetAfter), int64(res.Delay)}
+		assert.Equal(t, decision{s.allowed, want, s.remaining, int64(s.retry), int64(s.reset), 0}, got,
+			"step %d: %v: Decide(%d, %s, %d)", i, p.Limit, state, s.at, s.cost)
+		assert.Equal(t, next, res.Until, "step %d: Until is the new state", i)
+		state = next
+	}
+	return state
+}
+
+// A calendar quota spends its n tokens in the period and gets them all back
+// at its end, not a nanosecond before: ResetAfter is always the time to the
+// end, RetryAfter that too for a refusal that the reset ends, and a cost
+// above the quota is refused with no RetryAfter.
+func TestQuotaDecide(t *testing.T) {
+	const E, next = "2026-03-11T00:00:00Z", "2026-03-12T00:00:00Z"
+	runQuota(t, dailyPolicy(t, 5, "UTC"), 0, []quotaStep{
+		{at: "2026-03-10T10:00:00Z", cost: 0, allowed: true, remaining: 5, reset: 14 * time.Hour}, // a look keeps a new key new
+		{at: "2026-03-10T10:00:00Z", cost: 2, allowed: true, remaining: 3, reset: 14 * time.Hour, end: E, spent: 2},
+		{at: "2026-03-10T11:00:00Z", cost: 3, allowed: true, remaining: 0, reset: 13 * time.Hour, end: E, spent: 5},
+		{at: "2026-03-10T11:00:00Z", cost: 0, allowed: true, remaining: 0, reset: 13 * time.Hour},
+		{at: "2026-03-10T12:00:00Z", cost: 1, remaining: 0, retry: 12 * time.Hour, reset: 12 * time.Hour},
+		{at: "2026-03-10T23:59:59.999999999Z", cost: 1, retry: 1, reset: 1},
+		{at: E, cost: 1, allowed: true, remaining: 4, reset: 24 * time.Hour, end: next, spent: 1},
+		{at: E, cost: 6, remaining: 4, reset: 24 * time.Hour}, // above the quota: never
+		{at: "2026-03-11T01:00:00Z", cost: 5, remaining: 4, retry: 23 * time.Hour, reset: 23 * time.Hour},
+		{at: "2026-03-11T01:00:00Z", cost: 4, allowed: true, remaining: 0, reset: 23 * time.Hour, end: next, spent: 5},
+	})
+	// The month of February 2026, the 25-hour day of Europe/Paris, and a
+	// midnight in a gap west of Greenwich (Havana's 8 March begins at
+	// 01:00 CDT): ResetAfter is the time to the real end.
+	runQuota(t, &ratelimit.Policy{Name: "m", Limit: ratelimit.Monthly(3, time.UTC)}, 0, []quotaStep{
+		{at: "2026-02-27T00:00:00Z", cost: 3, allowed: true, reset: 2 * 24 * time.Hour, end: "2026-03-01T00:00:00Z", spent: 3},
+		{at: "2026-02-28T23:00:00Z", cost: 1, retry: time.Hour, reset: time.Hour},
+		{at: "2026-03-01T00:00:00Z", cost: 3, allowed: true, reset: 31 * 24 * time.Hour, end: "2026-04-01T00:00:00Z", spent: 3},
+	})
+	runQuota(t, dailyPolicy(t, 2, "Europe/Paris"), 0, []quotaStep{
+		{at: "2026-10-25T00:00:00+02:00", cost: 2, allowed: true, reset: 25 * time.Hour, end: "2026-10-26T00:00:00+01:00", spent: 2},
+		{at: "2026-10-25T02:30:00+01:00", cost: 1, retry: 21*time.Hour + 30*time.Minute, reset: 21*time.Hour + 30*time.Minute},
+	})
+	runQuota(t, dailyPolicy(t, 2, "America/Havana"), 0, []quotaStep{
+		{at: "2026-03-07T23:30:00-05:00", cost: 2, allowed: true, reset: 30 * time.Minute, end: "2026-03-08T01:00:00-04:00", spent: 2},
+		{at: "2026-03-07T23:59:59.999999999-05:00", cost: 1, retry: 1, reset: 1},
+		{at: "2026-03-08T01:00:00-04:00", cost: 1, allowed: true, remaining: 1, reset: 23 * time.Hour, end: "2026-03-09T00:00:00-04:00", spent: 1},
+	})
+}
+
+// A state kept in an earlier period counts as a full quota; one from a
+// later period (the clock went back across a reset) counts as a quota and
+// more spent: every cost is refused until the reset, after which that
+// period's spending counts.
+func TestQuotaDecideOtherPeriods(t *testing.T) {
+	p := dailyPolicy(t, 5, "UTC")
+	runQuota(t, p, at(t, "2026-03-10T00:00:00Z")+5, []quotaStep{
+		{at: "2026-03-10T10:00:00Z", cost: 5, allowed: true, reset: 14 * time.Hour, end: "2026-03-11T00:00:00Z", spent: 5},
+	})
+	runQuota(t, p, at(t, "2026-01-01T00:00:00Z")+3, []quotaStep{
+		{at: "2026-03-10T10:00:00Z", cost: 0, allowed: true, remaining: 5, reset: 14 * time.Hour},
+	})
+	tomorrow := at(t, "2026-03-12T00:00:00Z") + 3 // 3 spent on 11 March
+	runQuota(t, p, tomorrow, []quotaStep{
+		{at: "2026-03-10T10:00:00Z", cost: 0, allowed: true, remaining: 0, reset: 14 * time.Hour},
+		{at: "2026-03-10T10:00:00Z", cost: 1, retry: 14 * time.Hour, reset: 14 * time.Hour},
+		{at: "2026-03-10T23:59:59.999999999Z", cost: 1, retry: 1, reset: 1},
+		{at: "2026-03-11T00:00:00Z", cost: 3, retry: 24 * time.Hour, reset: 24 * time.Hour, remaining: 2},
+		{at: "2026-03-11T00:00:00Z", cost: 2, allowed: true, reset: 24 * time.Hour, end: "2026-03-12T00:00:00Z", spent: 5},
+	})
+}
+
+// Refund of a quota gives back, within the period, at most what the take
+// still costs (end is its Until), never below none spent; after the reset
+// it gives back nothing, the quota being full again.
+func TestQuotaRefund(t *testing.T) {
+	p := dailyPolicy(t, 10, "UTC")
+	E := at(t, "2026-03-11T00:00:00Z")
+	for _, tc := range []struct {
+		state     int64
+		now       string
+		cost, end int64
+		next      int64
+	}{
+		{E + 6, "2026-03-10T10:00:00Z", 2, E + 6, E + 4},
+		{E + 6, "2026-03-10T23:59:59.999999999Z", 2, E + 6, E + 4}, // the last instant
+		{E + 6, "2026-03-10T10:00:00Z", 10, E + 6, E},              // never below none spent
+		{E + 6, "2026-03-10T10:00:00Z", 3, E + 2, E + 4},           // a take of which 2 are still owed
+		{E + 6, "2026-03-10T10:00:00Z", 0, E + 6, E + 6},
+		{E + 6, "2026-03-11T00:00:00Z", 2, E + 6, E + 6},                                             // the reset: nothing back
+		{E + 24*int64(time.Hour) + 3, "2026-03-11T10:00:00Z", 2, E + 6, E + 24*int64(time.Hour) + 3}, // nor from the next period's spending
+	} {
+		assert.Equal(t, tc.next-E, p.Refund(tc.state, at(t, tc.now), tc.cost, tc.end)-E, "Refund(E%+d, %s, %d, E%+d) - E", tc.state-E, tc.now, tc.cost, tc.end-E)
+	}
+}
+
+// TestQuotaInvariants replays random traces through 2026 against calendar
+// quotas in zones with and without daylight saving: within each period
+// (Limit.Period) at most n tokens are admitted and Remaining is n minus
+// them; ResetAfter is the time to the period's end; a refusal's RetryAfter
+// is exact to the nanosecond.
+func TestQuotaInvariants(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	var limits []ratelimit.Limit
+	for _, zone := range []string{"UTC", "Europe/Paris", "America/New_York", "Asia/Kolkata", "America/Havana", "Australia/Lord_Howe"} {
+		loc, err := time.LoadLocation(zone)
+		require.NoError(t, err)
+		limits = append(limits, ratelimit.Daily(1+rng.Int64N(20), loc), ratelimit.Monthly(1+rng.Int64N(200), loc))
+	}
+	start := at(t, "2026-01-01T00:00:00Z")
+	for _, l := range limits {
+		p := &ratelimit.Policy{Name: "q", Limit: l}
+		n := l.Burst()
+		var state, spent int64
+		var period time.Time // the start of the period of the last decision
+		now := start
+		for range 3000 {
+			now += rng.Int64N(int64(6 * time.Hour)) // about a year
+			if rng.IntN(4) == 0 {
+				now += rng.Int64N(3) - 1
+			}
+			from, to := l.Period(time.Unix(0, now))
+			if !from.Equal(period) {
+				period, spent = from, 0
+			}
+			cost := rng.Int64N(n + 2)
+			res, next := p.Decide(state, now, cost)
+			require.Equal(t, to.UnixNano()-now, int64(res.ResetAfter), "%v at %v: ResetAfter", l, time.Unix(0, now))
+			if res.Allowed {
+				spent += cost
+			}
+			require.LessOrEqual(t, spent, n, "%v: admitted in the period of %v", l, period)
+			require.Equal(t, n-spent, res.Remaining, "%v at %v: Remaining", l, time.Unix(0, now))
+			if !res.Allowed && cost <= n {
+				require.Equal(t, res.ResetAfter, res.RetryAfter, "%v: a refusal waits for the reset", l)
+				retry := now + int64(res.RetryAfter)
+				late, _ := p.Decide(state, retry-1, cost)
+				onTime, _ := p.Decide(state, retry, cost)
+				require.False(t, late.Allowed, "%v: allowed a nanosecond before RetryAfter", l)
+				require.True(t, onTime.Allowed, "%v: refused at RetryAfter", l)
+			} else {
+				require.Zero(t, res.RetryAfter)
+			}
+			state = next
+		}
+	}
 }
