@@ -8,11 +8,12 @@ import (
 
 // Decide applies p's algorithm to a bucket of state state (0 if never seen)
 // at now, in Unix nanoseconds, for cost tokens: it returns the decision and
-// the state to keep, unchanged on a refusal. The state is when the bucket
-// is full again (a LeakyShape queue empty, a ban over), so a store may
-// forget a bucket when next ≤ now and keep it for next − now at most. p
-// must be valid and cost at most its burst (but for a charge past empty);
-// a negative cost counts as 0.
+// the state to keep, unchanged on a refusal (but with LimitFor a token
+// bucket's is at most a burst of debt ahead of now). The state is when the
+// bucket is full again (a LeakyShape queue empty, a ban over), so a store
+// may forget a bucket when next ≤ now and keep it for next − now at most.
+// p must be valid and cost at most its burst (but for a charge past
+// empty); a negative cost counts as 0.
 // Decide is pure and safe for concurrent use; docs/algorithms.md derives it.
 func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 	if p.Limit.cal != rate {
@@ -30,7 +31,7 @@ func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 	case debt:
 		allowed, next, remaining, resetAfter = owe(state, now, iv, burst, cost)
 	default: // TokenBucket, LeakyPolice and strikes make the same decisions.
-		allowed, next, remaining, retryAfter, resetAfter = tokenBucket(state, now, iv, burst, cost)
+		allowed, next, remaining, retryAfter, resetAfter = tokenBucket(state, now, iv, burst, cost, p.LimitFor != nil)
 	}
 	return Result{
 		Allowed:    allowed,
@@ -68,12 +69,19 @@ func (p *Policy) Refund(state, now, cost, end int64) (next int64) {
 // the state moves to TAT + n × interval. TAT is at most now + 2τ, a burst
 // of debt past empty (see owe): a state further ahead, kept under a longer
 // limit than the one in force, or before the clock went back, counts as
-// that much. The results are separate values so that they travel in
-// registers.
-func tokenBucket(state, now, interval, burst, cost int64) (allowed bool, next, remaining, retryAfter, resetAfter int64) {
+// that much. With keyLimits (a policy with LimitFor, whose keys' limits
+// change), it is also kept as that much, by a refusal too, so that the
+// wait the refusal gives holds and a key whose limit was cut waits what
+// the new one says; else it is kept, so that a clock that went back grants
+// nothing once it is right again. The results are separate values so that
+// they travel in registers.
+func tokenBucket(state, now, interval, burst, cost int64, keyLimits bool) (allowed bool, next, remaining, retryAfter, resetAfter int64) {
 	tau := burst * interval
 	tat := min(max(state, now), now+2*tau)
 	next = state
+	if keyLimits {
+		next = min(state, now+2*tau)
+	}
 	switch {
 	case cost > burst:
 		// Never allowed; no wait changes that.
@@ -117,7 +125,7 @@ func (p *Policy) decideQuota(state, now, cost int64) (Result, int64) {
 	if p.Algorithm == debt {
 		allowed, next, remaining, _ = owe(state, end, 1, n, cost)
 	} else {
-		allowed, next, remaining, _, _ = tokenBucket(state, end, 1, n, cost)
+		allowed, next, remaining, _, _ = tokenBucket(state, end, 1, n, cost, p.LimitFor != nil)
 	}
 	res := Result{Allowed: allowed, Policy: p, Remaining: remaining, ResetAfter: time.Duration(end - now), Until: next}
 	if !allowed && cost <= n {

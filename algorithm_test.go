@@ -779,3 +779,33 @@ func TestQuotaInvariants(t *testing.T) {
 		}
 	}
 }
+
+// A token bucket's state more than a burst of debt ahead of now (a limit
+// cut, a clock that went back) counts as a burst of debt. A policy with
+// LimitFor, whose keys' limits change, keeps it as that, by a refusal too,
+// so that the wait the refusal gives holds; another keeps the state, so
+// that a clock that went back grants nothing once it is right again.
+func TestTokenBucketStateFarAhead(t *testing.T) {
+	const now = int64(1e18)
+	plain := bucket(100, 10) // τ = 1000
+	keyed := bucket(100, 10)
+	keyed.LimitFor = func(string) (ratelimit.Limit, bool) { return ratelimit.Limit{}, false }
+	for _, p := range []*ratelimit.Policy{plain, keyed} {
+		d := decide(p, now+5000, now, 1)
+		keep := int64(now + 5000)
+		if p.LimitFor != nil {
+			keep = now + 2000
+		}
+		assert.Equal(t, decision{State: keep, RetryAfter: 1100, ResetAfter: 2000}, d, "LimitFor %v", p.LimitFor != nil)
+		assert.Equal(t, keep, decide(p, now+5000, now, 0).State, "a look, LimitFor %v", p.LimitFor != nil)
+		assert.Equal(t, p.LimitFor != nil, decide(p, d.State, now+1100, 1).Allowed, "at the end of the wait, LimitFor %v", p.LimitFor != nil)
+		assert.Equal(t, now+600, decide(p, now+600, now, 11).State, "within a burst of debt, a refusal changes nothing")
+	}
+
+	q := dailyPolicy(t, 5, "UTC")
+	q.LimitFor = keyed.LimitFor
+	runQuota(t, q, at(t, "2026-03-12T00:00:00Z")+3, []quotaStep{ // 3 spent the next day, the clock went back
+		{at: "2026-03-10T10:00:00Z", cost: 1, retry: 14 * time.Hour, reset: 14 * time.Hour, end: "2026-03-11T00:00:00Z", spent: 10},
+		{at: "2026-03-11T00:00:00Z", cost: 5, allowed: true, reset: 24 * time.Hour, end: "2026-03-12T00:00:00Z", spent: 5},
+	})
+}
