@@ -809,3 +809,35 @@ func TestTokenBucketStateFarAhead(t *testing.T) {
 		{at: "2026-03-11T00:00:00Z", cost: 5, allowed: true, reset: 24 * time.Hour, end: "2026-03-12T00:00:00Z", spent: 5},
 	})
 }
+
+// The debt algorithm, a settlement's charge (Limiter.Charge), is always
+// allowed and takes cost more intervals past empty, but never moves the
+// state past now + 2τ, nor back; for a calendar quota the same at the
+// period's end E, with 1 ns a token.
+func TestDebtDecide(t *testing.T) {
+	const now = int64(1e18)
+	rate := bucket(100, 10) // τ = 1000
+	rate.Algorithm = algo.Debt
+	for _, tc := range []struct{ state, cost, next, remaining int64 }{
+		{0, 3, now + 300, 7},            // a full bucket
+		{now + 600, 3, now + 900, 1},    // within the burst
+		{now + 600, 7, now + 1300, 0},   // past empty
+		{now + 600, 100, now + 2000, 0}, // at most a burst of debt
+		{now + 2500, 1, now + 2500, 0},  // a state further ahead stays
+		{now + 600, 0, now + 600, 4},    // nothing to charge
+		{now + 600, -4, now + 600, 4},   // nor a negative cost
+	} {
+		d := decide(rate, tc.state, now, tc.cost)
+		want := decision{Allowed: true, State: tc.next, Remaining: tc.remaining, ResetAfter: max(tc.next-now, 0)}
+		assert.Equal(t, want, d, "debt Decide(now%+d, now, %d)", tc.state-now, tc.cost)
+	}
+
+	q := dailyPolicy(t, 10, "UTC")
+	q.Algorithm = algo.Debt
+	E := at(t, "2026-03-11T00:00:00Z")
+	runQuota(t, q, E+8, []quotaStep{
+		{at: "2026-03-10T10:00:00Z", cost: 5, allowed: true, reset: 14 * time.Hour, end: "2026-03-11T00:00:00Z", spent: 13},
+		{at: "2026-03-10T10:00:00Z", cost: 100, allowed: true, reset: 14 * time.Hour, end: "2026-03-11T00:00:00Z", spent: 20},
+		{at: "2026-03-11T00:00:00Z", cost: 4, allowed: true, remaining: 6, reset: 24 * time.Hour, end: "2026-03-12T00:00:00Z", spent: 4}, // the debt ended at the reset
+	})
+}

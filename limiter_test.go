@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/algo"
 	"github.com/tokenfair/ratelimit/internal/refusers"
 )
 
@@ -406,4 +409,480 @@ func TestDryRunLookDecidesByTheAlgorithm(t *testing.T) {
 	require.Equal(t, []string{"tb"}, refusers.Names(res, false))
 	assert.Equal(t, []string{"shape"}, refusers.Names(res, true))
 	assert.Equal(t, time.Second, res.Results[1].RetryAfter, "3 s of wait against 2 s of room")
+}
+
+// The harness's clock starts at 2026-01-01T00:00:00Z: the first day's
+// quota resets at untilMidnight.
+const untilMidnight = 24 * time.Hour
+
+// takeStep is one Take of key and what it must give: whether it passes,
+// which enforcing policies refuse it, its RetryAfter, and what each policy
+// has left then (a look).
+type takeStep struct {
+	advance time.Duration // the clock moves on first
+	cost    int64
+	allowed bool
+	refused []string
+	retry   time.Duration
+	left    []int64
+}
+
+// runTakes takes steps in turn for key "k" on h.
+func runTakes(t *testing.T, h *harness, steps []takeStep) {
+	t.Helper()
+	ctx := context.Background()
+	for i, s := range steps {
+		h.clock.Advance(s.advance)
+		res, err := h.lim.Take(ctx, "k", s.cost)
+		require.NoError(t, err, "step %d", i)
+		assert.Equal(t, s.allowed, res.Allowed, "step %d: Take(%d).Allowed", i, s.cost)
+		assert.Equal(t, s.refused, refusers.Names(res, false), "step %d: Take(%d): refused by", i, s.cost)
+		assert.Equal(t, s.retry, res.RetryAfter, "step %d: Take(%d).RetryAfter", i, s.cost)
+		assert.Equal(t, s.left, remaining(t, h.lim, "k"), "step %d: left after Take(%d)", i, s.cost)
+	}
+}
+
+// A rate and a daily quota decide together: a request refused by either
+// spends nothing from the other, with or without a store that decides them
+// in one step, and the quota comes back whole at midnight, not before.
+func TestQuotaWithRate(t *testing.T) {
+	policies := []ratelimit.Policy{
+		{Name: "rate", Limit: ratelimit.PerSecond(5).WithBurst(10)},
+		{Name: "daily", Limit: ratelimit.Daily(25, time.UTC)},
+	}
+	steps := []takeStep{
+		{cost: 10, allowed: true, left: []int64{0, 15}},
+		{cost: 1, refused: []string{"rate"}, retry: 200 * time.Millisecond, left: []int64{0, 15}},
+		{advance: 2 * time.Second, cost: 10, allowed: true, left: []int64{0, 5}},
+		{advance: 2 * time.Second, cost: 10, refused: []string{"daily"}, retry: untilMidnight - 4*time.Second, left: []int64{10, 5}},
+		{cost: 5, allowed: true, left: []int64{5, 0}},
+		{cost: 1, refused: []string{"daily"}, retry: untilMidnight - 4*time.Second, left: []int64{5, 0}},
+		{advance: untilMidnight - 4*time.Second - 1, cost: 1, refused: []string{"daily"}, retry: 1, left: []int64{10, 0}},
+		{advance: 1, cost: 1, allowed: true, left: []int64{9, 24}},
+		{cost: 10, refused: []string{"rate"}, retry: 200 * time.Millisecond, left: []int64{9, 24}},
+	}
+	runTakes(t, newHarness(t, setup{policies: policies}), steps)
+	runTakes(t, newHarness(t, setup{policies: policies, wrap: func(s ratelimit.Store) ratelimit.Store { return &notAtomicStore{Store: s} }}), steps)
+}
+
+// A dry-run quota counts and reports what it would refuse, also when an
+// enforcing policy refuses first (a look: would the cost have fit?).
+func TestQuotaDryRun(t *testing.T) {
+	h := newHarness(t, setup{policies: []ratelimit.Policy{
+		{Name: "rate", Limit: ratelimit.PerSecond(5).WithBurst(10)},
+		{Name: "daily", Limit: ratelimit.Daily(12, time.UTC), DryRun: true},
+	}})
+	ctx := context.Background()
+	take := func(cost int64, allowed, wouldAllow bool, wouldRetry time.Duration, left []int64) {
+		t.Helper()
+		res, err := h.lim.Take(ctx, "k", cost)
+		require.NoError(t, err)
+		assert.Equal(t, allowed, res.Allowed, "Take(%d).Allowed", cost)
+		var dry []string
+		if !wouldAllow {
+			dry = []string{"daily"}
+		}
+		assert.Equal(t, dry, refusers.Names(res, true), "Take(%d): the dry-run refusals", cost)
+		assert.Equal(t, wouldRetry, res.Results[1].RetryAfter, "Take(%d): the quota's RetryAfter", cost)
+		assert.Equal(t, left, remaining(t, h.lim, "k"), "left after Take(%d)", cost)
+	}
+	take(10, true, true, 0, []int64{0, 2})
+	take(1, false, true, 0, []int64{0, 2})              // the rate refuses; the quota would allow
+	take(3, false, false, untilMidnight, []int64{0, 2}) // the rate refuses; so would the quota
+	h.clock.Advance(2 * time.Second)
+	take(3, true, false, untilMidnight-2*time.Second, []int64{7, 2}) // the quota would refuse, and spends nothing
+	take(2, true, true, 0, []int64{5, 0})
+	take(5, true, false, untilMidnight-2*time.Second, []int64{0, 0})
+	h.clock.Advance(untilMidnight - 2*time.Second)
+	take(10, true, true, 0, []int64{0, 2})
+}
+
+// Reset gives a key its whole quota back before midnight.
+func TestQuotaReset(t *testing.T) {
+	h := newHarness(t, setup{policies: []ratelimit.Policy{
+		{Name: "rate", Limit: ratelimit.PerSecond(5).WithBurst(10)},
+		{Name: "daily", Limit: ratelimit.Daily(25, time.UTC)},
+		{Name: "monthly", Limit: ratelimit.Monthly(100, time.UTC)},
+	}})
+	ctx := context.Background()
+	for range 2 {
+		_, err := h.lim.Take(ctx, "k", 10)
+		require.NoError(t, err)
+		h.clock.Advance(2 * time.Second)
+	}
+	require.Equal(t, []int64{10, 5, 80}, remaining(t, h.lim, "k"))
+	require.NoError(t, h.lim.Reset(ctx, "k"))
+	assert.Equal(t, []int64{10, 25, 100}, remaining(t, h.lim, "k"))
+	res, err := h.lim.Take(ctx, "k", 10)
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	assert.Equal(t, []int64{0, 15, 90}, remaining(t, h.lim, "k"), "the quotas count again from full")
+}
+
+// A quota's refusals count toward its penalty box: a key that keeps asking
+// once its quota is spent is banned, and stays banned past the reset.
+func TestQuotaPenalty(t *testing.T) {
+	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "daily", Limit: ratelimit.Daily(2, time.UTC),
+		Penalty: ratelimit.Penalty{After: 2, Within: time.Minute, For: 10 * time.Minute}}}})
+	ctx := context.Background()
+	take := func(cost int64) ratelimit.Result {
+		t.Helper()
+		res, err := h.lim.Take(ctx, "k", cost)
+		require.NoError(t, err)
+		require.Len(t, res.Results, 1)
+		return res
+	}
+	h.clock.Advance(untilMidnight - 5*time.Minute) // 23:55
+	for range 2 {
+		require.True(t, take(1).Allowed)
+	}
+	res := take(1)
+	require.False(t, res.Allowed)
+	assert.Equal(t, "daily", res.Results[0].Policy.Name)
+	assert.Equal(t, 5*time.Minute, res.RetryAfter, "the first refusal waits for midnight")
+
+	h.clock.Advance(30 * time.Second)
+	res = take(1)
+	require.False(t, res.Allowed)
+	assert.Equal(t, "daily/ban", res.Results[0].Policy.Name, "the second refusal within a minute bans")
+	assert.Equal(t, 10*time.Minute, res.RetryAfter)
+
+	h.clock.Advance(4*time.Minute + 30*time.Second) // midnight: the quota is back, the ban holds
+	res = take(1)
+	assert.False(t, res.Allowed)
+	assert.Equal(t, "daily/ban", res.Results[0].Policy.Name)
+	assert.Equal(t, 5*time.Minute+30*time.Second, res.RetryAfter)
+	h.clock.Advance(5*time.Minute + 30*time.Second)
+	res = take(1)
+	assert.True(t, res.Allowed, "the ban is over")
+	assert.Equal(t, int64(1), res.Remaining, "of a new day's quota")
+}
+
+// Limiter.Refund gives a quota's tokens back within the day; after
+// midnight it gives back nothing, neither more than the quota nor any of
+// the new day's spending.
+func TestQuotaLimiterRefund(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "daily", Limit: ratelimit.Daily(10, time.UTC)}}})
+	took, err := h.lim.Take(ctx, "k", 6)
+	require.NoError(t, err)
+	require.True(t, took.Allowed)
+	h.clock.Advance(time.Hour)
+	require.NoError(t, h.lim.Refund(ctx, "k", 2, took))
+	assert.Equal(t, []int64{6}, remaining(t, h.lim, "k"), "2 of 6 given back")
+	require.NoError(t, h.lim.Refund(ctx, "k", 4, took))
+	assert.Equal(t, []int64{10}, remaining(t, h.lim, "k"), "all 6 given back")
+
+	took, err = h.lim.Take(ctx, "k", 6)
+	require.NoError(t, err)
+	h.clock.Advance(untilMidnight - time.Hour)
+	require.Equal(t, []int64{10}, remaining(t, h.lim, "k"), "midnight")
+	require.NoError(t, h.lim.Refund(ctx, "k", 2, took))
+	assert.Equal(t, []int64{10}, remaining(t, h.lim, "k"), "a full quota gets nothing back")
+	_, err = h.lim.Take(ctx, "k", 3)
+	require.NoError(t, err)
+	require.NoError(t, h.lim.Refund(ctx, "k", 2, took))
+	assert.Equal(t, []int64{7}, remaining(t, h.lim, "k"), "yesterday's take gives nothing back of today's")
+}
+
+// look returns key's result under lim's only policy, without spending.
+func look(t *testing.T, lim *ratelimit.Limiter, key string) ratelimit.Result {
+	t.Helper()
+	res, err := lim.Take(context.Background(), key, 0)
+	require.NoError(t, err)
+	return res
+}
+
+// A charge takes past empty: the key's next request waits exactly until
+// the debt is repaid and its own token earned, and not a nanosecond less.
+func TestChargePastEmpty(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, setup{limit: ratelimit.Per(10, 10*time.Second)}) // a token a second, τ = 10 s
+	took, err := h.lim.Take(ctx, "k", 10)
+	require.NoError(t, err)
+	require.True(t, took.Allowed)
+	require.NoError(t, h.lim.Charge(ctx, "k", 5, took))
+	res := look(t, h.lim, "k")
+	assert.Equal(t, int64(0), res.Remaining)
+	assert.Equal(t, 15*time.Second, res.ResetAfter, "10 s of burst and 5 s of debt")
+
+	res, err = h.lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	require.False(t, res.Allowed)
+	assert.Equal(t, 6*time.Second, res.RetryAfter, "5 s of debt and 1 s for the token")
+	h.clock.Advance(6*time.Second - 1)
+	res, err = h.lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	assert.False(t, res.Allowed, "a nanosecond early")
+	assert.Equal(t, time.Duration(1), res.RetryAfter)
+	h.clock.Advance(1)
+	res, err = h.lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	assert.True(t, res.Allowed, "the debt is repaid")
+}
+
+// A debt is at most a burst past empty (a state of now + 2τ): one request
+// cannot lock its key out for longer than 2τ, however much it charges.
+func TestChargeBound(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, setup{limit: ratelimit.Per(10, 10*time.Second)})
+	took, err := h.lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	for _, cost := range []int64{100, 1 << 40, 1} {
+		require.NoError(t, h.lim.Charge(ctx, "k", cost, took))
+		assert.Equal(t, 20*time.Second, look(t, h.lim, "k").ResetAfter, "after Charge(%d)", cost)
+	}
+	res, err := h.lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	assert.Equal(t, 11*time.Second, res.RetryAfter)
+	h.clock.Advance(11 * time.Second)
+	res, err = h.lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	assert.True(t, res.Allowed, "2τ after the charge, the key has its token")
+	require.NoError(t, h.lim.Charge(ctx, "k", 100, took))
+	assert.Equal(t, 20*time.Second, look(t, h.lim, "k").ResetAfter, "2τ from the new now")
+}
+
+// A calendar quota's debt is refused until the reset, when it ends: the
+// key finds its whole quota then.
+func TestChargeQuota(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, setup{limit: ratelimit.Daily(10, time.UTC)})
+	took, err := h.lim.Take(ctx, "k", 4)
+	require.NoError(t, err)
+	require.NoError(t, h.lim.Charge(ctx, "k", 3, took))
+	assert.Equal(t, int64(3), look(t, h.lim, "k").Remaining, "7 spent")
+	require.NoError(t, h.lim.Charge(ctx, "k", 100, took))
+	assert.Equal(t, int64(0), look(t, h.lim, "k").Remaining)
+	res, err := h.lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	assert.False(t, res.Allowed)
+	assert.Equal(t, untilMidnight, res.RetryAfter)
+
+	h.clock.Advance(untilMidnight - 1)
+	res, err = h.lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	assert.False(t, res.Allowed)
+	assert.Equal(t, time.Duration(1), res.RetryAfter)
+	h.clock.Advance(1)
+	assert.Equal(t, int64(10), look(t, h.lim, "k").Remaining, "the debt ended at midnight")
+}
+
+// Charge charges every policy whose result allowed the request, dry-run
+// and Global ones included, and none that refused it.
+func TestChargePolicies(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, setup{policies: []ratelimit.Policy{
+		{Name: "burst", Limit: ratelimit.PerSecond(1).WithBurst(10)},
+		{Name: "hourly", Limit: ratelimit.Per(100, time.Hour)},
+		{Name: "shadow", Limit: ratelimit.Per(20, time.Hour), DryRun: true},
+		{Name: "tight", Limit: ratelimit.Per(4, time.Hour), DryRun: true},
+		{Name: "global", Limit: ratelimit.Per(1000, time.Hour), Global: true},
+		{Name: "daily", Limit: ratelimit.Daily(50, time.UTC)},
+	}})
+	took, err := h.lim.Take(ctx, "k", 5)
+	require.NoError(t, err)
+	require.True(t, took.Allowed)
+	require.Equal(t, []string{"tight"}, refusers.Names(took, true))
+	require.NoError(t, h.lim.Charge(ctx, "k", 3, took))
+	assert.Equal(t, []int64{2, 92, 12, 4, 992, 42}, remaining(t, h.lim, "k"))
+	assert.Equal(t, int64(992), look(t, h.lim, "other").Results[4].Remaining, "the global bucket is every key's")
+}
+
+// Charge does nothing for a refused or degraded Result or a cost ≤ 0, and
+// refuses an empty key and a Result of another Limiter; a store's failure
+// is ErrStore.
+func TestChargeNothingAndErrors(t *testing.T) {
+	ctx := context.Background()
+	p := ratelimit.Policy{Name: "api", Limit: ratelimit.Per(3, time.Hour)}
+	h := newHarness(t, setup{policies: []ratelimit.Policy{p}})
+	took, err := h.lim.Take(ctx, "k", 2)
+	require.NoError(t, err)
+	refused, err := h.lim.Take(ctx, "k", 2)
+	require.NoError(t, err)
+	require.False(t, refused.Allowed)
+	degraded := took
+	degraded.Degraded = true
+	for _, tc := range []struct {
+		cost int64
+		took ratelimit.Result
+		what string
+	}{{5, refused, "a refusal"}, {5, degraded, "a degraded result"}, {0, took, "a cost of 0"}, {-3, took, "a negative cost"}} {
+		require.NoError(t, h.lim.Charge(ctx, "k", tc.cost, tc.took), "Charge of %s", tc.what)
+		assert.Equal(t, 40*time.Minute, look(t, h.lim, "k").ResetAfter, "Charge of %s charges nothing", tc.what)
+	}
+
+	err = h.lim.Charge(ctx, "", 1, took)
+	assert.ErrorIs(t, err, ratelimit.ErrMissingKey)
+	other, err := ratelimit.New(h.store, p)
+	require.NoError(t, err)
+	assert.EqualError(t, other.Charge(ctx, "k", 1, took), `ratelimit: Charge: the Result is not of this Limiter's Take (its policy: "api")`)
+	assert.ErrorContains(t, h.lim.Charge(ctx, "k", 1, ratelimit.Result{Allowed: true}), "(its policy: none)")
+	assert.Equal(t, 40*time.Minute, look(t, h.lim, "k").ResetAfter, "nothing charged")
+
+	failing := newHarness(t, setup{policies: []ratelimit.Policy{p}, wrap: func(s ratelimit.Store) ratelimit.Store { return debtFails{s} }})
+	took, err = failing.lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	err = failing.lim.Charge(ctx, "k", 1, took)
+	assert.ErrorIs(t, err, ratelimit.ErrStore)
+	assert.ErrorContains(t, err, "connection reset")
+}
+
+// debtFails is a store whose charges (the takes of Limiter.Charge) fail.
+type debtFails struct{ ratelimit.Store }
+
+func (s debtFails) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+	if p.Algorithm == algo.Debt {
+		return ratelimit.Result{}, errors.New("connection reset")
+	}
+	return s.Store.Take(ctx, p, key, cost)
+}
+
+// settleModel is a model of one key's token bucket in whole nanoseconds,
+// written from the rules rather than from the code: F, the time the bucket
+// needs to be full again, counts at most 2τ (a burst of debt) in a
+// decision; a take of r > 0 is allowed iff F + r × interval ≤ τ and adds
+// r × interval; a refund takes back at most what is left to earn; a charge
+// adds its cost, up to 2τ. A calendar quota is the same bucket of 1 ns a
+// token, whose time runs only at its period's end (vnow).
+type settleModel struct {
+	interval, burst int64
+	vnow            func(now int64) int64
+	state           int64 // the instant the bucket is full again, in vnow's time
+}
+
+// full returns F at now, and τ.
+func (m *settleModel) full(now int64) (f, tau int64) {
+	return max(m.state-m.vnow(now), 0), m.burst * m.interval
+}
+
+func (m *settleModel) take(now, cost int64) (allowed bool, remaining, retry, reset int64) {
+	f, tau := m.full(now)
+	f = min(f, 2*tau)
+	if cost == 0 {
+		return true, min(max((tau-f)/m.interval, 0), m.burst), 0, f // a look
+	}
+	if allowed = f+cost*m.interval <= tau; allowed {
+		f += cost * m.interval
+		m.state = m.vnow(now) + f
+	} else {
+		retry = f + cost*m.interval - tau
+	}
+	return allowed, min(max((tau-f)/m.interval, 0), m.burst), retry, f
+}
+
+func (m *settleModel) refund(now, cost int64) {
+	f, _ := m.full(now)
+	m.state -= min(cost*m.interval, f)
+}
+
+func (m *settleModel) charge(now, cost int64) {
+	f, tau := m.full(now)
+	m.state = max(m.state, m.vnow(now)+min(f+cost*m.interval, 2*tau))
+}
+
+// TestSettleMatchesModel replays random requests, each reserving r tokens
+// and settling s once answered (Refund of r − s, or Charge of s − r), at
+// random times on the fake clock, sometimes settled later, through a
+// Limiter on the memory store, and compares every decision, and the bucket
+// after every settlement, with settleModel; for rates and a daily quota.
+func TestSettleMatchesModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	ctx := context.Background()
+	differences, decisions := 0, 0
+	for trace := range 300 {
+		burst := 1 + rng.Int64N(12)
+		m := &settleModel{interval: 1 + rng.Int64N(int64(time.Second)), burst: burst, vnow: func(now int64) int64 { return now }}
+		p := ratelimit.Policy{Name: "p", Limit: ratelimit.Per(1, time.Duration(m.interval)).WithBurst(burst)}
+		step := func() time.Duration { return time.Duration(rng.Int64N(3 * m.interval)) }
+		quota := trace%4 == 3
+		if quota {
+			p.Limit = ratelimit.Daily(burst, time.UTC)
+			m.interval = 1
+			m.vnow = func(now int64) int64 { _, end := p.Limit.Period(time.Unix(0, now)); return end.UnixNano() }
+			step = func() time.Duration { return time.Duration(rng.Int64N(int64(6 * time.Hour))) }
+		}
+		h := newHarness(t, setup{policies: []ratelimit.Policy{p}})
+		check := func(what string, res ratelimit.Result, allowed bool, remaining, retry, reset int64) {
+			t.Helper()
+			decisions++
+			now := h.clock.Now().UnixNano()
+			if quota { // a quota's waits run to its period's end
+				if reset = m.vnow(now) - now; retry != 0 {
+					retry = reset
+				}
+			}
+			got := [4]int64{b2i(res.Allowed), res.Remaining, int64(res.RetryAfter), int64(res.ResetAfter)}
+			if want := [4]int64{b2i(allowed), remaining, retry, reset}; got != want {
+				if differences++; differences <= 5 {
+					t.Errorf("trace %d: %v: %s: [allowed remaining retry reset] = %v, model says %v", trace, p.Limit, what, got, want)
+				}
+			}
+		}
+		for range 100 {
+			h.clock.Advance(step())
+			r := 1 + rng.Int64N(burst)
+			took, err := h.lim.Take(ctx, "k", r)
+			require.NoError(t, err)
+			allowed, remaining, retry, reset := m.take(h.clock.Now().UnixNano(), r)
+			check(fmt.Sprintf("Take(%d)", r), took, allowed, remaining, retry, reset)
+			if !took.Allowed {
+				continue
+			}
+			if rng.IntN(3) == 0 {
+				h.clock.Advance(step()) // answered later
+			}
+			s := rng.Int64N(3*burst + 1)
+			now := h.clock.Now().UnixNano()
+			switch {
+			case s < r:
+				require.NoError(t, h.lim.Refund(ctx, "k", r-s, took))
+				m.refund(now, r-s)
+			case s > r:
+				require.NoError(t, h.lim.Charge(ctx, "k", s-r, took))
+				m.charge(now, s-r)
+			}
+			allowed, remaining, retry, reset = m.take(now, 0)
+			check(fmt.Sprintf("after Take(%d) settled at %d", r, s), look(t, h.lim, "k"), allowed, remaining, retry, reset)
+		}
+	}
+	assert.Zero(t, differences, "differences in %d decisions", decisions)
+}
+
+// TestSettleStillClock: with the clock held still, each admitted request
+// moves its bucket by exactly its settled cost × interval (the key is
+// charged exactly the sum of its settled costs) until the bound of a burst
+// of debt; a request is admitted only if the bucket holds what it reserves
+// after the costs settled before it, so the tokens settled exceed the burst
+// only by the last admitted request, the one that goes into debt; after it
+// nothing is admitted.
+func TestSettleStillClock(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	ctx := context.Background()
+	for range 300 {
+		burst := 1 + rng.Int64N(20)
+		iv := 1 + rng.Int64N(int64(time.Second))
+		h := newHarness(t, setup{limit: ratelimit.Per(1, time.Duration(iv)).WithBurst(burst)})
+		var settled int64 // the sum of the settled costs of the admitted requests
+		inDebt := false
+		for i := range 50 {
+			r := 1 + rng.Int64N(burst)
+			took, err := h.lim.Take(ctx, "k", r)
+			require.NoError(t, err)
+			require.Equal(t, !inDebt && settled+r <= burst, took.Allowed, "request %d: Take(%d) with %d of %d settled", i, r, settled, burst)
+			if !took.Allowed {
+				continue
+			}
+			s := rng.Int64N(2*burst + 1)
+			if s < r {
+				require.NoError(t, h.lim.Refund(ctx, "k", r-s, took))
+			} else {
+				require.NoError(t, h.lim.Charge(ctx, "k", s-r, took))
+			}
+			settled += s
+			inDebt = settled > burst
+			assert.Equal(t, time.Duration(min(settled, 2*burst)*iv), look(t, h.lim, "k").ResetAfter,
+				"request %d: the bucket after settling %d (%d in all) of a burst of %d", i, s, settled, burst)
+		}
+	}
 }
