@@ -18,6 +18,7 @@ import (
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/internal/algo"
 	"github.com/tokenfair/ratelimit/internal/refusers"
+	"github.com/tokenfair/ratelimit/memorystore"
 )
 
 // remaining returns what key has left under lim's policies, in order,
@@ -885,4 +886,44 @@ func TestSettleStillClock(t *testing.T) {
 				"request %d: the bucket after settling %d (%d in all) of a burst of %d", i, s, settled, burst)
 		}
 	}
+}
+
+// benchTake measures Limiter.Take of one key, all allowed, on the memory
+// store, for a Limiter of p.
+func benchTake(b *testing.B, p ratelimit.Policy, key string) {
+	store, err := memorystore.New(nil)
+	require.NoError(b, err)
+	lim, err := ratelimit.New(store, p)
+	require.NoError(b, err)
+	ctx := context.Background()
+	b.ReportAllocs()
+	allowed := 0
+	for b.Loop() {
+		if res, _ := lim.Take(ctx, key, 1); res.Allowed {
+			allowed++
+		}
+	}
+	if allowed != b.N {
+		b.Fatalf("allowed %d of %d", allowed, b.N)
+	}
+}
+
+// benchLimit allows every request of a benchmark.
+var benchLimit = ratelimit.Per(1_000_000, time.Second).WithBurst(1e12)
+
+// BenchmarkTake is one decision of a Limiter of one policy.
+func BenchmarkTake(b *testing.B) {
+	benchTake(b, ratelimit.Policy{Name: "api", Limit: benchLimit}, "ak:one")
+}
+
+// BenchmarkTakeLimitFor is BenchmarkTake with Policy.LimitFor, a lookup in
+// a map: for a key of its own limit, and one that has Policy.Limit.
+func BenchmarkTakeLimitFor(b *testing.B) {
+	plans := map[string]ratelimit.Limit{"ak:gold": benchLimit.WithBurst(2e12)}
+	p := ratelimit.Policy{Name: "api", Limit: benchLimit, LimitFor: func(key string) (ratelimit.Limit, bool) {
+		l, ok := plans[key]
+		return l, ok
+	}}
+	b.Run("own-limit", func(b *testing.B) { benchTake(b, p, "ak:gold") })
+	b.Run("policy-limit", func(b *testing.B) { benchTake(b, p, "ak:one") })
 }
