@@ -333,20 +333,7 @@ func BenchmarkDecide(b *testing.B) {
 	for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.LeakyShape} {
 		name, _ := alg.MarshalText()
 		b.Run(string(name), func(b *testing.B) {
-			p := &ratelimit.Policy{Name: "bench", Limit: ratelimit.PerSecond(1_000_000).WithBurst(1_000_000_000), Algorithm: alg}
-			var res ratelimit.Result
-			b.ReportAllocs()
-			state, now, allowed := int64(0), int64(1e18), 0
-			for b.Loop() {
-				res, state = p.Decide(state, now, 1)
-				if res.Allowed {
-					allowed++
-				}
-				now += 500
-			}
-			if allowed == 0 {
-				b.Fatal("nothing allowed")
-			}
+			benchDecide(b, &ratelimit.Policy{Name: "bench", Limit: ratelimit.PerSecond(1_000_000).WithBurst(1_000_000_000), Algorithm: alg}, 1e18)
 		})
 	}
 	for _, zone := range []string{"UTC", "Europe/Paris"} {
@@ -354,20 +341,25 @@ func BenchmarkDecide(b *testing.B) {
 			loc, err := time.LoadLocation(zone)
 			require.NoError(b, err)
 			p := &ratelimit.Policy{Name: "bench", Limit: ratelimit.Daily(1_000_000_000_000, loc)}
-			var res ratelimit.Result
-			b.ReportAllocs()
-			state, now, allowed := int64(0), time.Date(2026, 3, 29, 0, 0, 0, 0, time.UTC).UnixNano(), 0
-			for b.Loop() {
-				res, state = p.Decide(state, now, 1)
-				if res.Allowed {
-					allowed++
-				}
-				now += 500
-			}
-			if allowed == 0 {
-				b.Fatal("nothing allowed")
-			}
+			benchDecide(b, p, time.Date(2026, 3, 29, 0, 0, 0, 0, time.UTC).UnixNano())
 		})
+	}
+}
+
+// benchDecide measures p.Decide of one request every 500 ns from now on.
+func benchDecide(b *testing.B, p *ratelimit.Policy, now int64) {
+	var res ratelimit.Result
+	b.ReportAllocs()
+	state, allowed := int64(0), 0
+	for b.Loop() {
+		res, state = p.Decide(state, now, 1)
+		if res.Allowed {
+			allowed++
+		}
+		now += 500
+	}
+	if allowed == 0 {
+		b.Fatal("nothing allowed")
 	}
 }
 

@@ -607,19 +607,29 @@ func TestChargePastEmpty(t *testing.T) {
 	assert.Equal(t, int64(0), res.Remaining)
 	assert.Equal(t, 15*time.Second, res.ResetAfter, "10 s of burst and 5 s of debt")
 
-	res, err = h.lim.Take(ctx, "k", 1)
+	waitExactly(t, h, "k", 1, 6*time.Second) // 5 s of debt and 1 s for the token
+}
+
+// waitExactly checks that key's request of cost is refused with a wait of
+// exactly wait, and still a nanosecond before its end, and allowed at it;
+// it leaves h's clock there and returns the allowed Result.
+func waitExactly(t *testing.T, h *harness, key string, cost int64, wait time.Duration) ratelimit.Result {
+	t.Helper()
+	ctx := context.Background()
+	res, err := h.lim.Take(ctx, key, cost)
 	require.NoError(t, err)
-	require.False(t, res.Allowed)
-	assert.Equal(t, 6*time.Second, res.RetryAfter, "5 s of debt and 1 s for the token")
-	h.clock.Advance(6*time.Second - 1)
-	res, err = h.lim.Take(ctx, "k", 1)
+	assert.False(t, res.Allowed, "Take(%q, %d)", key, cost)
+	assert.Equal(t, wait, res.RetryAfter, "Take(%q, %d).RetryAfter", key, cost)
+	h.clock.Advance(wait - 1)
+	res, err = h.lim.Take(ctx, key, cost)
 	require.NoError(t, err)
-	assert.False(t, res.Allowed, "a nanosecond early")
-	assert.Equal(t, time.Duration(1), res.RetryAfter)
+	assert.False(t, res.Allowed, "Take(%q, %d) a nanosecond early", key, cost)
+	assert.Equal(t, time.Duration(1), res.RetryAfter, "Take(%q, %d) a nanosecond early", key, cost)
 	h.clock.Advance(1)
-	res, err = h.lim.Take(ctx, "k", 1)
+	res, err = h.lim.Take(ctx, key, cost)
 	require.NoError(t, err)
-	assert.True(t, res.Allowed, "the debt is repaid")
+	assert.True(t, res.Allowed, "Take(%q, %d) at the end of the wait", key, cost)
+	return res
 }
 
 // A debt is at most a burst past empty (a state of now + 2τ): one request
