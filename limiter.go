@@ -419,12 +419,20 @@ func (l *Limiter) mixes(o *Limiter) (pairs [][2]Policy) {
 	}
 	for _, p := range l.policies {
 		for _, q := range o.policies {
-			if p.Name == q.Name && (p.Limit.interval != q.Limit.interval || p.Limit.burst != q.Limit.burst) {
+			if p.Name == q.Name && p.Limit.differs(q.Limit) {
 				pairs = append(pairs, [2]Policy{p, q})
 			}
 		}
 	}
 	return pairs
+}
+
+// differs reports whether buckets of l and m under one name would mix: a
+// different interval or burst, or for a quota a different period or zone
+// (a zone by its name: one loaded twice is one zone).
+func (l Limit) differs(m Limit) bool {
+	return l.interval != m.interval || l.burst != m.burst || l.cal != m.cal ||
+		l.cal != rate && l.loc.String() != m.loc.String()
 }
 
 // sameStore reports whether a and b are one store; stores of a dynamic

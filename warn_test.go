@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -320,4 +321,40 @@ func TestWarningsQuiet(t *testing.T) {
 	assert.Empty(t, logs.String())
 	serveKeys(t, one, 2*64*256, nil)
 	assert.Equal(t, 1, warnings(logs, "one-key"), "the same requests, not quiet")
+}
+
+// Two calendar quotas of one count but of a day and a month, or of days in
+// two zones, are two limits: under one name their buckets mix. The same
+// zone loaded twice is one limit.
+func TestWarnSharedPolicyNameQuotas(t *testing.T) {
+	first := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "main", Limit: ratelimit.PerSecond(1)}}})
+	zone := func(name string) *time.Location {
+		loc, err := time.LoadLocation(name)
+		require.NoError(t, err)
+		return loc
+	}
+	for _, tc := range []struct {
+		a, b  ratelimit.Limit
+		warns bool
+	}{
+		{ratelimit.Daily(10, time.UTC), ratelimit.Monthly(10, time.UTC), true},
+		{ratelimit.Daily(10, time.UTC), ratelimit.Daily(10, zone("Europe/Paris")), true},
+		{ratelimit.Daily(10, time.UTC), ratelimit.Per(10, 24*time.Hour), true},
+		{ratelimit.Daily(10, zone("Europe/Paris")), ratelimit.Daily(10, zone("Europe/Paris")), false},
+		{ratelimit.Monthly(10, time.UTC), ratelimit.Monthly(10, time.UTC), false},
+	} {
+		plans := map[string]*ratelimit.Limiter{}
+		for plan, l := range map[string]ratelimit.Limit{"a": tc.a, "b": tc.b} {
+			plans[plan] = newHarness(t, setup{policies: []ratelimit.Policy{{Name: "quota", Limit: l}}, store: first.store}).lim
+		}
+		logger, counter := countingLogger()
+		h := newHarness(t, plansSetup(first.lim, plans, ratelimit.MiddlewareOptions{Logger: logger}))
+		servePlan(h, "a")
+		servePlan(h, "b")
+		if tc.warns {
+			assert.Equal(t, map[string]int{"shared-policy-name": 1}, counter.counts(), "%v and %v", tc.a, tc.b)
+		} else {
+			assert.Empty(t, counter.counts(), "%v and %v", tc.a, tc.b)
+		}
+	}
 }
