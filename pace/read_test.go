@@ -302,3 +302,26 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkRead: what reading an answer's fields costs the Transport, in
+// the IETF form and in the X- form.
+func BenchmarkRead(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		h    http.Header
+	}{
+		{"ietf", header("RateLimit-Policy", `"default";q=10;w=2`, "RateLimit", `"default";r=9;t=1`)},
+		{"x", header("X-RateLimit-Limit", "10", "X-RateLimit-Remaining", "9", "X-RateLimit-Reset", "2")},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if q, ok := pace.Read(c.h, now); !ok || q.Remaining != 9 {
+						b.Fatal(q, ok)
+					}
+				}
+			})
+		})
+	}
+}

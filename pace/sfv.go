@@ -179,16 +179,16 @@ func parseItem(v string) (sfItem, bool) {
 
 // newParser starts parsing v: RFC 9651 §4.2 steps 1, 2 and 4 (only
 // ASCII, leading and trailing spaces discarded).
-func newParser(v string) (*sfParser, bool) {
+func newParser(v string) (sfParser, bool) {
 	if len(v) > maxFieldLen {
-		return nil, false
+		return sfParser{}, false
 	}
 	for i := 0; i < len(v); i++ {
 		if v[i] >= 0x80 {
-			return nil, false
+			return sfParser{}, false
 		}
 	}
-	return &sfParser{s: strings.Trim(v, " ")}, true
+	return sfParser{s: strings.Trim(v, " ")}, true
 }
 
 func (p *sfParser) peek() byte {
@@ -279,6 +279,9 @@ func (p *sfParser) params() ([]sfParam, bool) {
 			params[i].val = val
 		case len(params) == maxParams:
 			return nil, false
+		case params == nil:
+			params = make([]sfParam, 1, 4) // the fields' items have 2 to 4
+			params[0] = sfParam{key, val}
 		default:
 			params = append(params, sfParam{key, val})
 		}
@@ -370,6 +373,15 @@ scan:
 }
 
 func (p *sfParser) string() (sfBare, bool) {
+	// Most strings hold no escape and end where the first quote is.
+	if end := strings.IndexAny(p.s[1:], `"\`); end >= 0 && p.s[1+end] == '"' {
+		v := p.s[1 : 1+end]
+		if printable(v) {
+			p.s = p.s[2+end:]
+			return sfBare{kind: sfString, s: v}, true
+		}
+		return sfBare{}, false
+	}
 	var b strings.Builder
 	for i := 1; i < len(p.s); i++ {
 		switch c := p.s[i]; {
@@ -462,6 +474,16 @@ func (p *sfParser) displayString() (sfBare, bool) {
 		}
 	}
 	return sfBare{}, false
+}
+
+// printable reports whether s holds only printable ASCII and spaces.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 func lowerHex(c byte) (byte, bool) {
