@@ -41,9 +41,9 @@ type turn struct {
 type hold struct {
 	d      time.Duration
 	wake   <-chan struct{}
-	quota  Quota // spent: the declaration; else the status of a Retry-After
-	status int
-	refill bool
+	status int   // of the answer whose Retry-After holds it, if one does
+	quota  Quota // else the spent quota's declaration
+	refill bool  // it waits for the declared refill
 }
 
 // take gives the request its turn at now, or says why it must wait: a

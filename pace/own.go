@@ -65,7 +65,7 @@ func (o *own) wait(w *waiter, key string) (ratelimit.Result, error) {
 		}
 		if e := w.check(d); e != nil {
 			o.giveBack(w.ctx, key, res)
-			e.Limit = "the own limit of " + o.limit.String() + " (Options.Limit)"
+			e.Cause = "the own limit of " + o.limit.String() + " (Options.Limit)"
 			return res, e
 		}
 		if res.Allowed {

@@ -379,22 +379,22 @@ func TestWaitTooLong(t *testing.T) {
 		msg    string
 	}{
 		{"Retry-After", nil, answer{http.StatusTooManyRequests, []string{"Retry-After", "3600"}}, 0,
-			pace.WaitError{Wait: time.Hour, Max: time.Minute, Limit: "the Retry-After of a 429 from api.test"},
+			pace.WaitError{Wait: time.Hour, Max: time.Minute, Cause: "the Retry-After of a 429 from api.test"},
 			"pace: a wait of 1h0m0s for the Retry-After of a 429 from api.test is longer than the 1m0s the request may still wait (Options.MaxWait)"},
 		{"an HTTP-date", nil, answer{http.StatusServiceUnavailable, []string{"Retry-After", "Sat, 01 Jan 2000 02:00:00 GMT", "Date", "Sat, 01 Jan 2000 00:00:00 GMT"}}, 0,
-			pace.WaitError{Wait: 2 * time.Hour, Max: time.Minute, Limit: "the Retry-After of a 503 from api.test"}, ""},
+			pace.WaitError{Wait: 2 * time.Hour, Max: time.Minute, Cause: "the Retry-After of a 503 from api.test"}, ""},
 		{"an endless Retry-After", nil, answer{http.StatusTooManyRequests, []string{"Retry-After", "99999999999999999999"}}, 0,
-			pace.WaitError{Wait: 1<<63 - 1, Max: time.Minute, Limit: "the Retry-After of a 429 from api.test"}, ""},
+			pace.WaitError{Wait: 1<<63 - 1, Max: time.Minute, Cause: "the Retry-After of a 429 from api.test"}, ""},
 		{"the deadline", nil, answer{http.StatusTooManyRequests, []string{"Retry-After", "10"}}, 5 * time.Second,
-			pace.WaitError{Wait: 10 * time.Second, Max: 5 * time.Second, Limit: "the Retry-After of a 429 from api.test"},
+			pace.WaitError{Wait: 10 * time.Second, Max: 5 * time.Second, Cause: "the Retry-After of a 429 from api.test"},
 			"pace: a wait of 10s for the Retry-After of a 429 from api.test would pass the request's deadline, in 5s"},
 		{"no wait at all", &pace.Options{MaxWait: -1}, answer{http.StatusTooManyRequests, []string{"Retry-After", "1"}}, 0,
-			pace.WaitError{Wait: time.Second, Limit: "the Retry-After of a 429 from api.test"}, ""},
+			pace.WaitError{Wait: time.Second, Cause: "the Retry-After of a 429 from api.test"}, ""},
 		{"a refill", &pace.Options{MaxWait: 10 * time.Second}, answer{http.StatusOK, []string{"RateLimit-Policy", `"hourly";q=100;w=3600`, "RateLimit", `"hourly";r=0;t=30`}}, 0,
-			pace.WaitError{Wait: 30 * time.Second, Max: 10 * time.Second, Limit: `the quota of api.test ("hourly": 0 left of 100 per 1h0m0s) to refill`},
+			pace.WaitError{Wait: 30 * time.Second, Max: 10 * time.Second, Cause: `the quota of api.test ("hourly": 0 left of 100 per 1h0m0s) to refill`},
 			`pace: a wait of 30s for the quota of api.test ("hourly": 0 left of 100 per 1h0m0s) to refill is longer than the 10s the request may still wait (Options.MaxWait)`},
 		{"an endless refill", nil, answer{http.StatusOK, []string{"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "999999999"}}, 0,
-			pace.WaitError{Wait: 999999999 * time.Second, Max: time.Minute, Limit: "the quota of api.test (0 left) to refill"}, ""},
+			pace.WaitError{Wait: 999999999 * time.Second, Max: time.Minute, Cause: "the quota of api.test (0 left) to refill"}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -417,7 +417,7 @@ func TestWaitTooLong(t *testing.T) {
 					require.ErrorAs(t, err, &we)
 					assert.Equal(t, c.want.Wait, we.Wait)
 					assert.Equal(t, c.want.Max, we.Max)
-					assert.Equal(t, c.want.Limit, we.Limit)
+					assert.Equal(t, c.want.Cause, we.Cause)
 					if c.msg != "" {
 						assert.Equal(t, c.msg, we.Error())
 					}
@@ -431,6 +431,44 @@ func TestWaitTooLong(t *testing.T) {
 	}
 }
 
+// TestWaitForAnswerIsBounded: a request that waits for the answer of the
+// one request learning where a spent quota stands waits no longer than
+// what is left of MaxWait, or its deadline.
+func TestWaitForAnswerIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		var n atomic.Int64
+		s := &scripted{as: []answer{{http.StatusOK, []string{"RateLimit", `"default";r=0`}}}}
+		server := newInProcess(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if n.Add(1) == 2 {
+				<-gate // the probe hangs
+			}
+			s.ServeHTTP(w, r)
+		}))
+		client := &http.Client{Transport: pace.New(server, &pace.Options{MaxWait: 3 * time.Second})}
+		get(client, api) // r=0, no t
+		var wg sync.WaitGroup
+		wg.Go(func() { get(client, api) }) // the probe
+		synctest.Wait()
+		start := time.Now()
+		_, err := get(client, api)
+		var we *pace.WaitError
+		require.ErrorAs(t, err, &we)
+		assert.Equal(t, 3*time.Second, we.Wait)
+		assert.Equal(t, `pace: the request waited 3s, all it may wait (Options.MaxWait), for an answer from api.test saying when its spent quota ("default": 0 left) refills`, we.Error())
+		assert.Equal(t, 3*time.Second, time.Since(start))
+
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err = do(client, mustRequest("GET", api, nil).WithContext(ctx))
+		require.ErrorAs(t, err, &we)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, time.Second, we.Wait)
+		close(gate)
+		wg.Wait()
+	})
+}
+
 // TestMaxWaitCountsEveryWait: MaxWait bounds a request's waits together,
 // not each of them.
 func TestMaxWaitCountsEveryWait(t *testing.T) {
@@ -441,7 +479,7 @@ func TestMaxWaitCountsEveryWait(t *testing.T) {
 		_, err := get(client, api)
 		var we *pace.WaitError
 		require.ErrorAs(t, err, &we)
-		assert.Equal(t, pace.WaitError{Wait: 40 * time.Second, Max: 20 * time.Second, Limit: "the Retry-After of a 429 from api.test"}, *we)
+		assert.Equal(t, pace.WaitError{Wait: 40 * time.Second, Max: 20 * time.Second, Cause: "the Retry-After of a 429 from api.test"}, *we)
 		assert.Equal(t, 40*time.Second, time.Since(start), "the second wait failed at once")
 	})
 }
@@ -499,7 +537,7 @@ func TestOwnLimit(t *testing.T) {
 		require.Len(t, errs, 3)
 		var we *pace.WaitError
 		require.ErrorAs(t, errs[0], &we)
-		assert.Equal(t, "the own limit of 2/s (Options.Limit)", we.Limit)
+		assert.Equal(t, "the own limit of 2/s (Options.Limit)", we.Cause)
 		assert.Equal(t, 1200*ms, we.Max)
 		assert.Contains(t, []time.Duration{1500 * ms, 2000 * ms}, we.Wait)
 	})
@@ -528,7 +566,7 @@ func TestOwnCalendarQuota(t *testing.T) {
 		_, err := get(client, api)
 		var we *pace.WaitError
 		require.ErrorAs(t, err, &we)
-		assert.Equal(t, pace.WaitError{Wait: 24 * time.Hour, Max: time.Hour, Limit: "the own limit of 2/day (UTC) (Options.Limit)"}, *we)
+		assert.Equal(t, pace.WaitError{Wait: 24 * time.Hour, Max: time.Hour, Cause: "the own limit of 2/day (UTC) (Options.Limit)"}, *we)
 		assert.Equal(t, 24*time.Hour, time.Since(start))
 	})
 }

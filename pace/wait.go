@@ -18,9 +18,9 @@ type WaitError struct {
 	// Max is how long it could still wait: what was left of MaxWait, or
 	// the time until its context's deadline.
 	Max time.Duration
-	// Limit names what asked for the wait, such as `the Retry-After of a
+	// Cause names what asked for the wait, such as `the Retry-After of a
 	// 429 from example.com`.
-	Limit string
+	Cause string
 
 	deadline bool // Max is the time until the context's deadline
 	answer   bool // the request waited Wait for an answer that might have said more
@@ -34,12 +34,12 @@ func (e *WaitError) Error() string {
 		if e.deadline {
 			bound = "up to its deadline"
 		}
-		return fmt.Sprintf("pace: the request waited %v, %s, for %s", e.Wait, bound, e.Limit)
+		return fmt.Sprintf("pace: the request waited %v, %s, for %s", e.Wait, bound, e.Cause)
 	}
 	if e.deadline {
-		return fmt.Sprintf("pace: a wait of %v for %s would pass the request's deadline, in %v", e.Wait, e.Limit, e.Max)
+		return fmt.Sprintf("pace: a wait of %v for %s would pass the request's deadline, in %v", e.Wait, e.Cause, e.Max)
 	}
-	return fmt.Sprintf("pace: a wait of %v for %s is longer than the %v the request may still wait (Options.MaxWait)", e.Wait, e.Limit, e.Max)
+	return fmt.Sprintf("pace: a wait of %v for %s is longer than the %v the request may still wait (Options.MaxWait)", e.Wait, e.Cause, e.Max)
 }
 
 // Unwrap returns context.DeadlineExceeded when the request's deadline
@@ -58,7 +58,7 @@ type waiter struct {
 	left time.Duration // what is left of MaxWait
 }
 
-// check returns the WaitError, without its Limit, of a wait of d, or nil
+// check returns the WaitError, without its Cause, of a wait of d, or nil
 // when the request may wait that long.
 func (w *waiter) check(d time.Duration) *WaitError {
 	if d <= 0 {
@@ -104,7 +104,7 @@ func (w *waiter) wait(d time.Duration, wake <-chan struct{}) (woken bool, err er
 }
 
 // waitAnswer waits until wake is closed, for as long as the request may
-// wait; past that, it returns the WaitError, without its Limit.
+// wait; past that, it returns the WaitError, without its Cause.
 func (w *waiter) waitAnswer(wake <-chan struct{}) (*WaitError, error) {
 	d, deadline := w.bound()
 	if d > 0 {
