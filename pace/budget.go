@@ -121,8 +121,8 @@ func (b *budget) settle(t turn, status int, h http.Header, now time.Time) {
 	}
 }
 
-// limit names what h waits for, at host.
-func (h *hold) limit(host string) string {
+// cause names what h waits for, at host.
+func (h *hold) cause(host string) string {
 	switch {
 	case h.status != 0:
 		return fmt.Sprintf("the Retry-After of a %d from %s", h.status, host)

@@ -169,7 +169,7 @@ func (t *Transport) hold(w *waiter, b *budget, key, host string) (turn, error) {
 			e, err = w.waitAnswer(h.wake)
 		}
 		if e != nil {
-			e.Cause = h.limit(host)
+			e.Cause = h.cause(host)
 			err = e
 		}
 		if err != nil {
