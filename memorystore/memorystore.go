@@ -188,9 +188,14 @@ func (s *Store) takeLocked(sh *shard, p *ratelimit.Policy, fp uint64, cost int64
 // noRoom turns res, the decision on a new key of p that finds no room (its
 // shard is at the cap and holds only keys that are never evicted), into the
 // refusal of an empty bucket: the key is not kept, and a request admitted
-// for it would be admitted again on every request.
+// for it would be admitted again on every request. An empty calendar quota
+// is refused until its reset.
 func noRoom(res ratelimit.Result, p *ratelimit.Policy, cost int64) ratelimit.Result {
 	res.Allowed, res.Remaining, res.Delay = false, 0, 0
+	if p.Limit.Interval() == 0 {
+		res.RetryAfter = res.ResetAfter // the time to the reset
+		return res
+	}
 	res.RetryAfter = time.Duration(cost) * p.Limit.Interval()
 	res.ResetAfter = time.Duration(p.Limit.Burst()) * p.Limit.Interval()
 	return res

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/internal/algo"
@@ -20,7 +21,7 @@ type shard struct {
 	tab         atomic.Pointer[table] // nil until the first key
 	tidyAt      atomic.Int64          // the store's time from which a decision tidies
 	lockedUntil atomic.Int64          // the store's time until which decisions take the lock
-	spans       []int64               // the span of each kind from firstSpan on (under mu)
+	spans       []span                // the span of each kind from firstSpan on (under mu)
 	_           [16]byte
 
 	mu            sync.Mutex               // held to fill, kill or replace slots
@@ -49,7 +50,7 @@ const evictSample = 8
 
 // The kinds of bucket, which say what the cap may do with them: the kinds
 // below firstSpan are never evicted; a bucket of kind k ≥ firstSpan is
-// ranked by its span, the shard's spans[k-firstSpan].
+// ranked by its span, the shard's spans[k-firstSpan] (see rank).
 const (
 	// kindGlobal is a Global policy's bucket, one per policy: never
 	// evicted, and not counted in the cap.
@@ -61,9 +62,35 @@ const (
 	maxSpans  = 128 - firstSpan // the top bit of the word is credited
 )
 
+// A span is what ranks the buckets of one kind at the cap: a rate's burst ×
+// interval, the time an empty bucket takes to fill; or, for a calendar
+// quota (d 0), its Limit, whose tokens come back at its period's end.
+type span struct {
+	d     int64
+	quota ratelimit.Limit // the zero Limit for a rate
+}
+
+// spanOf returns the span of p's buckets.
+func spanOf(p *ratelimit.Policy) span {
+	if iv := int64(p.Limit.Interval()); iv != 0 {
+		return span{d: p.Limit.Burst() * iv}
+	}
+	return span{quota: p.Limit}
+}
+
+// size returns what sp is measured by for its nearest: a rate's span, a
+// quota's tokens.
+func (sp span) size() float64 {
+	if sp.d != 0 {
+		return float64(sp.d)
+	}
+	return float64(sp.quota.Burst())
+}
+
 // kind returns the kind of p's buckets, adding its span to the shard's
 // spans if it is new. A shard that already has maxSpans spans gives it the
-// kind of the nearest. The shard is locked.
+// kind of the nearest (a quota's, the nearest quota's if it has one). The
+// shard is locked.
 func (sh *shard) kind(p *ratelimit.Policy) uint8 {
 	switch {
 	case p.Global:
@@ -71,17 +98,20 @@ func (sh *shard) kind(p *ratelimit.Policy) uint8 {
 	case p.Algorithm == algo.Ban:
 		return kindBan
 	}
-	span := p.Limit.Burst() * int64(p.Limit.Interval())
-	if i := slices.Index(sh.spans, span); i >= 0 {
+	sp := spanOf(p)
+	if i := slices.Index(sh.spans, sp); i >= 0 {
 		return uint8(firstSpan + i)
 	}
 	if len(sh.spans) < maxSpans {
-		sh.spans = append(sh.spans, span)
+		sh.spans = append(sh.spans, sp)
 		return uint8(firstSpan + len(sh.spans) - 1)
 	}
-	near, best := 0, math.Inf(1)
+	near, best := 0, math.Inf(1) // the first, if none is of its sort
 	for i, s := range sh.spans {
-		if d := math.Abs(math.Log(float64(s) / float64(span))); d < best {
+		if (s.d == 0) != (sp.d == 0) {
+			continue // a rate and a quota
+		}
+		if d := math.Abs(math.Log(s.size() / sp.size())); d < best {
 			near, best = i, d
 		}
 	}
@@ -188,7 +218,7 @@ func (sh *shard) rebuild(now int64, extra, floor int) *table {
 	}
 	t := newTable(max(floor, size(n)))
 	var renumber [256]uint8 // a kind's new number, 0 until a key of it moves
-	var spans []int64
+	var spans []span
 	sh.live, sh.globals, sh.bans = 0, 0, 0
 	for i := range old.slots {
 		s := &old.slots[i]
@@ -242,11 +272,11 @@ func (t *table) grown() *table {
 // It looks at a sample of the live keys from slot from on (more, if the
 // sample holds no key it may evict), and drops those whose bucket is full
 // (state at most now); if there are none, it evicts the sampled key whose
-// bucket is closest to full relative to its span (the least time to full ÷
-// span). It never evicts a global bucket or a ban, and passes over busy
-// slots; it returns false when it finds nothing else in the whole table.
-// from should be random (the new key's fingerprint is), so that the sample
-// is. The shard is locked.
+// bucket is closest to full relative to its span (see rank). It never
+// evicts a global bucket or a ban, and passes over busy slots; it returns
+// false when it finds nothing else in the whole table. from should be
+// random (the new key's fingerprint is), so that the sample is. The shard
+// is locked.
 func (sh *shard) evict(from uint64, now int64) bool {
 	t := sh.tab.Load()
 	if t == nil {
@@ -255,7 +285,7 @@ func (sh *shard) evict(from uint64, now int64) bool {
 	for i := from; ; {
 		var victim *slot
 		var victimState int64
-		var victimKind uint8
+		var victimRank rank
 		live := sh.live
 		dropped, seen := 0, 0
 		// The sample, and more while it holds nothing to evict and the
@@ -271,8 +301,10 @@ func (sh *shard) evict(from uint64, now int64) bool {
 			if st == busy { // a batch's slot, which stays
 			} else if sh.idle(s, now) {
 				dropped++
-			} else if k := kindOf(w); k >= firstSpan && (victim == nil || sh.fuller(st, k, victimState, victimKind, now)) {
-				victim, victimState, victimKind = s, st, k
+			} else if k := kindOf(w); k >= firstSpan {
+				if r := sh.rank(st, k, now); victim == nil || r.fuller(victimRank) {
+					victim, victimState, victimRank = s, st, r
+				}
 			}
 		}
 		if dropped > 0 {
@@ -290,16 +322,27 @@ func (sh *shard) evict(from uint64, now int64) bool {
 	}
 }
 
-// fuller reports whether a bucket of kind a with state sa is closer to full
-// at now, relative to its span, than one of kind b with state sb: whether
-// (sa − now) ÷ span(a) < (sb − now) ÷ span(b), exactly. Both kinds are
-// ranked (at least firstSpan), and both states after now.
-func (sh *shard) fuller(sa int64, a uint8, sb int64, b uint8, now int64) bool {
-	if a == b {
-		return sa < sb
+// A rank is how far a bucket is from full, relative to its limit: the
+// fraction of its tokens that evicting it would give back, num ÷ den.
+type rank struct{ num, den uint64 }
+
+// rank returns the rank at now of a bucket of kind k (at least firstSpan)
+// with state st: a rate's time to full ÷ its span, a calendar quota's
+// tokens spent in the period that holds now (its state's distance past the
+// period's end) ÷ its quota.
+func (sh *shard) rank(st int64, k uint8, now int64) rank {
+	sp := sh.spans[k-firstSpan]
+	if sp.d != 0 {
+		return rank{uint64(max(st-now, 0)), uint64(sp.d)}
 	}
-	hi1, lo1 := bits.Mul64(uint64(sa-now), uint64(sh.spans[b-firstSpan]))
-	hi2, lo2 := bits.Mul64(uint64(sb-now), uint64(sh.spans[a-firstSpan]))
+	_, end := sp.quota.Period(time.Unix(0, now))
+	return rank{uint64(max(st-end.UnixNano(), 0)), uint64(sp.quota.Burst())}
+}
+
+// fuller reports whether r is closer to full than o, exactly.
+func (r rank) fuller(o rank) bool {
+	hi1, lo1 := bits.Mul64(r.num, o.den)
+	hi2, lo2 := bits.Mul64(o.num, r.den)
 	return hi1 < hi2 || hi1 == hi2 && lo1 < lo2
 }
 

@@ -73,7 +73,7 @@ func checkShard(t *testing.T, sh *shard, model map[uint64]int64, pols map[uint64
 				bans++
 			default:
 				require.GreaterOrEqual(t, k, uint8(firstSpan), "fingerprint %#x of %s", fp, p.Name)
-				require.Equal(t, p.Limit.Burst()*int64(p.Limit.Interval()), sh.spans[k-firstSpan], "fingerprint %#x of %s: its span", fp, p.Name)
+				require.Equal(t, spanOf(p), sh.spans[k-firstSpan], "fingerprint %#x of %s: its span", fp, p.Name)
 			}
 		}
 	}
@@ -250,6 +250,51 @@ func TestEvictsTheFullestRelativeToItsSpan(t *testing.T) {
 	assert.Equal(t, 0, sh.live)
 }
 
+// TestEvictsQuotasByTokensSpent: a calendar quota's bucket ranks by the
+// tokens spent in the period that holds now ÷ its quota (its span is no
+// time: it refills at once at the period's end), beside the rates' time to
+// full ÷ span; a quota's bucket whose state is before the period's end
+// ranks as full.
+func TestEvictsQuotasByTokensSpent(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC).UnixNano()
+	end := time.Date(2026, 1, 11, 0, 0, 0, 0, time.UTC).UnixNano()
+	endOfMonth := time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	daily := &ratelimit.Policy{Name: "daily", Limit: ratelimit.Daily(100, time.UTC)}
+	monthly := &ratelimit.Policy{Name: "monthly", Limit: ratelimit.Monthly(1000, time.UTC)}
+	fast := &ratelimit.Policy{Name: "fast", Limit: ratelimit.Per(10, 1000)}  // span 1000 ns
+	slow := &ratelimit.Policy{Name: "slow", Limit: ratelimit.Per(60, 60000)} // span 60 000 ns
+	var sh shard
+	require.True(t, addAs(&sh, daily, 1, end+50, now, 10))           // 1/2 of the day's quota spent
+	require.True(t, addAs(&sh, slow, 2, now+50000, now, 10))         // 5/6 of its span from full
+	require.True(t, addAs(&sh, fast, 3, now+100, now, 10))           // 1/10
+	require.True(t, addAs(&sh, daily, 4, end+1, now, 10))            // 1/100
+	require.True(t, addAs(&sh, monthly, 5, now+999, now, 10))        // before the period's end (a reset's): full
+	require.True(t, addAs(&sh, monthly, 6, endOfMonth+950, now, 10)) // 95/100 of the month's quota: the least full
+	for _, fp := range []uint64{5, 4, 3, 1, 2, 6} {
+		require.True(t, sh.evict(0, now))
+		assert.Nil(t, sh.tab.Load().lookup(fp), "evicted fingerprint %d", fp)
+	}
+	assert.Equal(t, 0, sh.live)
+}
+
+// TestKindsOfQuotas: a quota's buckets are a kind of their own per quota
+// (none is ranked as a rate), and beyond maxSpans a quota takes the kind
+// of the nearest quota, a rate that of the nearest rate.
+func TestKindsOfQuotas(t *testing.T) {
+	var sh shard
+	daily := &ratelimit.Policy{Name: "d", Limit: ratelimit.Daily(100, time.UTC)}
+	sh.insert(1, 2, 0, daily)
+	sh.insert(2, 2, 0, &ratelimit.Policy{Name: "d", Limit: ratelimit.Daily(1000, time.UTC)})
+	sh.insert(3, 2, 0, &ratelimit.Policy{Name: "r", Limit: ratelimit.Per(1, 1000)})
+	assert.Equal(t, []span{{quota: daily.Limit}, {quota: ratelimit.Daily(1000, time.UTC)}, {d: 1000}}, sh.spans)
+	for i := len(sh.spans); i < maxSpans; i++ {
+		sh.insert(uint64(i+1), 2, 0, &ratelimit.Policy{Name: "r", Limit: ratelimit.Per(1, time.Duration(1000*(i+1)))})
+	}
+	require.Len(t, sh.spans, maxSpans)
+	assert.Equal(t, uint8(firstSpan+1), sh.kind(&ratelimit.Policy{Name: "m", Limit: ratelimit.Monthly(800, time.UTC)}), "nearest to 1000 tokens")
+	assert.Equal(t, uint8(firstSpan+2), sh.kind(&ratelimit.Policy{Name: "r", Limit: ratelimit.Per(1, 1100)}), "nearest to 1000 ns")
+}
+
 // TestKindsBeyondMaxSpans: a shard numbers maxSpans spans exactly, ranks a
 // key of one more span with the nearest, and forgets the spans of keys it
 // no longer holds when it rebuilds its table.
@@ -263,7 +308,7 @@ func TestKindsBeyondMaxSpans(t *testing.T) {
 	assert.Equal(t, uint8(firstSpan+2), sh.kind(&ratelimit.Policy{Name: "q", Limit: ratelimit.Per(1, 3100)}), "nearest to 3000 ns")
 	sh.insert(1000, 10, 0, &ratelimit.Policy{Name: "q", Limit: ratelimit.Per(1, 7)}) // ranked as 1000 ns, the nearest
 	sh.rebuild(2+keepFull, 0, minSlots)                                              // every key but the last full for keepFull
-	assert.Equal(t, []int64{1000}, sh.spans, "the spans of the keys held")
+	assert.Equal(t, []span{{d: 1000}}, sh.spans, "the spans of the keys held")
 	checkShard(t, &sh, map[uint64]int64{1000: 10}, map[uint64]*ratelimit.Policy{1000: {Name: "p", Limit: ratelimit.Per(1, 1000)}}, map[*slot]bool{})
 	assert.Equal(t, uint8(firstSpan+1), sh.kind(&ratelimit.Policy{Name: "q", Limit: ratelimit.Per(1, 7)}), "a new span again")
 }
