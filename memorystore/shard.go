@@ -285,7 +285,7 @@ func (sh *shard) evict(from uint64, now int64) bool {
 	for i := from; ; {
 		var victim *slot
 		var victimState int64
-		var victimRank rank
+		var victimKind uint8
 		live := sh.live
 		dropped, seen := 0, 0
 		// The sample, and more while it holds nothing to evict and the
@@ -301,10 +301,8 @@ func (sh *shard) evict(from uint64, now int64) bool {
 			if st == busy { // a batch's slot, which stays
 			} else if sh.idle(s, now) {
 				dropped++
-			} else if k := kindOf(w); k >= firstSpan {
-				if r := sh.rank(st, k, now); victim == nil || r.fuller(victimRank) {
-					victim, victimState, victimRank = s, st, r
-				}
+			} else if k := kindOf(w); k >= firstSpan && (victim == nil || sh.fuller(st, k, victimState, victimKind, now)) {
+				victim, victimState, victimKind = s, st, k
 			}
 		}
 		if dropped > 0 {
@@ -322,28 +320,32 @@ func (sh *shard) evict(from uint64, now int64) bool {
 	}
 }
 
-// A rank is how far a bucket is from full, relative to its limit: the
-// fraction of its tokens that evicting it would give back, num ÷ den.
-type rank struct{ num, den uint64 }
-
-// rank returns the rank at now of a bucket of kind k (at least firstSpan)
-// with state st: a rate's time to full ÷ its span, a calendar quota's
-// tokens spent in the period that holds now (its state's distance past the
-// period's end) ÷ its quota.
-func (sh *shard) rank(st int64, k uint8, now int64) rank {
-	sp := sh.spans[k-firstSpan]
-	if sp.d != 0 {
-		return rank{uint64(max(st-now, 0)), uint64(sp.d)}
+// fuller reports whether a bucket of kind a with state sa is closer to full
+// at now, relative to its limit, than one of kind b with state sb, exactly
+// (see rank). Both kinds are ranked (at least firstSpan).
+func (sh *shard) fuller(sa int64, a uint8, sb int64, b uint8, now int64) bool {
+	if a == b {
+		return sa < sb // (of a quota too: the same period's end)
 	}
-	_, end := sp.quota.Period(time.Unix(0, now))
-	return rank{uint64(max(st-end.UnixNano(), 0)), uint64(sp.quota.Burst())}
+	na, da := sh.rank(sa, a, now)
+	nb, db := sh.rank(sb, b, now)
+	hi1, lo1 := bits.Mul64(na, db)
+	hi2, lo2 := bits.Mul64(nb, da)
+	return hi1 < hi2 || hi1 == hi2 && lo1 < lo2
 }
 
-// fuller reports whether r is closer to full than o, exactly.
-func (r rank) fuller(o rank) bool {
-	hi1, lo1 := bits.Mul64(r.num, o.den)
-	hi2, lo2 := bits.Mul64(o.num, r.den)
-	return hi1 < hi2 || hi1 == hi2 && lo1 < lo2
+// rank returns how far at now a bucket of kind k with state st is from
+// full, relative to its limit: the share of it that evicting the bucket
+// gives back, num ÷ den. For a rate, its time to full ÷ its span; for a
+// calendar quota, the tokens spent in the period that holds now (the
+// state's distance past the period's end) ÷ its count.
+func (sh *shard) rank(st int64, k uint8, now int64) (num, den uint64) {
+	sp := &sh.spans[k-firstSpan]
+	if sp.d != 0 {
+		return uint64(max(st-now, 0)), uint64(sp.d)
+	}
+	_, end := sp.quota.Period(time.Unix(0, now))
+	return uint64(max(st-end.UnixNano(), 0)), uint64(sp.quota.Burst())
 }
 
 // tidy looks at the next slots from where the last tidy stopped, drops the

@@ -245,7 +245,7 @@ type call struct {
 	reply    []any           // once decided: per key allowed, ahead-s, ahead-n
 	err      error           // or why it could not be
 	done     chan struct{}   // for a queued call: closed once reply or err is set
-	one      [16]any         // args' backing array for a call of one key
+	one      [15]any         // args' backing array for a call of one key (a calendar quota's needs one more)
 	key      string          // the key of a call of one key, in args as *string
 }
 
