@@ -7,8 +7,9 @@
 // caps the keys held. At the cap a new key evicts a bucket close to full,
 // never a Global policy's bucket nor a ban in force; size the cap above the
 // number of clients active within the time an empty bucket takes to fill
-// (burst × interval). docs/stores.md says what eviction may give back, and
-// how the table decides exactly without a lock.
+// (burst × interval; a calendar quota's period). docs/stores.md says what
+// eviction may give back, and how the table decides exactly without a
+// lock.
 package memorystore
 
 import (
