@@ -17,27 +17,32 @@ import (
 // left: the time the bucket needs to be full again, which counts as at
 // most a burst of debt past empty under the new limit (the state clipped
 // to now + 2τ'). So a key that spent all of Per(10, 24h), given
-// Per(100, time.Hour), is refused, its first token τ' + 36 s away, and
-// later decisions are the algorithm's on the state the old limit left,
-// whatever it decides (the store follows Decide); a key that spent half of
-// Per(100, time.Hour), given Per(10, 24h), has 9 tokens: a downgrade never
-// admits more at one instant than the new burst. A charge past empty never
-// moves a state back.
+// Per(100, time.Hour), is refused, its first token τ' + 36 s away; from
+// then on, a client that retries when told and charges past empty are
+// decided as Decide decides on the state the old limit left, whatever it
+// decides. A key that spent half of Per(100, time.Hour), given
+// Per(10, 24h), has 9 tokens: a downgrade never admits more at one instant
+// than the new burst.
 func testChangedLimit(t *testing.T, c *Clock, s ratelimit.Store) {
 	daily := policy("plan", ratelimit.Per(10, 24*time.Hour))
 	hourly := policy("plan", ratelimit.Per(100, time.Hour))
+	var m model
+	m.take(daily, c, 10)
 	run(t, c, s, daily, []step{{cost: 10, want: allowed(0, 24*time.Hour)}})
-	run(t, c, s, hourly, []step{
-		{cost: 1, want: refused(0, time.Hour+36*time.Second, 2*time.Hour)},
-		{cost: 0, want: allowed(0, 2*time.Hour)},
-	})
-	run(t, c, s, owing(hourly), []step{{cost: 1, want: allowed(0, 24*time.Hour)}})
-	// Later on, what the algorithm decides on the state the old limit left.
-	state := c.Now().UnixNano() + int64(24*time.Hour)
-	c.Advance(time.Hour + 36*time.Second)
-	want, _ := hourly.Decide(state, c.Now().UnixNano(), 1)
-	want.Until = 0
-	run(t, c, s, hourly, []step{{cost: 1, want: want}})
+	run(t, c, s, hourly, []step{{cost: 1, want: refused(0, time.Hour+36*time.Second, 2*time.Hour)}})
+	m.take(hourly, c, 1)
+	for i := range 4 {
+		want := m.take(hourly, c, 0)
+		run(t, c, s, hourly, []step{{cost: 0, want: want}})
+		want = m.take(owing(hourly), c, int64(i))
+		run(t, c, s, owing(hourly), []step{{cost: int64(i), want: want}})
+		want = m.take(hourly, c, 1)
+		run(t, c, s, hourly, []step{{cost: 1, want: want}})
+		if want.Allowed {
+			break
+		}
+		c.Advance(want.RetryAfter)
+	}
 
 	run(t, c, s, hourly, []step{{key: "down", cost: 50, want: allowed(50, 30*time.Minute)}})
 	run(t, c, s, daily, []step{
@@ -45,6 +50,18 @@ func testChangedLimit(t *testing.T, c *Clock, s ratelimit.Store) {
 		{key: "down", cost: 9, want: allowed(0, 22*time.Hour+6*time.Minute)},
 		{key: "down", cost: 1, want: refused(0, 30*time.Minute, 22*time.Hour+6*time.Minute)},
 	})
+}
+
+// model is one bucket that Decide alone decides: what a store must answer.
+type model struct{ state int64 }
+
+// take decides a request of cost under p at c's now in m, and returns the
+// result a store's Take must give (but for Until, the store's own).
+func (m *model) take(p *ratelimit.Policy, c *Clock, cost int64) ratelimit.Result {
+	var res ratelimit.Result
+	res, m.state = p.Decide(m.state, c.Now().UnixNano(), cost)
+	res.Until = 0
+	return res
 }
 
 // testQuotaChangedLimit: a calendar quota whose count changed keeps the
