@@ -21,7 +21,7 @@ type shard struct {
 	tab         atomic.Pointer[table] // nil until the first key
 	tidyAt      atomic.Int64          // the store's time from which a decision tidies
 	lockedUntil atomic.Int64          // the store's time until which decisions take the lock
-	spans       []span                // the span of each kind from firstSpan on (under mu)
+	spans       []int64               // the span of each kind from firstSpan on (under mu; see kind)
 	_           [16]byte
 
 	mu            sync.Mutex               // held to fill, kill or replace slots
@@ -29,7 +29,7 @@ type shard struct {
 	globals, bans int                      // live slots of kind kindGlobal, and of kind kindBan
 	next          uint64                   // where tidy looks next (taken modulo the table's length)
 	credits       map[uint64]credit.Bucket // of each credited bucket, by its word's id (under mu)
-	_             [8]byte
+	quotas        *[]ratelimit.Limit       // the calendar quotas of the kinds whose span is negative (under mu)
 }
 
 // tidyEvery is how often, in the store's time, a shard that decisions
@@ -50,7 +50,7 @@ const evictSample = 8
 
 // The kinds of bucket, which say what the cap may do with them: the kinds
 // below firstSpan are never evicted; a bucket of kind k ≥ firstSpan is
-// ranked by its span, the shard's spans[k-firstSpan] (see rank).
+// ranked by its span, the shard's spans[k-firstSpan] (see kind and rank).
 const (
 	// kindGlobal is a Global policy's bucket, one per policy: never
 	// evicted, and not counted in the cap.
@@ -62,35 +62,13 @@ const (
 	maxSpans  = 128 - firstSpan // the top bit of the word is credited
 )
 
-// A span is what ranks the buckets of one kind at the cap: a rate's burst ×
-// interval, the time an empty bucket takes to fill; or, for a calendar
-// quota (d 0), its Limit, whose tokens come back at its period's end.
-type span struct {
-	d     int64
-	quota ratelimit.Limit // the zero Limit for a rate
-}
-
-// spanOf returns the span of p's buckets.
-func spanOf(p *ratelimit.Policy) span {
-	if iv := int64(p.Limit.Interval()); iv != 0 {
-		return span{d: p.Limit.Burst() * iv}
-	}
-	return span{quota: p.Limit}
-}
-
-// size returns what sp is measured by for its nearest: a rate's span, a
-// quota's tokens.
-func (sp span) size() float64 {
-	if sp.d != 0 {
-		return float64(sp.d)
-	}
-	return float64(sp.quota.Burst())
-}
-
 // kind returns the kind of p's buckets, adding its span to the shard's
-// spans if it is new. A shard that already has maxSpans spans gives it the
-// kind of the nearest (a quota's, the nearest quota's if it has one). The
-// shard is locked.
+// spans if it is new. A span is what ranks the buckets of a kind at the
+// cap: for a rate, burst × interval, the time an empty bucket takes to
+// fill; for a calendar quota, whose tokens all come back at its period's
+// end, the quota itself, as -1 - its index in the shard's quotas. A shard
+// that already has maxSpans spans gives p the kind of the nearest (a
+// quota's, the nearest quota's). The shard is locked.
 func (sh *shard) kind(p *ratelimit.Policy) uint8 {
 	switch {
 	case p.Global:
@@ -98,21 +76,52 @@ func (sh *shard) kind(p *ratelimit.Policy) uint8 {
 	case p.Algorithm == algo.Ban:
 		return kindBan
 	}
-	sp := spanOf(p)
-	if i := slices.Index(sh.spans, sp); i >= 0 {
+	span := p.Limit.Burst() * int64(p.Limit.Interval())
+	if span == 0 {
+		return sh.quotaKind(p.Limit)
+	}
+	if i := slices.Index(sh.spans, span); i >= 0 {
 		return uint8(firstSpan + i)
 	}
 	if len(sh.spans) < maxSpans {
-		sh.spans = append(sh.spans, sp)
+		sh.spans = append(sh.spans, span)
 		return uint8(firstSpan + len(sh.spans) - 1)
 	}
-	near, best := 0, math.Inf(1) // the first, if none is of its sort
+	return sh.nearest(float64(span), func(s int64) (float64, bool) { return float64(s), s > 0 })
+}
+
+// quotaKind is kind for a calendar quota's limit l.
+func (sh *shard) quotaKind(l ratelimit.Limit) uint8 {
 	for i, s := range sh.spans {
-		if (s.d == 0) != (sp.d == 0) {
-			continue // a rate and a quota
+		if s < 0 && (*sh.quotas)[-1-s] == l {
+			return uint8(firstSpan + i)
 		}
-		if d := math.Abs(math.Log(s.size() / sp.size())); d < best {
-			near, best = i, d
+	}
+	if len(sh.spans) < maxSpans {
+		if sh.quotas == nil {
+			sh.quotas = new([]ratelimit.Limit)
+		}
+		*sh.quotas = append(*sh.quotas, l)
+		sh.spans = append(sh.spans, int64(-len(*sh.quotas)))
+		return uint8(firstSpan + len(sh.spans) - 1)
+	}
+	return sh.nearest(float64(l.Burst()), func(s int64) (float64, bool) {
+		if s >= 0 {
+			return 0, false
+		}
+		return float64((*sh.quotas)[-1-s].Burst()), true
+	})
+}
+
+// nearest returns the kind whose size (of its span s, if of) is nearest
+// size, in ratio; the first if none is.
+func (sh *shard) nearest(size float64, of func(s int64) (float64, bool)) uint8 {
+	near, best := 0, math.Inf(1)
+	for i, s := range sh.spans {
+		if x, ok := of(s); ok {
+			if d := math.Abs(math.Log(x / size)); d < best {
+				near, best = i, d
+			}
 		}
 	}
 	return uint8(firstSpan + near)
@@ -218,7 +227,8 @@ func (sh *shard) rebuild(now int64, extra, floor int) *table {
 	}
 	t := newTable(max(floor, size(n)))
 	var renumber [256]uint8 // a kind's new number, 0 until a key of it moves
-	var spans []span
+	var spans []int64
+	var quotas []ratelimit.Limit
 	sh.live, sh.globals, sh.bans = 0, 0, 0
 	for i := range old.slots {
 		s := &old.slots[i]
@@ -242,7 +252,12 @@ func (sh *shard) rebuild(now int64, extra, floor int) *table {
 		k := kindOf(w)
 		if k >= firstSpan {
 			if renumber[k] == 0 {
-				spans = append(spans, sh.spans[k-firstSpan])
+				span := sh.spans[k-firstSpan]
+				if span < 0 { // a quota's
+					quotas = append(quotas, (*sh.quotas)[-1-span])
+					span = int64(-len(quotas))
+				}
+				spans = append(spans, span)
 				renumber[k] = uint8(firstSpan + len(spans) - 1)
 			}
 			k = renumber[k]
@@ -252,7 +267,10 @@ func (sh *shard) rebuild(now int64, extra, floor int) *table {
 		sh.count(k, 1)
 	}
 	sh.tab.Store(t)
-	sh.spans = spans
+	sh.spans, sh.quotas = spans, nil
+	if quotas != nil {
+		sh.quotas = &quotas
+	}
 	sh.used = sh.live
 	return t
 }
@@ -327,6 +345,11 @@ func (sh *shard) fuller(sa int64, a uint8, sb int64, b uint8, now int64) bool {
 	if a == b {
 		return sa < sb // (of a quota too: the same period's end)
 	}
+	return sh.fullerRanked(sa, a, sb, b, now)
+}
+
+// fullerRanked is fuller for buckets of two kinds.
+func (sh *shard) fullerRanked(sa int64, a uint8, sb int64, b uint8, now int64) bool {
 	na, da := sh.rank(sa, a, now)
 	nb, db := sh.rank(sb, b, now)
 	hi1, lo1 := bits.Mul64(na, db)
@@ -340,12 +363,13 @@ func (sh *shard) fuller(sa int64, a uint8, sb int64, b uint8, now int64) bool {
 // calendar quota, the tokens spent in the period that holds now (the
 // state's distance past the period's end) ÷ its count.
 func (sh *shard) rank(st int64, k uint8, now int64) (num, den uint64) {
-	sp := &sh.spans[k-firstSpan]
-	if sp.d != 0 {
-		return uint64(max(st-now, 0)), uint64(sp.d)
+	span := sh.spans[k-firstSpan]
+	if span > 0 {
+		return uint64(max(st-now, 0)), uint64(span)
 	}
-	_, end := sp.quota.Period(time.Unix(0, now))
-	return uint64(max(st-end.UnixNano(), 0)), uint64(sp.quota.Burst())
+	q := &(*sh.quotas)[-1-span]
+	_, end := q.Period(time.Unix(0, now))
+	return uint64(max(st-end.UnixNano(), 0)), uint64(q.Burst())
 }
 
 // tidy looks at the next slots from where the last tidy stopped, drops the

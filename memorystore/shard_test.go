@@ -73,7 +73,11 @@ func checkShard(t *testing.T, sh *shard, model map[uint64]int64, pols map[uint64
 				bans++
 			default:
 				require.GreaterOrEqual(t, k, uint8(firstSpan), "fingerprint %#x of %s", fp, p.Name)
-				require.Equal(t, spanOf(p), sh.spans[k-firstSpan], "fingerprint %#x of %s: its span", fp, p.Name)
+				if span := sh.spans[k-firstSpan]; span < 0 {
+					require.Equal(t, p.Limit, (*sh.quotas)[-1-span], "fingerprint %#x of %s: its quota", fp, p.Name)
+				} else {
+					require.Equal(t, p.Limit.Burst()*int64(p.Limit.Interval()), span, "fingerprint %#x of %s: its span", fp, p.Name)
+				}
 			}
 		}
 	}
@@ -278,21 +282,34 @@ func TestEvictsQuotasByTokensSpent(t *testing.T) {
 }
 
 // TestKindsOfQuotas: a quota's buckets are a kind of their own per quota
-// (none is ranked as a rate), and beyond maxSpans a quota takes the kind
-// of the nearest quota, a rate that of the nearest rate.
+// (none is ranked as a rate); beyond maxSpans a quota takes the kind of
+// the nearest quota, a rate that of the nearest rate; a rebuild keeps the
+// quotas of the keys it keeps, and only those.
 func TestKindsOfQuotas(t *testing.T) {
 	var sh shard
 	daily := &ratelimit.Policy{Name: "d", Limit: ratelimit.Daily(100, time.UTC)}
 	sh.insert(1, 2, 0, daily)
 	sh.insert(2, 2, 0, &ratelimit.Policy{Name: "d", Limit: ratelimit.Daily(1000, time.UTC)})
 	sh.insert(3, 2, 0, &ratelimit.Policy{Name: "r", Limit: ratelimit.Per(1, 1000)})
-	assert.Equal(t, []span{{quota: daily.Limit}, {quota: ratelimit.Daily(1000, time.UTC)}, {d: 1000}}, sh.spans)
+	assert.Equal(t, []int64{-1, -2, 1000}, sh.spans)
+	assert.Equal(t, []ratelimit.Limit{daily.Limit, ratelimit.Daily(1000, time.UTC)}, *sh.quotas)
 	for i := len(sh.spans); i < maxSpans; i++ {
 		sh.insert(uint64(i+1), 2, 0, &ratelimit.Policy{Name: "r", Limit: ratelimit.Per(1, time.Duration(1000*(i+1)))})
 	}
 	require.Len(t, sh.spans, maxSpans)
 	assert.Equal(t, uint8(firstSpan+1), sh.kind(&ratelimit.Policy{Name: "m", Limit: ratelimit.Monthly(800, time.UTC)}), "nearest to 1000 tokens")
 	assert.Equal(t, uint8(firstSpan+2), sh.kind(&ratelimit.Policy{Name: "r", Limit: ratelimit.Per(1, 1100)}), "nearest to 1000 ns")
+
+	var kept shard
+	large := &ratelimit.Policy{Name: "d", Limit: ratelimit.Daily(1000, time.UTC)}
+	rate := &ratelimit.Policy{Name: "r", Limit: ratelimit.Per(1, 1000)}
+	kept.insert(1, 2, 0, daily) // full for keepFull at the rebuild
+	kept.insert(2, 3*keepFull, 0, large)
+	kept.insert(3, 3*keepFull, 0, rate)
+	kept.rebuild(2*keepFull, 0, minSlots)
+	assert.Len(t, kept.spans, 2)
+	assert.Equal(t, []ratelimit.Limit{large.Limit}, *kept.quotas)
+	checkShard(t, &kept, map[uint64]int64{2: 3 * keepFull, 3: 3 * keepFull}, map[uint64]*ratelimit.Policy{2: large, 3: rate}, map[*slot]bool{})
 }
 
 // TestKindsBeyondMaxSpans: a shard numbers maxSpans spans exactly, ranks a
@@ -308,7 +325,7 @@ func TestKindsBeyondMaxSpans(t *testing.T) {
 	assert.Equal(t, uint8(firstSpan+2), sh.kind(&ratelimit.Policy{Name: "q", Limit: ratelimit.Per(1, 3100)}), "nearest to 3000 ns")
 	sh.insert(1000, 10, 0, &ratelimit.Policy{Name: "q", Limit: ratelimit.Per(1, 7)}) // ranked as 1000 ns, the nearest
 	sh.rebuild(2+keepFull, 0, minSlots)                                              // every key but the last full for keepFull
-	assert.Equal(t, []span{{d: 1000}}, sh.spans, "the spans of the keys held")
+	assert.Equal(t, []int64{1000}, sh.spans, "the spans of the keys held")
 	checkShard(t, &sh, map[uint64]int64{1000: 10}, map[uint64]*ratelimit.Policy{1000: {Name: "p", Limit: ratelimit.Per(1, 1000)}}, map[*slot]bool{})
 	assert.Equal(t, uint8(firstSpan+1), sh.kind(&ratelimit.Policy{Name: "q", Limit: ratelimit.Per(1, 7)}), "a new span again")
 }
