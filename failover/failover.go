@@ -34,7 +34,8 @@ const (
 	Closed
 	// Local decides in Options.Local with the shared quota divided among
 	// the instances: each allows 1/Instances of the rate, of the burst (at
-	// least 1, and at least the request's cost) and of Policy.Immediate.
+	// least 1, and at least the request's cost) and of Policy.Immediate,
+	// and of a calendar quota's count.
 	// What it spends stays spent; a penalty box goes on in the Local store,
 	// undivided (docs/stores.md).
 	Local
@@ -311,13 +312,14 @@ func (f *Store) Refund(ctx context.Context, p *ratelimit.Policy, key string, cos
 const maxShares = 1024
 
 // share returns the policy that one of the instances may use in Local
-// mode: p with 1/Instances of the rate, of the burst and of Immediate,
-// within 50 years a span, and a burst of at least cost so that a request
-// the shared limit could allow is not refused for ever. MaxDelay stays, cut
-// to the share's span. The shares of costs up to a share's burst are made
-// once per policy. A penalty box's buckets (its strikes, bans and ban,
-// whose names, unlike a policy's, have a "/") are no quota to divide: they
-// stay as they are.
+// mode: p with 1/Instances of the rate, of the burst and of Immediate (of
+// a calendar quota, of its count), within 50 years a span, and a burst of
+// at least cost so that a request the shared limit could allow is not
+// refused for ever (but for a charge past empty, algo.Debt, whose bound is
+// a burst of the share). MaxDelay stays, cut to the share's span. The
+// shares of costs up to a share's burst are made once per policy. A
+// penalty box's buckets (its strikes, bans and ban, whose names, unlike a
+// policy's, have a "/") are no quota to divide: they stay as they are.
 func (f *Store) share(p *ratelimit.Policy, cost int64) *ratelimit.Policy {
 	n := f.cfg.Instances
 	if n <= 1 || strings.Contains(p.Name, "/") {
@@ -326,7 +328,10 @@ func (f *Store) share(p *ratelimit.Policy, cost int64) *ratelimit.Policy {
 	if s, ok := f.shares.Load(p); ok && cost <= s.(*ratelimit.Policy).Limit.Burst() {
 		return s.(*ratelimit.Policy)
 	}
-	burst := max(p.Limit.Burst()/n, cost, 1)
+	burst := max(p.Limit.Burst()/n, 1)
+	if p.Algorithm != algo.Debt {
+		burst = max(burst, cost)
+	}
 	s := *p
 	if iv := p.Limit.Interval(); iv == 0 {
 		s.Limit = p.Limit.WithBurst(burst) // a calendar quota: 1/Instances of it

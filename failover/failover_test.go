@@ -21,6 +21,7 @@ import (
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/failover"
+	"github.com/tokenfair/ratelimit/internal/algo"
 	"github.com/tokenfair/ratelimit/internal/refusers"
 	"github.com/tokenfair/ratelimit/internal/storeerr"
 	"github.com/tokenfair/ratelimit/memorystore"
@@ -404,6 +405,39 @@ func TestFailoverLocalCostAboveShare(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, res.Allowed)
 	assert.Equal(t, 5*300*time.Millisecond, res.RetryAfter, "at a third of the rate")
+}
+
+// TestFailoverLocalQuotaShare: while degraded, a calendar quota is shared
+// by its count: 10 a day among 3 instances is 3 a day each, refused until
+// midnight; a charge past empty is a burst of the share's debt at most,
+// however large.
+func TestFailoverLocalQuotaShare(t *testing.T) {
+	rig := newFailover(t, failover.Local, 3)
+	daily := &ratelimit.Policy{Name: "daily", Limit: ratelimit.Daily(10, time.UTC)}
+	rate := &ratelimit.Policy{Name: "rate", Limit: ratelimit.PerSecond(10)}
+	rig.primary.down.Store(true)
+	rig.clock.Advance(18 * time.Hour)
+	ctx := context.Background()
+	take := func(p *ratelimit.Policy, cost int64) ratelimit.Result {
+		t.Helper()
+		res, err := rig.store.Take(ctx, p, "k", cost)
+		require.NoError(t, err)
+		require.True(t, res.Degraded)
+		return res
+	}
+	for range 3 {
+		require.True(t, take(daily, 1).Allowed)
+	}
+	res := take(daily, 1)
+	assert.False(t, res.Allowed)
+	assert.Equal(t, 6*time.Hour, res.RetryAfter)
+	assert.Equal(t, int64(3), res.Policy.Limit.Burst())
+
+	debt := *rate
+	debt.Algorithm = algo.Debt
+	res = take(&debt, 1000)
+	assert.True(t, res.Allowed)
+	assert.Equal(t, 2*3*300*time.Millisecond, res.ResetAfter, "a burst of debt past the share's 3 tokens at a third of the rate")
 }
 
 // TestFailoverLocalShareReused: while degraded, Local decides with one

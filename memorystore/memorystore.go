@@ -7,8 +7,9 @@
 // caps the keys held. At the cap a new key evicts a bucket close to full,
 // never a Global policy's bucket nor a ban in force; size the cap above the
 // number of clients active within the time an empty bucket takes to fill
-// (burst × interval). docs/stores.md says what eviction may give back, and
-// how the table decides exactly without a lock.
+// (burst × interval; a calendar quota's period). docs/stores.md says what
+// eviction may give back, and how the table decides exactly without a
+// lock.
 package memorystore
 
 import (
@@ -188,9 +189,14 @@ func (s *Store) takeLocked(sh *shard, p *ratelimit.Policy, fp uint64, cost int64
 // noRoom turns res, the decision on a new key of p that finds no room (its
 // shard is at the cap and holds only keys that are never evicted), into the
 // refusal of an empty bucket: the key is not kept, and a request admitted
-// for it would be admitted again on every request.
+// for it would be admitted again on every request. An empty calendar quota
+// is refused until its reset.
 func noRoom(res ratelimit.Result, p *ratelimit.Policy, cost int64) ratelimit.Result {
 	res.Allowed, res.Remaining, res.Delay = false, 0, 0
+	if p.Limit.Interval() == 0 {
+		res.RetryAfter = res.ResetAfter // the time to the reset
+		return res
+	}
 	res.RetryAfter = time.Duration(cost) * p.Limit.Interval()
 	res.ResetAfter = time.Duration(p.Limit.Burst()) * p.Limit.Interval()
 	return res

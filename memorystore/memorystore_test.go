@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	_ "time/tzdata" // Europe/Paris on any machine
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
@@ -256,6 +257,13 @@ func TestTakeDoesNotAllocate(t *testing.T) {
 	require.NoError(t, s.TakeAll(ctx, reqs, results))
 	allocs = testing.AllocsPerRun(300, func() { _ = s.TakeAll(ctx, reqs, results) })
 	assert.Zero(t, allocs, "a batch of keys held")
+
+	paris, err := time.LoadLocation("Europe/Paris")
+	require.NoError(t, err)
+	daily := ratelimit.Policy{Name: "daily", Limit: ratelimit.Daily(1_000_000, paris)}
+	_, _ = s.Take(ctx, &daily, "present", 1)
+	allocs = testing.AllocsPerRun(500, func() { _, _ = s.Take(ctx, &daily, "present", 1) })
+	assert.Zero(t, allocs, "a calendar quota's key held")
 }
 
 func TestShardIs128Bytes(t *testing.T) {
@@ -337,13 +345,24 @@ func keys(n int) []string {
 	return ks
 }
 
+// BenchmarkTakeOneKey decides one key held, under each algorithm and as a
+// calendar quota (in UTC and in a zone of its own).
 func BenchmarkTakeOneKey(b *testing.B) {
+	paris, err := time.LoadLocation("Europe/Paris")
+	require.NoError(b, err)
+	var policies []ratelimit.Policy
 	for _, alg := range []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.LeakyPolice, ratelimit.LeakyShape} {
 		name, _ := alg.MarshalText()
-		b.Run(string(name), func(b *testing.B) {
+		p := benchPolicy
+		p.Name, p.Algorithm = string(name), alg
+		policies = append(policies, p)
+	}
+	policies = append(policies,
+		ratelimit.Policy{Name: "daily", Limit: ratelimit.Daily(1e12, time.UTC)},
+		ratelimit.Policy{Name: "daily-paris", Limit: ratelimit.Daily(1e12, paris)})
+	for _, p := range policies {
+		b.Run(p.Name, func(b *testing.B) {
 			s := newStore(b, nil)
-			p := benchPolicy
-			p.Algorithm = alg
 			ctx := context.Background()
 			b.ReportAllocs()
 			allowed := 0

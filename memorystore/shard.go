@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/internal/algo"
@@ -20,7 +21,7 @@ type shard struct {
 	tab         atomic.Pointer[table] // nil until the first key
 	tidyAt      atomic.Int64          // the store's time from which a decision tidies
 	lockedUntil atomic.Int64          // the store's time until which decisions take the lock
-	spans       []int64               // the span of each kind from firstSpan on (under mu)
+	spans       []int64               // the span of each kind from firstSpan on (under mu; see kind)
 	_           [16]byte
 
 	mu            sync.Mutex               // held to fill, kill or replace slots
@@ -28,7 +29,7 @@ type shard struct {
 	globals, bans int                      // live slots of kind kindGlobal, and of kind kindBan
 	next          uint64                   // where tidy looks next (taken modulo the table's length)
 	credits       map[uint64]credit.Bucket // of each credited bucket, by its word's id (under mu)
-	_             [8]byte
+	quotas        *[]ratelimit.Limit       // the calendar quotas of the kinds whose span is negative (under mu)
 }
 
 // tidyEvery is how often, in the store's time, a shard that decisions
@@ -49,7 +50,7 @@ const evictSample = 8
 
 // The kinds of bucket, which say what the cap may do with them: the kinds
 // below firstSpan are never evicted; a bucket of kind k ≥ firstSpan is
-// ranked by its span, the shard's spans[k-firstSpan].
+// ranked by its span, the shard's spans[k-firstSpan] (see kind and rank).
 const (
 	// kindGlobal is a Global policy's bucket, one per policy: never
 	// evicted, and not counted in the cap.
@@ -62,8 +63,12 @@ const (
 )
 
 // kind returns the kind of p's buckets, adding its span to the shard's
-// spans if it is new. A shard that already has maxSpans spans gives it the
-// kind of the nearest. The shard is locked.
+// spans if it is new. A span is what ranks the buckets of a kind at the
+// cap: for a rate, burst × interval, the time an empty bucket takes to
+// fill; for a calendar quota, whose tokens all come back at its period's
+// end, the quota itself, as -1 - its index in the shard's quotas. A shard
+// that already has maxSpans spans gives p the kind of the nearest (a
+// quota's, the nearest quota's). The shard is locked.
 func (sh *shard) kind(p *ratelimit.Policy) uint8 {
 	switch {
 	case p.Global:
@@ -72,6 +77,9 @@ func (sh *shard) kind(p *ratelimit.Policy) uint8 {
 		return kindBan
 	}
 	span := p.Limit.Burst() * int64(p.Limit.Interval())
+	if span == 0 {
+		return sh.quotaKind(p.Limit)
+	}
 	if i := slices.Index(sh.spans, span); i >= 0 {
 		return uint8(firstSpan + i)
 	}
@@ -79,10 +87,41 @@ func (sh *shard) kind(p *ratelimit.Policy) uint8 {
 		sh.spans = append(sh.spans, span)
 		return uint8(firstSpan + len(sh.spans) - 1)
 	}
+	return sh.nearest(float64(span), func(s int64) (float64, bool) { return float64(s), s > 0 })
+}
+
+// quotaKind is kind for a calendar quota's limit l.
+func (sh *shard) quotaKind(l ratelimit.Limit) uint8 {
+	for i, s := range sh.spans {
+		if s < 0 && (*sh.quotas)[-1-s] == l {
+			return uint8(firstSpan + i)
+		}
+	}
+	if len(sh.spans) < maxSpans {
+		if sh.quotas == nil {
+			sh.quotas = new([]ratelimit.Limit)
+		}
+		*sh.quotas = append(*sh.quotas, l)
+		sh.spans = append(sh.spans, int64(-len(*sh.quotas)))
+		return uint8(firstSpan + len(sh.spans) - 1)
+	}
+	return sh.nearest(float64(l.Burst()), func(s int64) (float64, bool) {
+		if s >= 0 {
+			return 0, false
+		}
+		return float64((*sh.quotas)[-1-s].Burst()), true
+	})
+}
+
+// nearest returns the kind whose size (of its span s, if of) is nearest
+// size, in ratio; the first if none is.
+func (sh *shard) nearest(size float64, of func(s int64) (float64, bool)) uint8 {
 	near, best := 0, math.Inf(1)
 	for i, s := range sh.spans {
-		if d := math.Abs(math.Log(float64(s) / float64(span))); d < best {
-			near, best = i, d
+		if x, ok := of(s); ok {
+			if d := math.Abs(math.Log(x / size)); d < best {
+				near, best = i, d
+			}
 		}
 	}
 	return uint8(firstSpan + near)
@@ -189,6 +228,7 @@ func (sh *shard) rebuild(now int64, extra, floor int) *table {
 	t := newTable(max(floor, size(n)))
 	var renumber [256]uint8 // a kind's new number, 0 until a key of it moves
 	var spans []int64
+	var quotas []ratelimit.Limit
 	sh.live, sh.globals, sh.bans = 0, 0, 0
 	for i := range old.slots {
 		s := &old.slots[i]
@@ -212,7 +252,12 @@ func (sh *shard) rebuild(now int64, extra, floor int) *table {
 		k := kindOf(w)
 		if k >= firstSpan {
 			if renumber[k] == 0 {
-				spans = append(spans, sh.spans[k-firstSpan])
+				span := sh.spans[k-firstSpan]
+				if span < 0 { // a quota's
+					quotas = append(quotas, (*sh.quotas)[-1-span])
+					span = int64(-len(quotas))
+				}
+				spans = append(spans, span)
 				renumber[k] = uint8(firstSpan + len(spans) - 1)
 			}
 			k = renumber[k]
@@ -222,7 +267,10 @@ func (sh *shard) rebuild(now int64, extra, floor int) *table {
 		sh.count(k, 1)
 	}
 	sh.tab.Store(t)
-	sh.spans = spans
+	sh.spans, sh.quotas = spans, nil
+	if quotas != nil {
+		sh.quotas = &quotas
+	}
 	sh.used = sh.live
 	return t
 }
@@ -242,11 +290,11 @@ func (t *table) grown() *table {
 // It looks at a sample of the live keys from slot from on (more, if the
 // sample holds no key it may evict), and drops those whose bucket is full
 // (state at most now); if there are none, it evicts the sampled key whose
-// bucket is closest to full relative to its span (the least time to full ÷
-// span). It never evicts a global bucket or a ban, and passes over busy
-// slots; it returns false when it finds nothing else in the whole table.
-// from should be random (the new key's fingerprint is), so that the sample
-// is. The shard is locked.
+// bucket is closest to full relative to its span (see rank). It never
+// evicts a global bucket or a ban, and passes over busy slots; it returns
+// false when it finds nothing else in the whole table. from should be
+// random (the new key's fingerprint is), so that the sample is. The shard
+// is locked.
 func (sh *shard) evict(from uint64, now int64) bool {
 	t := sh.tab.Load()
 	if t == nil {
@@ -291,16 +339,37 @@ func (sh *shard) evict(from uint64, now int64) bool {
 }
 
 // fuller reports whether a bucket of kind a with state sa is closer to full
-// at now, relative to its span, than one of kind b with state sb: whether
-// (sa − now) ÷ span(a) < (sb − now) ÷ span(b), exactly. Both kinds are
-// ranked (at least firstSpan), and both states after now.
+// at now, relative to its limit, than one of kind b with state sb, exactly
+// (see rank). Both kinds are ranked (at least firstSpan).
 func (sh *shard) fuller(sa int64, a uint8, sb int64, b uint8, now int64) bool {
 	if a == b {
-		return sa < sb
+		return sa < sb // (of a quota too: the same period's end)
 	}
-	hi1, lo1 := bits.Mul64(uint64(sa-now), uint64(sh.spans[b-firstSpan]))
-	hi2, lo2 := bits.Mul64(uint64(sb-now), uint64(sh.spans[a-firstSpan]))
+	return sh.fullerRanked(sa, a, sb, b, now)
+}
+
+// fullerRanked is fuller for buckets of two kinds.
+func (sh *shard) fullerRanked(sa int64, a uint8, sb int64, b uint8, now int64) bool {
+	na, da := sh.rank(sa, a, now)
+	nb, db := sh.rank(sb, b, now)
+	hi1, lo1 := bits.Mul64(na, db)
+	hi2, lo2 := bits.Mul64(nb, da)
 	return hi1 < hi2 || hi1 == hi2 && lo1 < lo2
+}
+
+// rank returns how far at now a bucket of kind k with state st is from
+// full, relative to its limit: the share of it that evicting the bucket
+// gives back, num ÷ den. For a rate, its time to full ÷ its span; for a
+// calendar quota, the tokens spent in the period that holds now (the
+// state's distance past the period's end) ÷ its count.
+func (sh *shard) rank(st int64, k uint8, now int64) (num, den uint64) {
+	span := sh.spans[k-firstSpan]
+	if span > 0 {
+		return uint64(max(st-now, 0)), uint64(span)
+	}
+	q := &(*sh.quotas)[-1-span]
+	_, end := q.Period(time.Unix(0, now))
+	return uint64(max(st-end.UnixNano(), 0)), uint64(q.Burst())
 }
 
 // tidy looks at the next slots from where the last tidy stopped, drops the

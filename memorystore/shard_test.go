@@ -73,7 +73,11 @@ func checkShard(t *testing.T, sh *shard, model map[uint64]int64, pols map[uint64
 				bans++
 			default:
 				require.GreaterOrEqual(t, k, uint8(firstSpan), "fingerprint %#x of %s", fp, p.Name)
-				require.Equal(t, p.Limit.Burst()*int64(p.Limit.Interval()), sh.spans[k-firstSpan], "fingerprint %#x of %s: its span", fp, p.Name)
+				if span := sh.spans[k-firstSpan]; span < 0 {
+					require.Equal(t, p.Limit, (*sh.quotas)[-1-span], "fingerprint %#x of %s: its quota", fp, p.Name)
+				} else {
+					require.Equal(t, p.Limit.Burst()*int64(p.Limit.Interval()), span, "fingerprint %#x of %s: its span", fp, p.Name)
+				}
 			}
 		}
 	}
@@ -248,6 +252,64 @@ func TestEvictsTheFullestRelativeToItsSpan(t *testing.T) {
 	assert.Equal(t, 3, sh.live)
 	assert.True(t, sh.evict(0, now+1), "full again: dropped")
 	assert.Equal(t, 0, sh.live)
+}
+
+// TestEvictsQuotasByTokensSpent: a calendar quota's bucket ranks by the
+// tokens spent in the period that holds now ÷ its quota (its span is no
+// time: it refills at once at the period's end), beside the rates' time to
+// full ÷ span; a quota's bucket whose state is before the period's end
+// ranks as full.
+func TestEvictsQuotasByTokensSpent(t *testing.T) {
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC).UnixNano()
+	end := time.Date(2026, 1, 11, 0, 0, 0, 0, time.UTC).UnixNano()
+	endOfMonth := time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	daily := &ratelimit.Policy{Name: "daily", Limit: ratelimit.Daily(100, time.UTC)}
+	monthly := &ratelimit.Policy{Name: "monthly", Limit: ratelimit.Monthly(1000, time.UTC)}
+	fast := &ratelimit.Policy{Name: "fast", Limit: ratelimit.Per(10, 1000)}  // span 1000 ns
+	slow := &ratelimit.Policy{Name: "slow", Limit: ratelimit.Per(60, 60000)} // span 60 000 ns
+	var sh shard
+	require.True(t, addAs(&sh, daily, 1, end+50, now, 10))           // 1/2 of the day's quota spent
+	require.True(t, addAs(&sh, slow, 2, now+50000, now, 10))         // 5/6 of its span from full
+	require.True(t, addAs(&sh, fast, 3, now+100, now, 10))           // 1/10
+	require.True(t, addAs(&sh, daily, 4, end+1, now, 10))            // 1/100
+	require.True(t, addAs(&sh, monthly, 5, now+999, now, 10))        // before the period's end (a reset's): full
+	require.True(t, addAs(&sh, monthly, 6, endOfMonth+950, now, 10)) // 95/100 of the month's quota: the least full
+	for _, fp := range []uint64{5, 4, 3, 1, 2, 6} {
+		require.True(t, sh.evict(0, now))
+		assert.Nil(t, sh.tab.Load().lookup(fp), "evicted fingerprint %d", fp)
+	}
+	assert.Equal(t, 0, sh.live)
+}
+
+// TestKindsOfQuotas: a quota's buckets are a kind of their own per quota
+// (none is ranked as a rate); beyond maxSpans a quota takes the kind of
+// the nearest quota, a rate that of the nearest rate; a rebuild keeps the
+// quotas of the keys it keeps, and only those.
+func TestKindsOfQuotas(t *testing.T) {
+	var sh shard
+	daily := &ratelimit.Policy{Name: "d", Limit: ratelimit.Daily(100, time.UTC)}
+	sh.insert(1, 2, 0, daily)
+	sh.insert(2, 2, 0, &ratelimit.Policy{Name: "d", Limit: ratelimit.Daily(1000, time.UTC)})
+	sh.insert(3, 2, 0, &ratelimit.Policy{Name: "r", Limit: ratelimit.Per(1, 1000)})
+	assert.Equal(t, []int64{-1, -2, 1000}, sh.spans)
+	assert.Equal(t, []ratelimit.Limit{daily.Limit, ratelimit.Daily(1000, time.UTC)}, *sh.quotas)
+	for i := len(sh.spans); i < maxSpans; i++ {
+		sh.insert(uint64(i+1), 2, 0, &ratelimit.Policy{Name: "r", Limit: ratelimit.Per(1, time.Duration(1000*(i+1)))})
+	}
+	require.Len(t, sh.spans, maxSpans)
+	assert.Equal(t, uint8(firstSpan+1), sh.kind(&ratelimit.Policy{Name: "m", Limit: ratelimit.Monthly(800, time.UTC)}), "nearest to 1000 tokens")
+	assert.Equal(t, uint8(firstSpan+2), sh.kind(&ratelimit.Policy{Name: "r", Limit: ratelimit.Per(1, 1100)}), "nearest to 1000 ns")
+
+	var kept shard
+	large := &ratelimit.Policy{Name: "d", Limit: ratelimit.Daily(1000, time.UTC)}
+	rate := &ratelimit.Policy{Name: "r", Limit: ratelimit.Per(1, 1000)}
+	kept.insert(1, 2, 0, daily) // full for keepFull at the rebuild
+	kept.insert(2, 3*keepFull, 0, large)
+	kept.insert(3, 3*keepFull, 0, rate)
+	kept.rebuild(2*keepFull, 0, minSlots)
+	assert.Len(t, kept.spans, 2)
+	assert.Equal(t, []ratelimit.Limit{large.Limit}, *kept.quotas)
+	checkShard(t, &kept, map[uint64]int64{2: 3 * keepFull, 3: 3 * keepFull}, map[uint64]*ratelimit.Policy{2: large, 3: rate}, map[*slot]bool{})
 }
 
 // TestKindsBeyondMaxSpans: a shard numbers maxSpans spans exactly, ranks a

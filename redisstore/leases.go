@@ -64,7 +64,8 @@ type leaseSlot struct {
 type lease struct {
 	fp      uint64 // of the policy's name and the key; 0 for none
 	key     string // its Redis key, to give back what is left
-	iv      int64  // its policy's interval
+	iv      int64  // the interval of its policy's limit when it was taken
+	burst   int64  // and its burst: it spends for that limit only
 	until   int64  // when the lease ends, 0 for no lease
 	left    int64  // tokens not spent yet
 	size    int64  // tokens the lease took
@@ -75,14 +76,21 @@ type lease struct {
 	pending bool   // a decision of the key is on its way to Redis
 }
 
+// of reports whether e was taken under p's limit (a key's limit may
+// change: Policy.LimitFor).
+func (e *lease) of(p *ratelimit.Policy) bool {
+	return e.iv == int64(p.Limit.Interval()) && e.burst == p.Limit.Burst()
+}
+
 func newLeases(dur int64, now func() int64) *leases {
 	return &leases{seed: maphash.MakeSeed(), dur: dur, ms: dur / 1e6, now: now}
 }
 
 // spend decides a request of cost for key under p from its lease, if it
-// has one with enough tokens left; it reports false otherwise, and held
-// when the key holds a lease nonetheless, one that has ended or cannot pay
-// for the request, which takeLeased gives back.
+// has one with enough tokens left, taken under p's limit; it reports false
+// otherwise, and held when the key holds a lease nonetheless, one that has
+// ended, cannot pay for the request or was taken under another limit (the
+// key's limit changed: Policy.LimitFor), which takeLeased gives back.
 func (l *leases) spend(fp uint64, p *ratelimit.Policy, cost int64) (_ ratelimit.Result, ok, held bool) {
 	e := &l.slots[fp%leaseSlots]
 	e.mu.Lock()
@@ -91,7 +99,7 @@ func (l *leases) spend(fp uint64, p *ratelimit.Policy, cost int64) (_ ratelimit.
 		return ratelimit.Result{}, false, false
 	}
 	now := l.now()
-	if e.left < cost || now >= e.until {
+	if e.left < cost || now >= e.until || !e.of(p) {
 		return ratelimit.Result{}, false, e.until != 0
 	}
 	// The result is the algorithm's on the bucket's state as if what is
@@ -118,7 +126,7 @@ func (l *leases) refund(fp uint64, p *ratelimit.Policy, n, until int64) {
 	e := &l.slots[fp%leaseSlots]
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.fp != fp || e.id != -until || e.left+n > e.size {
+	if e.fp != fp || e.id != -until || e.left+n > e.size || !e.of(p) {
 		return
 	}
 	now := l.now()
@@ -135,7 +143,6 @@ func (l *leases) refund(fp uint64, p *ratelimit.Policy, n, until int64) {
 func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	l := s.leases
 	e := &l.slots[fp%leaseSlots]
-	iv := int64(p.Limit.Interval())
 
 	e.mu.Lock()
 	now := l.now()
@@ -155,10 +162,9 @@ func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, 
 			s.refusals.forget(e.fp)
 		}
 	}
-	want := cost
 	switch {
-	case e.fp != fp || now-e.seen > l.dur: // a new key, or one gone quiet
-		e.lease = lease{fp: fp, iv: iv, next: 1}
+	case e.fp != fp || now-e.seen > l.dur || !e.of(p): // a new key, one gone quiet, a new limit
+		e.lease = lease{fp: fp, iv: int64(p.Limit.Interval()), burst: p.Limit.Burst(), next: 1}
 	case e.until > now: // the lease was spent before its end
 		e.next = 2 * e.size
 	case e.until != 0: // it ended: size the next to what was spent
@@ -167,10 +173,8 @@ func (s *Store) takeLeased(ctx context.Context, fp uint64, p *ratelimit.Policy, 
 		e.next = max(2*e.next, 2)
 	}
 	e.next = min(e.next, max(p.Limit.Burst()/maxLeaseShare, 1))
-	if e.iv == iv {
-		want = max(e.next, cost)
-	}
-	e.iv, e.seen, e.until, e.left = iv, now, 0, 0
+	want := max(e.next, cost)
+	e.seen, e.until, e.left = now, 0, 0
 	if want == cost && back == nil {
 		// No lease to take or give back: the decision goes as without
 		// leases (batched, if the store batches).
@@ -209,7 +213,7 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 	c := s.newCall(ctx, 1)
 	c.setKey(0, rkey)
 	kind := len(c.args)
-	c.args = appendKind(c.args, ratelimit.BatchItem{Policy: p, Cost: cost})
+	c.args = appendKind(c.args, ratelimit.BatchItem{Policy: p, Cost: cost}, period{})
 	if want > cost { // a lease is gcra, and what to take if the bucket has it
 		w := want * int64(p.Limit.Interval())
 		c.args[kind] = "lease"

@@ -27,8 +27,15 @@ func (s *Store) Refund(parent context.Context, p *ratelimit.Policy, key string, 
 	if s.refusals != nil {
 		defer s.refusals.forget(fp) // it may refuse what the bucket now has
 	}
-	inc := cost * int64(p.Limit.Interval())
-	_, _, err := s.group(parent, []ratelimit.BatchItem{{Policy: p, Key: key, Cost: cost}}, func(args []any, _ ratelimit.BatchItem) []any {
+	reqs := []ratelimit.BatchItem{{Policy: p, Key: key, Cost: cost}}
+	var buf [1]period
+	periods := s.periods(reqs, buf[:0])
+	_, _, err := s.group(parent, reqs, periods, func(args []any, _ ratelimit.BatchItem, q period) []any {
+		if q.end != 0 { // a calendar quota's, at its period's end, a token a nanosecond
+			args = append(args, "quota-refund", cost/1e9, cost%1e9, took.Until/1e9, took.Until%1e9)
+			return appendPeriod(args, q)
+		}
+		inc := cost * int64(p.Limit.Interval())
 		return append(args, "refund", inc/1e9, inc%1e9, took.Until/1e9, took.Until%1e9)
 	})
 	return err

@@ -36,7 +36,9 @@ var (
 // run decides reqs, as one group of the script (see take.lua), and fills
 // results.
 func (s *Store) run(parent context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
-	reply, now, err := s.group(parent, reqs, appendKind)
+	var buf [4]period
+	periods := s.periods(reqs, buf[:0])
+	reply, now, err := s.group(parent, reqs, periods, appendKind)
 	if err != nil {
 		return err
 	}
@@ -45,11 +47,17 @@ func (s *Store) run(parent context.Context, reqs []ratelimit.BatchItem, results 
 		if err != nil {
 			return err
 		}
-		// The script reports how far the state is ahead of now; the
-		// algorithm depends only on that, so it decides at a now of 0.
-		var next int64
-		results[i], next = r.Policy.Decide(ahead, 0, r.Cost)
-		results[i].Until = now + next + credit // see take.lua's "refund"
+		if periods != nil && periods[i].end != 0 {
+			end := periods[i].at(now)
+			results[i] = quotaResult(r.Policy, end, ahead, r.Cost, end-now)
+			results[i].Until += credit // see take.lua's "refund"
+		} else {
+			// The script reports how far the state is ahead of now; the
+			// algorithm depends only on that, so it decides at a now of 0.
+			var next int64
+			results[i], next = r.Policy.Decide(ahead, 0, r.Cost)
+			results[i].Until = now + next + credit // see take.lua's "refund"
+		}
 		if allowed > 1 || results[i].Allowed != (allowed == 1) {
 			return fmt.Errorf("redisstore: the script decided %d with the state %d ahead of now, the algorithm %v", allowed, ahead, results[i].Allowed)
 		}
@@ -57,15 +65,74 @@ func (s *Store) run(parent context.Context, reqs []ratelimit.BatchItem, results 
 	return nil
 }
 
+// A period is what the script needs to decide a request of a calendar
+// quota: the end of the period that holds the caller's now, and the next
+// period's end, in Unix nanoseconds. The zero period is a rate's request.
+type period struct{ end, next int64 }
+
+// periods returns the period of each request of reqs that is a calendar
+// quota's, at this instance's now (zero for the others), in buf, or nil
+// when none is.
+func (s *Store) periods(reqs []ratelimit.BatchItem, buf []period) []period {
+	var ps []period
+	var at time.Time
+	for i, r := range reqs {
+		if r.Policy.Limit.Interval() != 0 {
+			continue // a rate
+		}
+		if ps == nil {
+			ps = slices.Grow(buf[:0], len(reqs))[:len(reqs)]
+			at = time.Now()
+			if s.now != nil {
+				at = s.now()
+			}
+		}
+		_, end := r.Policy.Limit.Period(at)
+		_, next := r.Policy.Limit.Period(end)
+		ps[i] = period{end.UnixNano(), next.UnixNano()}
+	}
+	return ps
+}
+
+// at returns the time the script decides q's request at, now being its
+// own: the end of the caller's period while now is before it, else the
+// next period's end.
+func (q period) at(now int64) int64 {
+	if now < q.end {
+		return q.end
+	}
+	return q.next
+}
+
+// quotaResult returns the decision of a request of cost under p, a
+// calendar quota, on a bucket whose state is ahead past end, the end of
+// one of its periods, that period ending after resetAfter: the decision
+// of the script, which chose the period (see period.at), or of the
+// refusal cache. Until is the new state, without the credit.
+func quotaResult(p *ratelimit.Policy, end, ahead, cost, resetAfter int64) ratelimit.Result {
+	// The period's last instant is decided at its end, as the script does.
+	res, _ := p.Decide(end+ahead, end-1, cost)
+	res.ResetAfter = time.Duration(max(resetAfter, 0))
+	if res.RetryAfter > 0 {
+		res.RetryAfter = res.ResetAfter
+	}
+	return res
+}
+
 // group sends reqs as one group of the script, within the store's
-// Timeout, with the kind and arguments of each that appendArgs appends,
-// and returns the group's reply and the time it was decided at.
-func (s *Store) group(parent context.Context, reqs []ratelimit.BatchItem, appendArgs func([]any, ratelimit.BatchItem) []any) ([]any, int64, error) {
+// Timeout, with the kind and arguments of each that appendArgs appends
+// (given its period, of periods, if it is a calendar quota's), and returns
+// the group's reply and the time it was decided at.
+func (s *Store) group(parent context.Context, reqs []ratelimit.BatchItem, periods []period, appendArgs func([]any, ratelimit.BatchItem, period) []any) ([]any, int64, error) {
 	c := s.newCall(parent, len(reqs))
 	c.deadline = time.Now().Add(s.timeout)
 	for i, r := range reqs {
 		c.setKey(i, s.key(r))
-		c.args = appendArgs(c.args, r)
+		var q period
+		if periods != nil {
+			q = periods[i]
+		}
+		c.args = appendArgs(c.args, r, q)
 	}
 	reply, err := s.decide(c)
 	if errors.Is(err, storeerr.ErrKeyState) {
@@ -138,19 +205,34 @@ func (s *Store) newCall(ctx context.Context, n int) *call {
 
 // appendKind appends to args the kind of r's decision and its arguments
 // (see take.lua): the increment and the bound, pairs of seconds and
-// nanoseconds. TokenBucket, LeakyPolice and a penalty box's algo.Strikes
-// are all a token bucket, "gcra".
-func appendKind(args []any, r ratelimit.BatchItem) []any {
+// nanoseconds, and for a calendar quota the ends of its period q.
+// TokenBucket, LeakyPolice and a penalty box's algo.Strikes are all a
+// token bucket, "gcra"; a quota is a token bucket of a token a nanosecond.
+func appendKind(args []any, r ratelimit.BatchItem, q period) []any {
 	iv := int64(r.Policy.Limit.Interval())
 	var kind any = "gcra"
 	inc, bound := r.Cost*iv, r.Policy.Limit.Burst()*iv
 	switch {
+	case q.end != 0:
+		kind, inc, bound = "quota", r.Cost, r.Policy.Limit.Burst()
+		if r.Policy.Algorithm == algo.Debt {
+			kind = "quota-debt"
+		}
+		return appendPeriod(append(args, kind, inc/1e9, inc%1e9, bound/1e9, bound%1e9), q)
 	case r.Policy.Algorithm == ratelimit.LeakyShape:
 		kind, bound = "shape", algo.ShapeBound(iv, r.Policy.Limit.Burst(), int64(r.Policy.MaxDelay), r.Policy.Immediate)
 	case r.Policy.Algorithm == algo.Ban:
 		kind, inc = "ban", r.Cost // a ban's length, in nanoseconds
+	case r.Policy.Algorithm == algo.Debt:
+		kind = "debt"
 	}
 	return append(args, kind, inc/1e9, inc%1e9, bound/1e9, bound%1e9)
+}
+
+// appendPeriod appends to args the ends of a calendar quota's period q, a
+// pair each.
+func appendPeriod(args []any, q period) []any {
+	return append(args, q.end/1e9, q.end%1e9, q.next/1e9, q.next%1e9)
 }
 
 // A call is one group of the script on its way to Redis: the requests of
@@ -163,7 +245,7 @@ type call struct {
 	reply    []any           // once decided: per key allowed, ahead-s, ahead-n
 	err      error           // or why it could not be
 	done     chan struct{}   // for a queued call: closed once reply or err is set
-	one      [15]any         // args' backing array for a call of one key
+	one      [15]any         // args' backing array for a call of one key (a calendar quota's needs one more)
 	key      string          // the key of a call of one key, in args as *string
 }
 

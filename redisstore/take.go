@@ -18,7 +18,9 @@ func (s *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 		return s.takeOne(ctx, 0, p, key, cost)
 	}
 	fp := fingerprint(s.seed, p.Name, key)
-	asks := cost > 0 || cost == 0 && p.Algorithm == algo.Ban // what the refusal cache may refuse
+	// What the refusal cache may refuse: not a charge past empty (algo.Debt),
+	// which is always allowed.
+	asks := cost > 0 && p.Algorithm != algo.Debt || cost == 0 && p.Algorithm == algo.Ban
 	if leased {
 		// The key's lease answers, without a round trip: a request it
 		// pays for, a look at the bucket (cost 0), tokens given back.
@@ -43,11 +45,13 @@ func (s *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 }
 
 // leasable reports whether p's tokens may be leased: those of a token
-// bucket or a leaky bucket policing. A penalty box's buckets have
-// algorithms of their own (the Store contract), whose strikes and bans must
-// be counted where every instance sees them.
+// bucket or a leaky bucket policing, but a calendar quota's, whose tokens
+// all come back at once at its reset, leased or not. A penalty box's
+// buckets have algorithms of their own (the Store contract), whose strikes
+// and bans must be counted where every instance sees them; a charge past
+// empty (algo.Debt) is the bucket's own.
 func leasable(p *ratelimit.Policy) bool {
-	return p.Algorithm == ratelimit.TokenBucket || p.Algorithm == ratelimit.LeakyPolice
+	return (p.Algorithm == ratelimit.TokenBucket || p.Algorithm == ratelimit.LeakyPolice) && p.Limit.Interval() != 0
 }
 
 // takeOne decides a request in Redis, without a lease.

@@ -63,20 +63,41 @@
 --                       time it ends; refused while banned, and then
 --                       unchanged; else inc 0 asks, and a positive inc
 --                       bans for inc from now; bound is unused
+--              "debt"   inc bound: a charge past empty, always allowed:
+--                       the state moves on by inc, but to no more than
+--                       2 × bound ahead of now (a burst of debt), and
+--                       never back
+--              "quota", "quota-debt", "quota-refund"
+--                       inc bound-or-until end next: a calendar quota's
+--                       "gcra", "debt" and "refund", with inc cost × 1 ns
+--                       and bound n × 1 ns for a quota of n, decided at
+--                       the end of its period instead of now: end (a
+--                       pair), that of the period holding the caller's
+--                       now, while now is before it, else next (a pair),
+--                       the next period's end. Its state is that end plus
+--                       the tokens spent in the period, so that the
+--                       bucket is full again once now reaches the end.
 --
--- Every key of a group is decided at the same instant. A group's new
--- states are written only if every key allows; a key is kept exactly as
--- long as it carries information (until its state, or its leases' epochs
--- end, rounded up to the millisecond).
+-- A state more than 2 × bound ahead of now (kept under a longer limit than
+-- the one given, or before the clock went back) refuses every "gcra" or
+-- "lease" request, as the algorithm's clip to 2 × bound does; it is
+-- reported as it is, for the client's Until.
+--
+-- Every key of a group is decided at the same instant (a calendar quota's
+-- at its period's end). A group's new states are written only if every
+-- key allows; a key is kept exactly as long as it carries information
+-- (until its state, or its leases' epochs end, rounded up to the
+-- millisecond, from now).
 --
 -- Returns one element per group: an error ({err = ...}) when one of its
 -- keys cannot be read (a key of another type, say; the group then changes
 -- nothing), else, per key: allowed (0 or 1, or for a granted lease 2 + E,
--- its epoch), then how far the key's state was ahead of now before the
--- decision, leases counted, a pair (0, 0 for a full bucket, an empty queue
--- or a new key), then its credit after the decision, a pair; and last the
--- group's now, a pair. The decision depends on nothing else, so the client
--- can compute the whole result from it.
+-- its epoch), then how far the key's state was ahead of now (a calendar
+-- quota's: of its period's end) before the decision, leases counted, a
+-- pair (0, 0 for a full bucket, an empty queue or a new key), then its
+-- credit after the decision, a pair; and last the group's now, a pair. The
+-- decision depends on nothing else, so the client can compute the whole
+-- result from it.
 
 local G = 1000000000
 local K = 4 -- the epochs a lease's room is kept
@@ -112,14 +133,31 @@ local function positive(s, n)
   return s > 0 or (s == 0 and n > 0)
 end
 
+-- A calendar quota's kinds, and the kind each is decided as, at the end of
+-- the quota's period.
+local QUOTA = {quota = "gcra", ["quota-debt"] = "debt", ["quota-refund"] = "refund"}
+
 -- the number of arguments of a key of kind
 local function stride(kind)
   if kind == "lease" then
     return 8
   elseif kind == "return" then
     return 6
+  elseif QUOTA[kind] then
+    return 9
   end
   return 5
+end
+
+-- periodEnd returns the time at which the calendar quota whose arguments
+-- start at ARGV[j] is decided: the end of the caller's period while now is
+-- before it, else the next period's end.
+local function periodEnd(j, nowS, nowN)
+  local s, n = tonumber(ARGV[j + 5]), tonumber(ARGV[j + 6])
+  if le(s, n, nowS, nowN) then
+    return tonumber(ARGV[j + 7]), tonumber(ARGV[j + 8])
+  end
+  return s, n
 end
 
 -- A key's state while its group is decided, a table:
@@ -347,10 +385,24 @@ local function lease(st, wS, wN, l, bS, bN, nowMs)
   return true
 end
 
--- decide decides st by the key's kind and arguments at ARGV[j], and
--- returns what it allowed (0, 1, or 2 + E for a lease granted in epoch E).
-local function decide(st, j, nowS, nowN, nowMs)
-  local kind = ARGV[j]
+-- owe takes inc from st past empty: the state moves on by inc, to at most
+-- 2 × bound ahead of now (a burst of debt), and never back. Always allowed.
+local function owe(st, incS, incN, bS, bN)
+  local aS, aN = add(st.dS, st.dN, incS, incN)
+  local mS, mN = add(bS, bN, bS, bN)
+  if le(mS, mN, aS, aN) then
+    aS, aN = mS, mN
+  end
+  if le(st.dS, st.dN, aS, aN) then
+    st.aS, st.aN = aS, aN
+  end
+  return 1
+end
+
+-- decide decides st as a key of kind, whose arguments start at ARGV[j],
+-- at now, and returns what it allowed (0, 1, or 2 + E for a lease granted
+-- in epoch E).
+local function decide(st, kind, j, nowS, nowN, nowMs)
   local incS, incN = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
   st.aS, st.aN = st.dS, st.dN
   if kind == "refund" then
@@ -363,6 +415,9 @@ local function decide(st, j, nowS, nowN, nowMs)
     return 1 -- a cost of 0 only reads
   end
   local bS, bN = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
+  if kind == "debt" then
+    return owe(st, incS, incN, bS, bN)
+  end
   if kind == "lease" and lease(st, tonumber(ARGV[j + 5]), tonumber(ARGV[j + 6]), tonumber(ARGV[j + 7]), bS, bN, nowMs) then
     return 2 + st.E
   end
@@ -375,11 +430,12 @@ local function decide(st, j, nowS, nowN, nowMs)
   return le(aS, aN, bS, bN) and 1 or 0
 end
 
--- write stores st's new state at key, kept exactly as long as it carries
+-- write stores st's new state at key, decided at vS, vN (now, or a
+-- calendar quota's period end), kept exactly as long as it carries
 -- information (until its state plus its credit, or its leases' epochs
--- end, rounded up to the millisecond), or deletes the key when it carries
--- none.
-local function write(key, st, nowS, nowN, nowMs, slack)
+-- end, rounded up to the millisecond, from now), or deletes the key when
+-- it carries none.
+local function write(key, st, vS, vN, nowS, nowN, nowMs, slack)
   local aS, aN = st.aS, st.aN
   if not positive(aS, aN) then
     aS, aN = 0, 0
@@ -388,7 +444,10 @@ local function write(key, st, nowS, nowN, nowMs, slack)
   local wS, wN = add(aS, aN, cS, cN)
   local ms = 0
   if positive(wS, wN) then
-    ms = wS * 1000 + math.ceil(wN / 1000000)
+    wS, wN = add(wS, wN, sub(vS, vN, nowS, nowN))
+    if positive(wS, wN) then
+      ms = wS * 1000 + math.ceil(wN / 1000000)
+    end
   end
   local tail = ""
   if positive(cS, cN) then
@@ -415,7 +474,7 @@ local function write(key, st, nowS, nowN, nowMs, slack)
   if ms == 0 then
     redis.call("DEL", key)
   else
-    local s, n = add(nowS, nowN, aS, aN)
+    local s, n = add(vS, vN, aS, aN)
     redis.call("SET", key, string.format("%d:%d", s, n) .. tail, "PX", ms + slack)
   end
 end
@@ -474,22 +533,27 @@ local function group(k, j, m, nowS, nowN, slack)
     end
   end
   local nowMs = nowS * 1000 + math.floor(nowN / 1000000)
-  local out, states, all = {}, {}, true
+  local out, states, at, all = {}, {}, {}, true
   for i = 1, m do
-    local st, failed = read(KEYS[k + i], nowS, nowN, nowMs)
+    -- the key's kind, and the time it is decided at
+    local kind, vS, vN = ARGV[j], nowS, nowN
+    if QUOTA[kind] then
+      kind, vS, vN = QUOTA[kind], periodEnd(j, nowS, nowN)
+    end
+    local st, failed = read(KEYS[k + i], vS, vN, nowMs)
     if not st then
       return failed -- the group changes nothing
     end
-    local allowed = decide(st, j, nowS, nowN, nowMs)
+    local allowed = decide(st, kind, j, vS, vN, nowMs)
     all = all and allowed > 0
     out[5 * i - 4], out[5 * i - 3], out[5 * i - 2] = allowed, st.dS, st.dN
     out[5 * i - 1], out[5 * i] = st.cS, st.cN
-    states[i] = st
+    states[i], at[2 * i - 1], at[2 * i] = st, vS, vN
     j = j + stride(ARGV[j])
   end
   if all then
     for i = 1, m do
-      write(KEYS[k + i], states[i], nowS, nowN, nowMs, slack)
+      write(KEYS[k + i], states[i], at[2 * i - 1], at[2 * i], nowS, nowN, nowMs, slack)
     end
   end
   out[5 * m + 1], out[5 * m + 2] = nowS, nowN

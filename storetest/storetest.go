@@ -76,7 +76,13 @@ func Run(t *testing.T, newStore NewStore) {
 		{"PenaltyBurstBansFor", testPenaltyBurstBansFor},
 		{"PenaltyBurstBackOff", testPenaltyBurstBackOff},
 		{"PenaltyReset", testPenaltyReset},
+		{"QuotaWithRate", testQuotaWithRate},
+		{"Debt", testDebt},
+		{"DebtCharge", testDebtCharge},
+		{"ChangedLimit", testChangedLimit},
+		{"LimitForUpgrade", testLimitForUpgrade},
 	})
+	runTests(t, newStore, quotaTests)
 }
 
 // test is one test of the suite.

@@ -25,7 +25,8 @@ import (
 // and the optional stores: no give-backs (RefundStore), no Reset, no atomic
 // batch of several policies. It knows only the token bucket, so it refuses
 // to decide a shaping policy or a penalty box's ban, whose state is no
-// token count.
+// token count, a calendar quota (ratelimit.Daily, Monthly), whose tokens
+// come back at a fixed time, and a charge past empty (Limiter.Charge).
 type xrateStore struct {
 	mu  sync.Mutex
 	lim map[bucket]*rate.Limiter
@@ -35,7 +36,11 @@ type bucket struct{ policy, key string }
 
 func (s *xrateStore) Take(_ context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	if p.Algorithm != ratelimit.TokenBucket && p.Algorithm != ratelimit.LeakyPolice {
-		return ratelimit.Result{}, fmt.Errorf("xrateStore: policy %q: only token buckets", p.Name)
+		alg, _ := p.Algorithm.MarshalText()
+		return ratelimit.Result{}, fmt.Errorf("xrateStore: policy %q: only token buckets, not %s", p.Name, alg)
+	}
+	if p.Limit.Interval() == 0 {
+		return ratelimit.Result{}, fmt.Errorf("xrateStore: policy %q: only rates, not the calendar quota %v", p.Name, p.Limit)
 	}
 	s.mu.Lock()
 	l := s.lim[bucket{p.Name, key}]

@@ -1,0 +1,142 @@
+package storetest
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+// testChangedLimit: a key's bucket under a policy whose limit changed
+// (Policy.LimitFor gives the store a policy of the same name with another
+// Limit) is decided by the new limit at once, on the state the old one
+// left: the time the bucket needs to be full again, which counts as at
+// most a burst of debt past empty under the new limit (the state clipped
+// to now + 2τ'). So a key that spent all of Per(10, 24h), given
+// Per(100, time.Hour), is refused, its first token τ' + 36 s away; from
+// then on, a client that retries when told and charges past empty are
+// decided as Decide decides on the state the old limit left, whatever it
+// decides. A key that spent half of Per(100, time.Hour), given
+// Per(10, 24h), has 9 tokens: a downgrade never admits more at one instant
+// than the new burst.
+func testChangedLimit(t *testing.T, c *Clock, s ratelimit.Store) {
+	daily := policy("plan", ratelimit.Per(10, 24*time.Hour))
+	hourly := policy("plan", ratelimit.Per(100, time.Hour))
+	var m model
+	m.take(daily, c, 10)
+	run(t, c, s, daily, []step{{cost: 10, want: allowed(0, 24*time.Hour)}})
+	run(t, c, s, hourly, []step{{cost: 1, want: refused(0, time.Hour+36*time.Second, 2*time.Hour)}})
+	m.take(hourly, c, 1)
+	for i := range 4 {
+		want := m.take(hourly, c, 0)
+		run(t, c, s, hourly, []step{{cost: 0, want: want}})
+		want = m.take(owing(hourly), c, int64(i))
+		run(t, c, s, owing(hourly), []step{{cost: int64(i), want: want}})
+		want = m.take(hourly, c, 1)
+		run(t, c, s, hourly, []step{{cost: 1, want: want}})
+		if want.Allowed {
+			break
+		}
+		c.Advance(want.RetryAfter)
+	}
+
+	run(t, c, s, hourly, []step{{key: "down", cost: 50, want: allowed(50, 30*time.Minute)}})
+	run(t, c, s, daily, []step{
+		{key: "down", cost: 10, want: refused(9, 30*time.Minute, 30*time.Minute)},
+		{key: "down", cost: 9, want: allowed(0, 22*time.Hour+6*time.Minute)},
+		{key: "down", cost: 1, want: refused(0, 30*time.Minute, 22*time.Hour+6*time.Minute)},
+	})
+}
+
+// model is one bucket that Decide alone decides: what a store must answer.
+type model struct{ state int64 }
+
+// take decides a request of cost under p at c's now in m, and returns the
+// result a store's Take must give (but for Until, the store's own).
+func (m *model) take(p *ratelimit.Policy, c *Clock, cost int64) ratelimit.Result {
+	var res ratelimit.Result
+	res, m.state = p.Decide(m.state, c.Now().UnixNano(), cost)
+	res.Until = 0
+	return res
+}
+
+// testQuotaChangedLimit: a calendar quota whose count changed keeps the
+// tokens spent in the period: raised, they are spent of the new count;
+// lowered below them, the key is refused until the reset.
+func testQuotaChangedLimit(t *testing.T, c *Clock, s ratelimit.Store) {
+	small := policy("daily", ratelimit.Daily(5, time.UTC))
+	large := policy("daily", ratelimit.Daily(100, time.UTC))
+	c.Advance(10 * time.Hour)
+	run(t, c, s, small, []step{{cost: 5, want: allowed(0, 14*time.Hour)}})
+	run(t, c, s, large, []step{
+		{cost: 1, want: allowed(94, 14*time.Hour)},
+		{key: "down", cost: 50, want: allowed(50, 14*time.Hour)},
+	})
+	run(t, c, s, small, []step{
+		{key: "down", cost: 1, want: refused(0, 14*time.Hour, 14*time.Hour)},
+		{key: "down", advance: 14 * time.Hour, cost: 5, want: allowed(0, 24*time.Hour)},
+	})
+}
+
+// plans is a Policy.LimitFor: a limit per key, changed while in use.
+type plans struct {
+	mu     sync.Mutex
+	limits map[string]ratelimit.Limit
+}
+
+func (p *plans) set(key string, l ratelimit.Limit) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.limits[key] = l
+}
+
+func (p *plans) limitFor(key string) (ratelimit.Limit, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l, ok := p.limits[key]
+	return l, ok
+}
+
+// testLimitForUpgrade: through a Limiter whose policy takes each key's
+// limit from a lookup (Policy.LimitFor), a key refused under its limit is
+// allowed at once when the lookup raises its burst, with the tokens the
+// larger bucket has; what a store knows of the key under the old limit (a
+// cached refusal) does not answer for the new one. Lowered again, the key
+// has what the smaller bucket holds.
+func testLimitForUpgrade(t *testing.T, c *Clock, s ratelimit.Store) {
+	pl := &plans{limits: map[string]ratelimit.Limit{}}
+	l := limiter(t, s, ratelimit.Policy{Name: "plan", Limit: fivePerSecond, LimitFor: pl.limitFor})
+	for range 10 {
+		require.True(t, limit(t, l, "k", 1).Allowed)
+	}
+	for range 3 {
+		res := limit(t, l, "k", 1)
+		require.False(t, res.Allowed)
+		assert.Equal(t, 200*ms, res.RetryAfter)
+	}
+	large := ratelimit.PerSecond(5).WithBurst(100)
+	pl.set("k", large)
+	res := limit(t, l, "k", 1)
+	require.True(t, res.Allowed, "at once under the new limit")
+	assert.Equal(t, large, res.Policy.Limit)
+	assert.Equal(t, int64(89), res.Remaining, "20 s of tokens, 2.2 s of them spent")
+	assert.Equal(t, 2200*ms, res.ResetAfter)
+	for range 89 {
+		require.True(t, limit(t, l, "k", 1).Allowed)
+	}
+	res = limit(t, l, "k", 1)
+	require.False(t, res.Allowed)
+	assert.Equal(t, 200*ms, res.RetryAfter)
+
+	pl.set("k", fivePerSecond)
+	res = limit(t, l, "k", 1)
+	assert.False(t, res.Allowed)
+	assert.Equal(t, fivePerSecond, res.Policy.Limit)
+	assert.Equal(t, int64(0), res.Remaining)
+	assert.Equal(t, 4*time.Second, res.ResetAfter, "20 s to full, counted as a burst of debt")
+	assert.Equal(t, 2200*ms, res.RetryAfter)
+}
