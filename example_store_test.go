@@ -48,7 +48,8 @@ func (s *mapStore) Take(ctx context.Context, p *ratelimit.Policy, key string, co
 // nothing, so that a request one policy refuses spends nothing from the
 // others: the optional ratelimit.BatchStore. Under the lock it decides each
 // request on the state the requests before it left, and writes the states
-// only if all were allowed.
+// only if all were allowed (a refused one's state, which Decide may clip,
+// always).
 func (s *mapStore) TakeAll(_ context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -66,9 +67,11 @@ func (s *mapStore) TakeAll(_ context.Context, reqs []ratelimit.BatchItem, result
 		results[i], next[key] = res, mapBucket{state, b.credit}
 		all = all && res.Allowed
 	}
-	if all {
-		for key, b := range next {
-			s.save(key, b, now)
+	for i, r := range reqs {
+		// All or nothing is spent; a refused request keeps the state
+		// Decide gives it (a policy with LimitFor may clip it).
+		if key := bucketKey(r.Policy.Name, r.Key); all || !results[i].Allowed {
+			s.save(key, next[key], now)
 		}
 	}
 	return nil

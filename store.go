@@ -48,7 +48,9 @@ var ErrNotAtomic = errors.New("ratelimit: requests cannot be decided atomically"
 type BatchStore interface {
 	Store
 	// TakeAll writes each request's result to results[i] as Take would,
-	// and spends them all if every one is allowed, else none. It returns
+	// and spends them all if every one is allowed, else none (a refused
+	// request still keeps the state Decide gives it, which LimitFor's
+	// clip may move back). It returns
 	// ErrNotAtomic, having done nothing, when it cannot decide them in one
 	// step (keys on different Redis Cluster slots, say).
 	TakeAll(ctx context.Context, reqs []BatchItem, results []Result) error

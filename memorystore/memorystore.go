@@ -203,8 +203,9 @@ func noRoom(res ratelimit.Result, p *ratelimit.Policy, cost int64) ratelimit.Res
 }
 
 // TakeAll implements [ratelimit.BatchStore]: it decides every request at
-// one instant and spends only if all are allowed; requests on one bucket
-// are decided one after the other. It never fails.
+// one instant and spends only if all are allowed (a refused request keeps
+// the state Decide gives it); requests on one bucket are decided one after
+// the other. It never fails.
 func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
 	// Lock the shards of every key (in shard order, so that concurrent
 	// batches cannot deadlock), take the slot of each key held so that no
@@ -262,8 +263,8 @@ func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.BatchItem, results [
 	// table, which needs every slot free.
 	for i, sl := range slots {
 		switch {
-		case sl != nil && all:
-			sl.state.Store(states[i])
+		case sl != nil && (all || !results[i].Allowed && states[i] < held[i]):
+			sl.state.Store(states[i]) // (a refusal's state moves back only by Decide's clip)
 		case sl != nil:
 			sl.state.Store(held[i])
 		}

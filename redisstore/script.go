@@ -225,6 +225,8 @@ func appendKind(args []any, r ratelimit.BatchItem, q period) []any {
 		kind, inc = "ban", r.Cost // a ban's length, in nanoseconds
 	case r.Policy.Algorithm == algo.Debt:
 		kind = "debt"
+	case r.Policy.LimitFor != nil:
+		kind = "capped" // a state kept under another limit counts, and is kept, as a burst of debt
 	}
 	return append(args, kind, inc/1e9, inc%1e9, bound/1e9, bound%1e9)
 }

@@ -47,6 +47,10 @@
 --            its arguments:
 --              "gcra"   inc bound: token bucket, leaky policing; inc is
 --                       cost × interval, bound the depth burst × interval
+--              "capped" inc bound: "gcra" for a policy whose keys have
+--                       limits of their own (LimitFor): a state more than
+--                       2 × bound ahead of now counts as 2 × bound ahead,
+--                       and is written so, on a refusal too
 --              "shape"  inc bound: leaky shaping; bound is the longest
 --                       admissible wait
 --              "refund" inc until: give back inc (a pair), but no more
@@ -485,7 +489,7 @@ end
 -- changed nothing.
 local function plain(key, j, nowS, nowN, slack)
   local kind = ARGV[j]
-  if kind ~= "gcra" and kind ~= "shape" then
+  if kind ~= "gcra" and kind ~= "shape" and kind ~= "capped" then
     return nil
   end
   local dS, dN = 0, 0
@@ -502,6 +506,13 @@ local function plain(key, j, nowS, nowN, slack)
   end
   local incS, incN = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
   local bS, bN = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
+  local clipped = false
+  if kind == "capped" then
+    local cS, cN = add(bS, bN, bS, bN)
+    if not le(dS, dN, cS, cN) then
+      dS, dN, clipped = cS, cN, true
+    end
+  end
   local aS, aN = add(dS, dN, incS, incN)
   local allowed = 1
   if positive(incS, incN) then
@@ -518,6 +529,9 @@ local function plain(key, j, nowS, nowN, slack)
     else
       redis.call("DEL", key)
     end
+  elseif clipped then
+    local s, n = add(nowS, nowN, dS, dN)
+    redis.call("SET", key, string.format("%d:%d", s, n), "PX", dS * 1000 + math.ceil(dN / 1000000) + slack)
   end
   return {allowed, dS, dN, 0, 0, nowS, nowN}
 end
@@ -544,6 +558,14 @@ local function group(k, j, m, nowS, nowN, slack)
     if not st then
       return failed -- the group changes nothing
     end
+    if kind == "capped" then
+      kind = "gcra"
+      local bS, bN = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
+      local cS, cN = add(bS, bN, bS, bN)
+      if not le(st.dS, st.dN, cS, cN) then
+        st.dS, st.dN, st.clipped = cS, cN, true
+      end
+    end
     local allowed = decide(st, kind, j, vS, vN, nowMs)
     all = all and allowed > 0
     out[5 * i - 4], out[5 * i - 3], out[5 * i - 2] = allowed, st.dS, st.dN
@@ -551,9 +573,13 @@ local function group(k, j, m, nowS, nowN, slack)
     states[i], at[2 * i - 1], at[2 * i] = st, vS, vN
     j = j + stride(ARGV[j])
   end
-  if all then
-    for i = 1, m do
-      write(KEYS[k + i], states[i], at[2 * i - 1], at[2 * i], nowS, nowN, nowMs, slack)
+  for i = 1, m do
+    local st = states[i]
+    if all or st.clipped then
+      if not all then
+        st.aS, st.aN = st.dS, st.dN -- refused: only the clip is kept
+      end
+      write(KEYS[k + i], st, at[2 * i - 1], at[2 * i], nowS, nowN, nowMs, slack)
     end
   end
   out[5 * m + 1], out[5 * m + 2] = nowS, nowN

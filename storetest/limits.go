@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -108,35 +109,52 @@ func (p *plans) limitFor(key string) (ratelimit.Limit, bool) {
 // cached refusal) does not answer for the new one. Lowered again, the key
 // has what the smaller bucket holds.
 func testLimitForUpgrade(t *testing.T, c *Clock, s ratelimit.Store) {
+	for _, wide := range []bool{false, true} {
+		t.Run(map[bool]string{false: "alone", true: "with a wide policy"}[wide], func(t *testing.T) { limitForUpgrade(t, c, s, wide) })
+	}
+}
+
+// limitForUpgrade is testLimitForUpgrade, with a second policy that never
+// binds when wide (so that a BatchStore decides both in one step).
+func limitForUpgrade(t *testing.T, c *Clock, s ratelimit.Store, wide bool) {
 	pl := &plans{limits: map[string]ratelimit.Limit{}}
-	l := limiter(t, s, ratelimit.Policy{Name: "plan", Limit: fivePerSecond, LimitFor: pl.limitFor})
+	ps := []ratelimit.Policy{{Name: "plan", Limit: fivePerSecond, LimitFor: pl.limitFor}}
+	if wide {
+		ps = append(ps, ratelimit.Policy{Name: "wide", Limit: ratelimit.PerSecond(1000)})
+	}
+	key := fmt.Sprintf("k-%v", wide)
+	l := limiter(t, s, ps...)
 	for range 10 {
-		require.True(t, limit(t, l, "k", 1).Allowed)
+		require.True(t, limit(t, l, key, 1).Allowed)
 	}
 	for range 3 {
-		res := limit(t, l, "k", 1)
+		res := limit(t, l, key, 1)
 		require.False(t, res.Allowed)
 		assert.Equal(t, 200*ms, res.RetryAfter)
 	}
 	large := ratelimit.PerSecond(5).WithBurst(100)
-	pl.set("k", large)
-	res := limit(t, l, "k", 1)
+	pl.set(key, large)
+	res := limit(t, l, key, 1)
 	require.True(t, res.Allowed, "at once under the new limit")
 	assert.Equal(t, large, res.Policy.Limit)
 	assert.Equal(t, int64(89), res.Remaining, "20 s of tokens, 2.2 s of them spent")
 	assert.Equal(t, 2200*ms, res.ResetAfter)
 	for range 89 {
-		require.True(t, limit(t, l, "k", 1).Allowed)
+		require.True(t, limit(t, l, key, 1).Allowed)
 	}
-	res = limit(t, l, "k", 1)
+	res = limit(t, l, key, 1)
 	require.False(t, res.Allowed)
 	assert.Equal(t, 200*ms, res.RetryAfter)
 
-	pl.set("k", fivePerSecond)
-	res = limit(t, l, "k", 1)
+	pl.set(key, fivePerSecond)
+	res = limit(t, l, key, 1)
 	assert.False(t, res.Allowed)
 	assert.Equal(t, fivePerSecond, res.Policy.Limit)
 	assert.Equal(t, int64(0), res.Remaining)
 	assert.Equal(t, 4*time.Second, res.ResetAfter, "20 s to full, counted as a burst of debt")
 	assert.Equal(t, 2200*ms, res.RetryAfter)
+	c.Advance(2200*ms - 1)
+	assert.False(t, limit(t, l, key, 1).Allowed)
+	c.Advance(1)
+	assert.True(t, limit(t, l, key, 1).Allowed, "the wait the refusal gave holds: the clip was kept")
 }
