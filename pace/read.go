@@ -152,8 +152,9 @@ func serviceLimit(it *sfItem) (Quota, bool) {
 	return q, true
 }
 
-// describe fills in q's Limit, Window and Unit from the RateLimit-Policy
-// item of q's policy (and partition, when several items share the name).
+// describe fills in q's Limit, Window and Unit, and its Partition if it has
+// none, from the RateLimit-Policy item of q's policy (and partition, when
+// several items share the name).
 func describe(q *Quota, policies []sfItem) {
 	var match *sfItem
 	for i := range policies {
@@ -177,6 +178,9 @@ func describe(q *Quota, policies []sfItem) {
 	}
 	if v, ok := match.param("qu"); ok && v.kind == sfString && v.s != "" {
 		q.Unit = v.s
+	}
+	if v, ok := match.param("pk"); ok && v.kind == sfBytes && q.Partition == "" {
+		q.Partition = v.s // the partition of a policy whose RateLimit item names none
 	}
 }
 

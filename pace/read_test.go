@@ -60,6 +60,8 @@ func TestReadDraftExamples(t *testing.T) {
 			pace.Quota{Policy: "default", Remaining: 999, Unit: "requests", Partition: "trial121323"}, true},
 		{"content-bytes", []string{"RateLimit-Policy", `"default";q=65535;qu="content-bytes";w=10;pk=:QXBwLTk5OQ==:`, "RateLimit", `"default";r=300000000;t=60;pk=:QXBwLTk5OQ==:`},
 			pace.Quota{Policy: "default", Remaining: 300000000, Reset: time.Minute, Limit: 65535, Window: 10 * time.Second, Unit: "content-bytes", Partition: "App-999"}, true},
+		{"pk on the policy only, as express-rate-limit sends it", []string{"RateLimit-Policy", `"5-in-2sec"; q=5; w=2; pk=:MTJjYTE3YjQ5YWYy:`, "RateLimit", `"5-in-2sec"; r=4; t=2`},
+			pace.Quota{Policy: "5-in-2sec", Remaining: 4, Reset: 2 * time.Second, Limit: 5, Window: 2 * time.Second, Unit: "requests", Partition: "12ca17b49af2"}, true},
 		{"two policies, one limit", []string{"RateLimit-Policy", `"hour";q=1000;w=3600, "day";q=5000;w=86400`, "RateLimit", `"day";r=100;t=36000`},
 			pace.Quota{Policy: "day", Remaining: 100, Reset: 10 * time.Hour, Limit: 5000, Window: 24 * time.Hour, Unit: "requests"}, true},
 		{"on a 301", []string{"RateLimit", `"problemPolicy";r=0;t=10`},
