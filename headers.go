@@ -1,12 +1,10 @@
 package ratelimit
 
 import (
-	"maps"
 	"math"
 	"math/bits"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -206,8 +204,7 @@ type limitHeaders struct {
 	// time or the key: it is made for each response, and its strings are
 	// kept here, made once each, in a map copied on write.
 	dynamic bool
-	mu      sync.Mutex
-	made    atomic.Pointer[map[string]string]
+	made    cowMap[string, string]
 }
 
 func newLimitHeaders(l *Limiter, bytes bool) *limitHeaders {
@@ -241,24 +238,13 @@ func (c *limitHeaders) policyField(res Result, withDryRun bool, now func() time.
 	}
 	var buf [256]byte
 	b := appendPolicies(buf[:0], c.lim.policies, &res, withDryRun, c.bytes, now())
-	m := c.made.Load()
-	if m != nil {
-		if v, ok := (*m)[string(b)]; ok {
+	if m := c.made.m.Load(); m != nil {
+		if v, ok := (*m)[string(b)]; ok { // (read in place: string(b) makes no string)
 			return v
 		}
 	}
 	v := string(b)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if old := c.made.Load(); old == nil || len(*old) < maxMadeFields {
-		next := make(map[string]string, 1)
-		if old != nil {
-			maps.Copy(next, *old)
-		}
-		next[v] = v
-		c.made.Store(&next)
-	}
-	return v
+	return c.made.add(v, v, maxMadeFields)
 }
 
 // quotasOf returns the cache of p's RateLimit values, or nil when p is not
@@ -276,9 +262,8 @@ func (c *limitHeaders) quotasOf(p *Policy) *quotaCache {
 type headerCaches struct {
 	own    *Limiter
 	ownH   *limitHeaders
-	bytes  bool       // MiddlewareOptions.CountBytes
-	mu     sync.Mutex // held to add to others
-	others atomic.Pointer[map[*Limiter]*limitHeaders]
+	bytes  bool // MiddlewareOptions.CountBytes
+	others cowMap[*Limiter, *limitHeaders]
 }
 
 // maxHeaderCaches bounds the limiters whose header values a Middleware
@@ -290,30 +275,10 @@ func (hc *headerCaches) of(l *Limiter) *limitHeaders {
 	if l == hc.own {
 		return hc.ownH
 	}
-	if m := hc.others.Load(); m != nil {
-		if c := (*m)[l]; c != nil {
-			return c
-		}
+	if c, ok := hc.others.get(l); ok {
+		return c
 	}
-	c := newLimitHeaders(l, hc.bytes)
-	hc.mu.Lock()
-	defer hc.mu.Unlock()
-	old := hc.others.Load()
-	if old != nil {
-		if prev := (*old)[l]; prev != nil {
-			return prev
-		}
-		if len(*old) >= maxHeaderCaches {
-			return c // made again each time: correct, only slower
-		}
-	}
-	m := make(map[*Limiter]*limitHeaders, 1)
-	if old != nil {
-		maps.Copy(m, *old)
-	}
-	m[l] = c
-	hc.others.Store(&m)
-	return c
+	return hc.others.add(l, newLimitHeaders(l, hc.bytes), maxHeaderCaches)
 }
 
 // writeHeaders writes the rate-limit header fields of res, decided by lim:

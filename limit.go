@@ -39,6 +39,14 @@ const (
 	month
 )
 
+// calendars names each kind of Limit: its period, what it is, and the
+// function that builds it.
+var calendars = [...]struct{ period, kind, call string }{
+	rate:  {"", "rate", ""},
+	day:   {"day", "daily quota", "Daily"},
+	month: {"month", "monthly quota", "Monthly"},
+}
+
 // maxQuota bounds a calendar quota: a state is the period's end plus what
 // was spent in it, at most twice the quota with a debt, and must stay
 // below the next period's end, 23 hours later at the least.
@@ -142,7 +150,7 @@ func (l Limit) String() string {
 		return l.call() + " (invalid)"
 	}
 	if l.cal != rate {
-		return strconv.FormatInt(l.n, 10) + "/" + l.calName() + " (" + l.loc.String() + ")"
+		return strconv.FormatInt(l.n, 10) + "/" + calendars[l.cal].period + " (" + l.loc.String() + ")"
 	}
 	unit := l.period.String()
 	for _, u := range units {
@@ -167,7 +175,7 @@ func (l Limit) call() string {
 		if l.loc != nil {
 			loc = strconv.Quote(l.loc.String())
 		}
-		return fmt.Sprintf("%s(%d, %s)", map[calendar]string{day: "Daily", month: "Monthly"}[l.cal], l.n, loc)
+		return fmt.Sprintf("%s(%d, %s)", calendars[l.cal].call, l.n, loc)
 	}
 	s := fmt.Sprintf("Per(%d, %v)", l.n, l.period)
 	for _, u := range units {
@@ -228,11 +236,3 @@ func (l Limit) roundingOff() bool {
 // span returns the time an empty bucket takes to fill: burst × interval
 // (0 for a calendar quota).
 func (l Limit) span() time.Duration { return time.Duration(l.burst) * l.interval }
-
-// calName returns the name of a calendar quota's period: "day", "month".
-func (l Limit) calName() string {
-	if l.cal == month {
-		return "month"
-	}
-	return "day"
-}

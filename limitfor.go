@@ -2,9 +2,6 @@ package ratelimit
 
 import (
 	"fmt"
-	"maps"
-	"sync"
-	"sync/atomic"
 
 	"github.com/tokenfair/ratelimit/internal/clientkey"
 )
@@ -13,10 +10,7 @@ import (
 // limit LimitFor gave, made once and shared in a map copied on write: a
 // key's decision goes to the store with the copy of its limit, and finding
 // it takes no lock and allocates nothing.
-type keyLimits struct {
-	mu       sync.Mutex // held to add
-	policies atomic.Pointer[map[Limit]*Policy]
-}
+type keyLimits = cowMap[Limit, *Policy]
 
 // maxKeyLimits bounds the limits a policy keeps a copy for, in case
 // LimitFor gives a different one to every key; past it a decision makes
@@ -36,10 +30,8 @@ func (l *Limiter) policyFor(i int, key string) (*Policy, error) {
 		return p, nil
 	}
 	c := &l.keyLimits[i]
-	if m := c.policies.Load(); m != nil {
-		if q := (*m)[lim]; q != nil {
-			return q, nil
-		}
+	if q, ok := c.get(lim); ok {
+		return q, nil
 	}
 	if err := p.checkLimit(lim); err != nil {
 		return nil, &clientkey.Error{Err: fmt.Errorf("ratelimit: policy %q: %w", p.Name, err), Kind: clientkey.KindLimitFor}
@@ -47,24 +39,7 @@ func (l *Limiter) policyFor(i int, key string) (*Policy, error) {
 	q := new(Policy)
 	*q = *p
 	q.Limit = lim
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old := c.policies.Load()
-	if old != nil {
-		if prev := (*old)[lim]; prev != nil {
-			return prev, nil
-		}
-		if len(*old) >= maxKeyLimits {
-			return q, nil
-		}
-	}
-	m := make(map[Limit]*Policy, 1)
-	if old != nil {
-		maps.Copy(m, *old)
-	}
-	m[lim] = q
-	c.policies.Store(&m)
-	return q, nil
+	return c.add(lim, q, maxKeyLimits), nil
 }
 
 // owns reports whether q decides for policy i: the policy itself, or a
@@ -77,6 +52,7 @@ func (l *Limiter) owns(i int, q *Policy) bool {
 	if p.LimitFor == nil || q == nil || q.Name != p.Name {
 		return false
 	}
-	m := l.keyLimits[i].policies.Load()
-	return m != nil && ((*m)[q.Limit] == q || len(*m) >= maxKeyLimits)
+	c := &l.keyLimits[i]
+	kept, ok := c.get(q.Limit)
+	return ok && kept == q || c.full(maxKeyLimits)
 }

@@ -146,7 +146,7 @@ func (p *Policy) checkLimit(l Limit) error {
 	}
 	switch {
 	case l.cal != p.Limit.cal:
-		return fmt.Errorf("LimitFor gave %v, a %s, where Limit is a %s", l, l.kind(), p.Limit.kind())
+		return fmt.Errorf("LimitFor gave %v, a %s, where Limit is a %s", l, calendars[l.cal].kind, calendars[p.Limit.cal].kind)
 	case l.cal != rate && p.Algorithm != TokenBucket:
 		return fmt.Errorf("a calendar quota is a TokenBucket's, not a %s's", p.Algorithm.name())
 	case p.Algorithm != LeakyShape && (p.Immediate != 0 || p.MaxDelay != 0):
@@ -157,17 +157,6 @@ func (p *Policy) checkLimit(l Limit) error {
 		return fmt.Errorf("MaxDelay %v outside [0, %v]", p.MaxDelay, l.span())
 	}
 	return nil
-}
-
-// kind names what l is: a rate, a daily or a monthly quota.
-func (l Limit) kind() string {
-	switch l.cal {
-	case day:
-		return "daily quota"
-	case month:
-		return "monthly quota"
-	}
-	return "rate"
 }
 
 func validName(s string) bool {
