@@ -3,6 +3,7 @@ package pace
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -26,8 +27,14 @@ type budget struct {
 	probing  bool      // a request sent on a spent quota, to learn more, has no answer yet
 	recv     uint64    // the answers received
 	changed  chan struct{}
+	shared   bool   // budgets.spill: it keeps only the waits of every server that draws on it
+	from     string // the server whose answer set blocked, in the shared budget
 
-	users int // RoundTrips holding the budget; guarded by budgets.mu
+	// Guarded by budgets.mu:
+	key       string    // in budgets.m
+	users     int       // RoundTrips holding the budget
+	freeSince time.Time // its last use, or the end of the wait it was in then
+	idx       int       // its place in budgets.free; -1 while in use
 }
 
 // turn is one request's place in its budget.
@@ -41,9 +48,10 @@ type turn struct {
 type hold struct {
 	d      time.Duration
 	wake   <-chan struct{}
-	status int   // of the answer whose Retry-After holds it, if one does
-	quota  Quota // else the spent quota's declaration
-	refill bool  // it waits for the declared refill
+	status int    // of the answer whose Retry-After holds it, if one does
+	quota  Quota  // else the spent quota's declaration
+	refill bool   // it waits for the declared refill
+	from   string // the server that asked for the wait, when the budget is shared
 }
 
 // take gives the request its turn at now, or says why it must wait: a
@@ -59,7 +67,7 @@ func (b *budget) take(now time.Time) (turn, hold, bool) {
 	t := turn{after: b.recv}
 	switch {
 	case now.Before(b.blocked):
-		return t, hold{d: b.blocked.Sub(now), wake: b.changed, status: b.status}, false
+		return t, hold{d: b.blocked.Sub(now), wake: b.changed, status: b.status, quota: b.quota, refill: b.status == 0, from: b.from}, false
 	case !b.declared || b.base-b.inflight > 0:
 	case now.Before(b.refill):
 		return t, hold{d: b.refill.Sub(now), wake: b.changed, quota: b.quota, refill: true}, false
@@ -72,13 +80,14 @@ func (b *budget) take(now time.Time) (turn, hold, bool) {
 	return t, hold{}, true
 }
 
-// settle takes the answer to the request of turn t, received at now: its
-// status and header fields, or none (h nil) when the request failed. A
-// 429 or 503 with Retry-After holds every request until then; a 429
-// leaves nothing; an answer without fields to a request sent on a spent
-// quota means the server declares none any more. Waiting requests are
-// woken up.
-func (b *budget) settle(t turn, status int, h http.Header, now time.Time) {
+// settle takes the answer of host to the request of turn t, received at
+// now: its status and header fields, or none (h nil) when the request
+// failed. A 429 or 503 with Retry-After holds every request until then; a
+// 429 leaves nothing; an answer without fields to a request sent on a
+// spent quota means the server declares none any more. The shared budget
+// keeps only the waits: a Retry-After, or a spent quota's refill. Waiting
+// requests are woken up.
+func (b *budget) settle(t turn, host string, status int, h http.Header, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.inflight--
@@ -97,9 +106,13 @@ func (b *budget) settle(t turn, status int, h http.Header, now time.Time) {
 	throttled := status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
 	ra, hasRA := RetryAfter(h, now)
 	if throttled && hasRA {
-		if until := now.Add(ra); until.After(b.blocked) {
-			b.blocked, b.status = until, status
+		b.block(now.Add(ra), status, Quota{}, host)
+	}
+	if b.shared {
+		if ok && (q.Remaining == 0 || status == http.StatusTooManyRequests) && q.Reset > 0 && !(throttled && hasRA) {
+			b.block(now.Add(q.Reset), 0, q, host)
 		}
+		return
 	}
 	left := q.Remaining
 	switch {
@@ -114,20 +127,64 @@ func (b *budget) settle(t turn, status int, h http.Header, now time.Time) {
 	if b.declared && t.after < b.baseRecv && left >= b.base {
 		return // an answer older than the base
 	}
-	b.declared, b.base, b.baseRecv, b.quota = true, left, b.recv, q
+	b.declared, b.base, b.baseRecv, b.quota = true, left, b.recv, kept(q)
 	b.refill = time.Time{}
 	if q.Reset > 0 && !(throttled && hasRA) { // Retry-After takes precedence
 		b.refill = now.Add(q.Reset)
 	}
 }
 
+// block holds every request until then, for a status with Retry-After,
+// or a spent quota q's refill (status 0), from host, unless an earlier
+// answer holds them longer.
+func (b *budget) block(until time.Time, status int, q Quota, host string) {
+	if !until.After(b.blocked) {
+		return
+	}
+	b.blocked, b.status = until, status
+	if b.shared {
+		b.quota, b.from = kept(q), host
+	}
+}
+
+// end returns when the budget stops holding requests back, now if it
+// holds none: the end of a Retry-After, or of a spent quota's wait for its
+// refill.
+func (b *budget) end(now time.Time) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	end := now
+	if b.blocked.After(end) {
+		end = b.blocked
+	}
+	if b.declared && b.base-b.inflight <= 0 && b.refill.After(end) {
+		end = b.refill
+	}
+	return end
+}
+
+// maxName bounds the policy names that budgets keep for their messages.
+const maxName = 64
+
+// kept returns q as a budget keeps it, for its messages: its numbers, and
+// its policy's name cut to maxName bytes and copied out of the field it
+// came in, so that a long field is not kept with it.
+func kept(q Quota) Quota {
+	name := strings.Clone(q.Policy[:min(len(q.Policy), maxName)])
+	return Quota{Policy: name, Remaining: q.Remaining, Reset: q.Reset, Limit: q.Limit, Window: q.Window}
+}
+
 // cause names what h waits for, at host.
 func (h *hold) cause(host string) string {
+	shared := ""
+	if h.from != "" {
+		host, shared = h.from, fmt.Sprintf(", which holds every server past the Transport's %d budgets", maxBudgets)
+	}
 	switch {
 	case h.status != 0:
-		return fmt.Sprintf("the Retry-After of a %d from %s", h.status, host)
+		return fmt.Sprintf("the Retry-After of a %d from %s%s", h.status, host, shared)
 	case h.refill:
-		return "the quota of " + host + describeQuota(h.quota) + " to refill"
+		return "the quota of " + host + describeQuota(h.quota) + " to refill" + shared
 	}
 	return "an answer from " + host + " saying when its spent quota" + describeQuota(h.quota) + " refills"
 }
@@ -143,51 +200,4 @@ func describeQuota(q Quota) string {
 		s = fmt.Sprintf("%q: %s", q.Policy, s)
 	}
 	return " (" + s + ")"
-}
-
-// budgets holds the Transport's budgets by key. It forgets the budgets
-// that no request uses and that hold nothing in force, past maxBudgets.
-type budgets struct {
-	mu sync.Mutex
-	m  map[string]*budget
-}
-
-const maxBudgets = 1024
-
-// get returns key's budget, which the caller must put back.
-func (bs *budgets) get(key string, now time.Time) *budget {
-	bs.mu.Lock()
-	defer bs.mu.Unlock()
-	b := bs.m[key]
-	if b == nil {
-		if bs.m == nil {
-			bs.m = make(map[string]*budget)
-		}
-		if len(bs.m) >= maxBudgets {
-			bs.sweep(now)
-		}
-		b = new(budget)
-		bs.m[key] = b
-	}
-	b.users++
-	return b
-}
-
-func (bs *budgets) put(b *budget) {
-	bs.mu.Lock()
-	b.users--
-	bs.mu.Unlock()
-}
-
-// sweep forgets the budgets that no request holds and whose Retry-After
-// and refill are past.
-func (bs *budgets) sweep(now time.Time) {
-	for k, b := range bs.m {
-		b.mu.Lock()
-		idle := b.users == 0 && !now.Before(b.blocked) && !now.Before(b.refill)
-		b.mu.Unlock()
-		if idle {
-			delete(bs.m, k)
-		}
-	}
 }

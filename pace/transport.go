@@ -3,7 +3,6 @@ package pace
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -55,8 +54,10 @@ const (
 // GET, HEAD, OPTIONS, TRACE, PUT or DELETE, or it carries an
 // Idempotency-Key, and it has no body or a GetBody. A wait longer than
 // Options.MaxWait, or past the request's deadline, fails at once with a
-// [*WaitError]; the end of the request's context ends every wait.
-// docs/client.md says more.
+// [*WaitError]; the end of the request's context ends every wait. It
+// keeps 1024 budgets at most, forgetting first the one unused the longest
+// that holds no request back; docs/client.md says what it does when every
+// one does, and more.
 //
 // A Transport is safe for concurrent use and starts no goroutine. Make
 // one with [New].
@@ -116,7 +117,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("pace: Options.Key returned an empty key for a request to %s", req.URL.Host)
 	}
 	b := t.budgets.get(key, time.Now())
-	defer t.budgets.put(b)
+	defer func() { t.budgets.put(b, time.Now()) }()
 	w := &waiter{ctx: req.Context(), left: t.maxWait}
 	retry := t.maxRetries > 0 && repeatable(req)
 	r := req
@@ -129,10 +130,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err := t.base.RoundTrip(r)
 		now := time.Now()
 		if err != nil {
-			b.settle(turn, 0, nil, now)
+			b.settle(turn, r.URL.Host, 0, nil, now)
 			return nil, err
 		}
-		b.settle(turn, resp.StatusCode, resp.Header, now)
+		b.settle(turn, r.URL.Host, resp.StatusCode, resp.Header, now)
 		if !retry || tries == t.maxRetries || !retried(resp, now) {
 			return resp, nil
 		}
@@ -140,7 +141,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return resp, nil // the caller gets the answer it cannot have again
 		}
-		discard(resp)
+		resp.Body.Close() // unread: a server may stall it, for longer than any wait
 		r = next
 	}
 }
@@ -240,16 +241,6 @@ func rewind(req *http.Request) (*http.Request, error) {
 	*r = *req
 	r.Body = body
 	return r, nil
-}
-
-// maxDrain bounds what is read of an answer's body before it is closed, so
-// that its connection can be used again.
-const maxDrain = 64 << 10
-
-// discard drains and closes the body of resp.
-func discard(resp *http.Response) {
-	_, _ = io.CopyN(io.Discard, resp.Body, maxDrain)
-	resp.Body.Close()
 }
 
 // closeBody closes the body of a request that is not sent, as a

@@ -739,3 +739,47 @@ func TestOverTheWire(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), time.Second, "t=1")
 	assert.Less(t, time.Since(start), 3*time.Second)
 }
+
+// TestStalledRefusalEndsWithinMaxWait: a 429 with Retry-After whose body
+// stalls, from a real server on loopback, on the real clock, holds the
+// request no longer than MaxWait: the body of a refused answer is closed
+// unread before the retry, not drained.
+func TestStalledRefusalEndsWithinMaxWait(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		io.WriteString(w, "slow")
+		w.(http.Flusher).Flush()
+		select { // the rest never comes
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	var once sync.Once
+	defer once.Do(func() { close(release) })
+	tr := pace.New(&http.Transport{}, &pace.Options{MaxWait: time.Second})
+	defer tr.CloseIdleConnections()
+
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		resp, err := tr.RoundTrip(mustRequest("GET", srv.URL, nil))
+		if resp != nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var we *pace.WaitError
+		require.ErrorAs(t, err, &we)
+		assert.Contains(t, we.Cause, "the Retry-After of a 429 from 127.0.0.1")
+		assert.Less(t, time.Since(start), 2*time.Second, "RoundTrip, MaxWait 1s")
+	case <-time.After(5 * time.Second):
+		t.Errorf("RoundTrip had not returned after 5s, MaxWait 1s")
+		once.Do(func() { close(release) })
+		<-done
+	}
+}
