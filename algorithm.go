@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"math"
 	"time"
 
 	"github.com/tokenfair/ratelimit/internal/algo"
@@ -8,12 +9,11 @@ import (
 
 // Decide applies p's algorithm to a bucket of state state (0 if never seen)
 // at now, in Unix nanoseconds, for cost tokens: it returns the decision and
-// the state to keep, unchanged on a refusal (but with LimitFor a token
-// bucket's is at most a burst of debt ahead of now). The state is when the
-// bucket is full again (a LeakyShape queue empty, a ban over), so a store
-// may forget a bucket when next ≤ now and keep it for next − now at most.
+// the state to keep, unchanged on a refusal. The state is when the bucket
+// is full again (a LeakyShape queue empty, a ban over), so a store may
+// forget a bucket when next ≤ now and keep it for next − now at most.
 // p must be valid and cost at most its burst (but for a charge past
-// empty); a negative cost counts as 0.
+// empty); a negative cost counts as 0. Sums saturate at the int64 limit.
 // Decide is pure and safe for concurrent use; docs/algorithms.md derives it.
 func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 	if p.Limit.cal != rate {
@@ -29,9 +29,9 @@ func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 	case ban:
 		allowed, next, retryAfter, resetAfter = decideBan(state, now, cost)
 	case debt:
-		allowed, next, remaining, resetAfter = owe(state, now, iv, burst, cost)
+		allowed, next, remaining, resetAfter = owe(state, now, iv, burst, cost, math.MaxInt64)
 	default: // TokenBucket, LeakyPolice and strikes make the same decisions.
-		allowed, next, remaining, retryAfter, resetAfter = tokenBucket(state, now, iv, burst, cost, p.LimitFor != nil)
+		allowed, next, remaining, retryAfter, resetAfter = tokenBucket(state, now, iv, burst, cost)
 	}
 	return Result{
 		Allowed:    allowed,
@@ -57,7 +57,7 @@ func (p *Policy) Refund(state, now, cost, end int64) (next int64) {
 	if p.Limit.cal != rate {
 		now, iv = p.Limit.periodEnd(now), 1 // see decideQuota
 	}
-	give := min(end-now, cost*iv, state-now)
+	give := min(end-now, algo.Mul(cost, iv), state-now)
 	if give <= 0 {
 		return state
 	}
@@ -66,66 +66,67 @@ func (p *Policy) Refund(state, now, cost, end int64) (next int64) {
 
 // tokenBucket is GCRA: with τ = burst × interval and TAT = max(state, now),
 // a request of cost n is allowed iff TAT + n × interval − now ≤ τ, and then
-// the state moves to TAT + n × interval. TAT is at most now + 2τ, a burst
-// of debt past empty (see owe): a state further ahead, kept under a longer
-// limit than the one in force, or before the clock went back, counts as
-// that much. With keyLimits (a policy with LimitFor, whose keys' limits
-// change), it is also kept as that much, by a refusal too, so that the
-// wait the refusal gives holds and a key whose limit was cut waits what
-// the new one says; else it is kept, so that a clock that went back grants
-// nothing once it is right again. The results are separate values so that
-// they travel in registers.
-func tokenBucket(state, now, interval, burst, cost int64, keyLimits bool) (allowed bool, next, remaining, retryAfter, resetAfter int64) {
-	tau := burst * interval
-	tat := min(max(state, now), now+2*tau)
+// the state moves to TAT + n × interval; a refusal keeps the state. A
+// state however far ahead (a debt, or one kept under a longer limit than
+// the one in force, or before the clock went back) counts as it is, so
+// that RetryAfter is exact and nothing is forgiven. The results are
+// separate values so that they travel in registers.
+func tokenBucket(state, now, interval, burst, cost int64) (allowed bool, next, remaining, retryAfter, resetAfter int64) {
+	tau, need := burst*interval, algo.Mul(cost, interval)
+	ahead := max(algo.Add(state, -now), 0) // TAT − now
 	next = state
-	if keyLimits {
-		next = min(state, now+2*tau)
-	}
 	switch {
 	case cost > burst:
 		// Never allowed; no wait changes that.
 	case cost == 0:
 		allowed = true // a cost of 0 only reads
-	case tat+cost*interval-now <= tau:
+	case ahead <= tau-need:
 		allowed = true
-		next = tat + cost*interval
-		tat = next
+		ahead += need
+		next = now + ahead
 	default:
-		retryAfter = tat + cost*interval - tau - now
+		retryAfter = algo.Add(ahead, need-tau)
 	}
-	resetAfter = tat - now
-	remaining = min(max((tau-resetAfter)/interval, 0), burst)
-	return allowed, next, remaining, retryAfter, resetAfter
+	return allowed, next, left(tau, ahead, interval, burst), retryAfter, ahead
+}
+
+// left returns the whole tokens a bucket of depth tau holds when its state
+// is ahead of now by ahead.
+func left(tau, ahead, interval, burst int64) int64 {
+	if ahead >= tau {
+		return 0
+	}
+	return min((tau-ahead)/interval, burst)
 }
 
 // owe is the settlement of a request that cost more than it reserved: it
-// takes cost more tokens even past empty, so that the key's next requests
-// wait until the debt is repaid, but never moves the state further than
-// now + 2τ, a burst of debt past empty.
-func owe(state, now, interval, burst, cost int64) (allowed bool, next, remaining, resetAfter int64) {
-	tau := burst * interval
+// takes cost more tokens even past empty, exactly, so that the key's next
+// requests wait until the debt is repaid; the state never moves back, and
+// never past limit (the int64 limit for a rate, the end of a calendar
+// quota's debt).
+func owe(state, now, interval, burst, cost, limit int64) (allowed bool, next, remaining, resetAfter int64) {
 	tat := max(state, now)
-	next = max(state, min(tat+cost*interval, now+2*tau))
-	resetAfter = max(next-now, 0)
-	return true, next, min(max((tau-resetAfter)/interval, 0), burst), resetAfter
+	next = max(state, min(algo.Add(tat, algo.Mul(cost, interval)), limit))
+	resetAfter = max(algo.Add(next, -now), 0)
+	return true, next, left(burst*interval, resetAfter, interval, burst), resetAfter
 }
 
 // decideQuota is a calendar quota's decision: the token bucket of a burst
 // of n and an interval of 1 ns, decided at the end E of the period that
 // holds now rather than at now, so that the state is E + the tokens spent
 // in the period, and none earn back until E, when the state falls behind
-// the next period's end: a bucket full again. ResetAfter is the time until
-// E, whatever was spent.
+// the next period's end: a bucket full again. A debt stops at E + 2n, an
+// empty bucket still at the reset, so that none carries over to the next
+// period. ResetAfter is the time until E, whatever was spent.
 func (p *Policy) decideQuota(state, now, cost int64) (Result, int64) {
 	end, n := p.Limit.periodEnd(now), p.Limit.burst
 	cost = max(cost, 0)
 	var allowed bool
 	var next, remaining int64
 	if p.Algorithm == debt {
-		allowed, next, remaining, _ = owe(state, end, 1, n, cost)
+		allowed, next, remaining, _ = owe(state, end, 1, n, cost, end+2*n)
 	} else {
-		allowed, next, remaining, _, _ = tokenBucket(state, end, 1, n, cost, p.LimitFor != nil)
+		allowed, next, remaining, _, _ = tokenBucket(state, end, 1, n, cost)
 	}
 	res := Result{Allowed: allowed, Policy: p, Remaining: remaining, ResetAfter: time.Duration(end - now), Until: next}
 	if !allowed && cost <= n {

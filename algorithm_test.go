@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"math"
 	"math/big"
 	"math/rand/v2"
 	"reflect"
@@ -772,11 +773,10 @@ func TestQuotaInvariants(t *testing.T) {
 	}
 }
 
-// A token bucket's state more than a burst of debt ahead of now (a limit
-// cut, a clock that went back) counts as a burst of debt. A policy with
-// LimitFor, whose keys' limits change, keeps it as that, by a refusal too,
-// so that the wait the refusal gives holds; another keeps the state, so
-// that a clock that went back grants nothing once it is right again.
+// A token bucket's state however far ahead of now (a debt, a limit cut, a
+// clock that went back) counts as it is, LimitFor or not: a refusal keeps
+// it and gives the exact wait, so that nothing spent is forgiven and a
+// clock that went back grants nothing once it is right again.
 func TestTokenBucketStateFarAhead(t *testing.T) {
 	const now = int64(1e18)
 	plain := bucket(100, 10) // τ = 1000
@@ -784,40 +784,45 @@ func TestTokenBucketStateFarAhead(t *testing.T) {
 	keyed.LimitFor = func(string) (ratelimit.Limit, bool) { return ratelimit.Limit{}, false }
 	for _, p := range []*ratelimit.Policy{plain, keyed} {
 		d := decide(p, now+5000, now, 1)
-		keep := int64(now + 5000)
-		if p.LimitFor != nil {
-			keep = now + 2000
-		}
-		assert.Equal(t, decision{State: keep, RetryAfter: 1100, ResetAfter: 2000}, d, "LimitFor %v", p.LimitFor != nil)
-		assert.Equal(t, keep, decide(p, now+5000, now, 0).State, "a look, LimitFor %v", p.LimitFor != nil)
-		assert.Equal(t, p.LimitFor != nil, decide(p, d.State, now+1100, 1).Allowed, "at the end of the wait, LimitFor %v", p.LimitFor != nil)
-		assert.Equal(t, now+600, decide(p, now+600, now, 11).State, "within a burst of debt, a refusal changes nothing")
+		assert.Equal(t, decision{State: now + 5000, RetryAfter: 4100, ResetAfter: 5000}, d, "LimitFor %v", p.LimitFor != nil)
+		assert.Equal(t, now+5000, decide(p, now+5000, now, 0).State, "a look, LimitFor %v", p.LimitFor != nil)
+		assert.False(t, decide(p, d.State, now+4099, 1).Allowed, "1 ns before the end of the wait, LimitFor %v", p.LimitFor != nil)
+		assert.True(t, decide(p, d.State, now+4100, 1).Allowed, "at the end of the wait, LimitFor %v", p.LimitFor != nil)
+		assert.Equal(t, now+600, decide(p, now+600, now, 11).State, "a refusal changes nothing")
 	}
+	far := decide(plain, math.MaxInt64, now, 1)
+	assert.Equal(t, decision{State: math.MaxInt64, RetryAfter: math.MaxInt64 - now - 900, ResetAfter: math.MaxInt64 - now}, far, "the farthest state: no overflow")
 
 	q := dailyPolicy(t, 5, "UTC")
 	q.LimitFor = keyed.LimitFor
 	runQuota(t, q, at(t, "2026-03-12T00:00:00Z")+3, []quotaStep{ // 3 spent the next day, the clock went back
-		{at: "2026-03-10T10:00:00Z", cost: 1, retry: 14 * time.Hour, reset: 14 * time.Hour, end: "2026-03-11T00:00:00Z", spent: 10},
-		{at: "2026-03-11T00:00:00Z", cost: 5, allowed: true, reset: 24 * time.Hour, end: "2026-03-12T00:00:00Z", spent: 5},
+		{at: "2026-03-10T10:00:00Z", cost: 1, retry: 14 * time.Hour, reset: 14 * time.Hour, end: "2026-03-11T00:00:00Z", spent: 86400e9 + 3},
+		{at: "2026-03-11T00:00:00Z", cost: 5, retry: 24 * time.Hour, remaining: 2, reset: 24 * time.Hour, end: "2026-03-12T00:00:00Z", spent: 3},
+		{at: "2026-03-11T00:00:00Z", cost: 2, allowed: true, reset: 24 * time.Hour, end: "2026-03-12T00:00:00Z", spent: 5},
 	})
 }
 
 // The debt algorithm, a settlement's charge (Limiter.Charge), is always
-// allowed and takes cost more intervals past empty, but never moves the
-// state past now + 2τ, nor back; for a calendar quota the same at the
-// period's end E, with 1 ns a token.
+// allowed and takes cost more intervals past empty, exactly, saturated at
+// the int64 limit, and never moves the state back; for a calendar quota
+// the same at the period's end E, with 1 ns a token, but never past E +
+// 2n, so that the debt ends at the reset.
 func TestDebtDecide(t *testing.T) {
 	const now = int64(1e18)
 	rate := bucket(100, 10) // τ = 1000
 	rate.Algorithm = algo.Debt
 	for _, tc := range []struct{ state, cost, next, remaining int64 }{
-		{0, 3, now + 300, 7},            // a full bucket
-		{now + 600, 3, now + 900, 1},    // within the burst
-		{now + 600, 7, now + 1300, 0},   // past empty
-		{now + 600, 100, now + 2000, 0}, // at most a burst of debt
-		{now + 2500, 1, now + 2500, 0},  // a state further ahead stays
-		{now + 600, 0, now + 600, 4},    // nothing to charge
-		{now + 600, -4, now + 600, 4},   // nor a negative cost
+		{0, 3, now + 300, 7},                             // a full bucket
+		{now + 600, 3, now + 900, 1},                     // within the burst
+		{now + 600, 7, now + 1300, 0},                    // past empty
+		{now + 600, 100, now + 10600, 0},                 // exactly, past a burst of debt
+		{now + 2500, 1, now + 2600, 0},                   // a state further ahead too
+		{now + 600, math.MaxInt64 - 1, math.MaxInt64, 0}, // the product saturates
+		{now + 600, 1 << 62, math.MaxInt64, 0},           // the product saturates
+		{math.MaxInt64 - 50, 1, math.MaxInt64, 0},        // the sum saturates
+		{math.MaxInt64, math.MaxInt64, math.MaxInt64, 0}, // and stays
+		{now + 600, 0, now + 600, 4},                     // nothing to charge
+		{now + 600, -4, now + 600, 4},                    // nor a negative cost
 	} {
 		d := decide(rate, tc.state, now, tc.cost)
 		want := decision{Allowed: true, State: tc.next, Remaining: tc.remaining, ResetAfter: max(tc.next-now, 0)}
@@ -830,6 +835,7 @@ func TestDebtDecide(t *testing.T) {
 	runQuota(t, q, E+8, []quotaStep{
 		{at: "2026-03-10T10:00:00Z", cost: 5, allowed: true, reset: 14 * time.Hour, end: "2026-03-11T00:00:00Z", spent: 13},
 		{at: "2026-03-10T10:00:00Z", cost: 100, allowed: true, reset: 14 * time.Hour, end: "2026-03-11T00:00:00Z", spent: 20},
+		{at: "2026-03-10T10:00:00Z", cost: math.MaxInt64, allowed: true, reset: 14 * time.Hour, end: "2026-03-11T00:00:00Z", spent: 20},
 		{at: "2026-03-11T00:00:00Z", cost: 4, allowed: true, remaining: 6, reset: 24 * time.Hour, end: "2026-03-12T00:00:00Z", spent: 4}, // the debt ended at the reset
 	})
 }

@@ -303,7 +303,7 @@ func (l *Limiter) giveBackAll(ctx context.Context, idx []int, key string, cost i
 // errors wrap ErrMissingKey (empty key) or ErrStore, or name the policy of
 // a took of another Limiter.
 func (l *Limiter) Refund(ctx context.Context, key string, cost int64, took Result) error {
-	results, err := l.spent("Refund", key, took)
+	results, err := l.spent("Refund", key, took, false)
 	rs, ok := l.store.(RefundStore)
 	if err != nil || !ok || cost <= 0 || results == nil {
 		return err
@@ -316,34 +316,41 @@ func (l *Limiter) Refund(ctx context.Context, key string, cost int64, took Resul
 
 // Charge takes cost more tokens for took, an allowed Result of this
 // Limiter's Take for key, whose request cost more than it reserved: even
-// past empty, so that the key's next requests wait until the debt is
-// repaid, but no further than a burst past empty (a calendar quota's debt
-// ends at its reset). It does nothing for cost ≤ 0 or a refused or
-// degraded took; its errors are Refund's.
+// past empty, exactly, under the key's limit in force, so that the key's
+// next requests wait until the debt is repaid (a calendar quota's debt
+// ends at its reset). A took decided while the store failed is charged as
+// the store's fallback decides (failover's Local mode charges its share).
+// It does nothing for cost ≤ 0 or a refused took; its errors are Refund's.
 func (l *Limiter) Charge(ctx context.Context, key string, cost int64, took Result) error {
-	results, err := l.spent("Charge", key, took)
+	results, err := l.spent("Charge", key, took, true)
 	if err != nil || cost <= 0 {
 		return err
 	}
-	for _, r := range results {
-		if r.Allowed && !r.Degraded {
-			q := *r.Policy
-			q.Algorithm = debt
-			if _, err := l.take(ctx, &q, key, cost); err != nil {
-				return storeError(err)
-			}
+	for i, r := range results {
+		if !r.Allowed {
+			continue
+		}
+		p, err := l.policyFor(i, key)
+		if err != nil {
+			p = r.Policy // the limit it was taken under
+		}
+		q := *p
+		q.Algorithm = debt
+		if _, err := l.take(ctx, &q, key, cost); err != nil {
+			return storeError(err)
 		}
 	}
 	return nil
 }
 
 // spent returns the results of took, for a Refund or Charge (op) of key:
-// one per policy, nil when took spent nothing, or an error.
-func (l *Limiter) spent(op, key string, took Result) ([]Result, error) {
+// one per policy, nil when took spent nothing (or, unless degraded, was
+// decided while the store failed), or an error.
+func (l *Limiter) spent(op, key string, took Result, degraded bool) ([]Result, error) {
 	if key == "" {
 		return nil, errEmptyKey
 	}
-	if !took.Allowed || took.Degraded {
+	if !took.Allowed || took.Degraded && !degraded {
 		return nil, nil
 	}
 	if l.index(took.Policy) < 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -632,26 +633,38 @@ func waitExactly(t *testing.T, h *harness, key string, cost int64, wait time.Dur
 	return res
 }
 
-// A debt is at most a burst past empty (a state of now + 2τ): one request
-// cannot lock its key out for longer than 2τ, however much it charges.
-func TestChargeBound(t *testing.T) {
+// A charge is exact: the key waits what it spent, however much, and
+// RetryAfter says so; a charge so large that it saturates is the farthest
+// debt, never nothing.
+func TestChargeExact(t *testing.T) {
 	ctx := context.Background()
-	h := newHarness(t, setup{limit: ratelimit.Per(10, 10*time.Second)})
+	h := newHarness(t, setup{limit: ratelimit.Per(10, 10*time.Second)}) // a token a second
 	took, err := h.lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
-	for _, cost := range []int64{100, 1 << 40, 1} {
-		require.NoError(t, h.lim.Charge(ctx, "k", cost, took))
-		assert.Equal(t, 20*time.Second, look(t, h.lim, "k").ResetAfter, "after Charge(%d)", cost)
-	}
+	require.NoError(t, h.lim.Charge(ctx, "k", 100, took))
+	assert.Equal(t, 101*time.Second, look(t, h.lim, "k").ResetAfter, "after Charge(100)")
 	res, err := h.lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
-	assert.Equal(t, 11*time.Second, res.RetryAfter)
-	h.clock.Advance(11 * time.Second)
+	assert.Equal(t, 92*time.Second, res.RetryAfter, "the debt repaid, and one token")
+	h.clock.Advance(92*time.Second - 1)
 	res, err = h.lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
-	assert.True(t, res.Allowed, "2τ after the charge, the key has its token")
-	require.NoError(t, h.lim.Charge(ctx, "k", 100, took))
-	assert.Equal(t, 20*time.Second, look(t, h.lim, "k").ResetAfter, "2τ from the new now")
+	assert.False(t, res.Allowed, "1 ns before the debt is repaid")
+	h.clock.Advance(1)
+	res, err = h.lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	assert.True(t, res.Allowed, "once the debt is repaid")
+
+	for _, cost := range []int64{math.MaxInt64 - 1, 1 << 62, math.MaxInt64} {
+		key := fmt.Sprintf("k%d", cost)
+		took, err := h.lim.Take(ctx, key, 1)
+		require.NoError(t, err)
+		require.NoError(t, h.lim.Charge(ctx, key, cost, took))
+		res, err := h.lim.Take(ctx, key, 1)
+		require.NoError(t, err)
+		assert.False(t, res.Allowed, "after Charge(%d)", cost)
+		assert.Greater(t, res.RetryAfter, 200*365*24*time.Hour, "after Charge(%d): the saturated debt", cost)
+	}
 }
 
 // A calendar quota's debt is refused until the reset, when it ends: the
@@ -700,7 +713,7 @@ func TestChargePolicies(t *testing.T) {
 	assert.Equal(t, int64(992), look(t, h.lim, "other").Results[4].Remaining, "the global bucket is every key's")
 }
 
-// Charge does nothing for a refused or degraded Result or a cost ≤ 0, and
+// Charge does nothing for a refused Result or a cost ≤ 0, and
 // refuses an empty key and a Result of another Limiter; a store's failure
 // is ErrStore.
 func TestChargeNothingAndErrors(t *testing.T) {
@@ -712,13 +725,11 @@ func TestChargeNothingAndErrors(t *testing.T) {
 	refused, err := h.lim.Take(ctx, "k", 2)
 	require.NoError(t, err)
 	require.False(t, refused.Allowed)
-	degraded := took
-	degraded.Degraded = true
 	for _, tc := range []struct {
 		cost int64
 		took ratelimit.Result
 		what string
-	}{{5, refused, "a refusal"}, {5, degraded, "a degraded result"}, {0, took, "a cost of 0"}, {-3, took, "a negative cost"}} {
+	}{{5, refused, "a refusal"}, {0, took, "a cost of 0"}, {-3, took, "a negative cost"}} {
 		require.NoError(t, h.lim.Charge(ctx, "k", tc.cost, tc.took), "Charge of %s", tc.what)
 		assert.Equal(t, 40*time.Minute, look(t, h.lim, "k").ResetAfter, "Charge of %s charges nothing", tc.what)
 	}
@@ -750,14 +761,15 @@ func (s debtFails) Take(ctx context.Context, p *ratelimit.Policy, key string, co
 }
 
 // settleModel is a model of one key's token bucket in whole nanoseconds,
-// written from the rules rather than from the code: F, the time the bucket
-// needs to be full again, counts at most 2τ (a burst of debt) in a
-// decision; a take of r > 0 is allowed iff F + r × interval ≤ τ and adds
-// r × interval; a refund takes back at most what is left to earn; a charge
-// adds its cost, up to 2τ. A calendar quota is the same bucket of 1 ns a
-// token, whose time runs only at its period's end (vnow).
+// written from the rules rather than from the code: F is the time the
+// bucket needs to be full again; a take of r > 0 is allowed iff F + r ×
+// interval ≤ τ and adds r × interval; a refund takes back at most what is
+// left to earn; a charge adds its cost exactly. A calendar quota is the
+// same bucket of 1 ns a token, whose time runs only at its period's end
+// (vnow), and whose debt stops at 2τ (it ends at the reset).
 type settleModel struct {
 	interval, burst int64
+	quota           bool
 	vnow            func(now int64) int64
 	state           int64 // the instant the bucket is full again, in vnow's time
 }
@@ -769,7 +781,6 @@ func (m *settleModel) full(now int64) (f, tau int64) {
 
 func (m *settleModel) take(now, cost int64) (allowed bool, remaining, retry, reset int64) {
 	f, tau := m.full(now)
-	f = min(f, 2*tau)
 	if cost == 0 {
 		return true, min(max((tau-f)/m.interval, 0), m.burst), 0, f // a look
 	}
@@ -789,7 +800,11 @@ func (m *settleModel) refund(now, cost int64) {
 
 func (m *settleModel) charge(now, cost int64) {
 	f, tau := m.full(now)
-	m.state = max(m.state, m.vnow(now)+min(f+cost*m.interval, 2*tau))
+	debt := f + cost*m.interval
+	if m.quota {
+		debt = min(debt, 2*tau)
+	}
+	m.state = max(m.state, m.vnow(now)+debt)
 }
 
 // TestSettleMatchesModel replays random requests, each reserving r tokens
@@ -809,7 +824,7 @@ func TestSettleMatchesModel(t *testing.T) {
 		quota := trace%4 == 3
 		if quota {
 			p.Limit = ratelimit.Daily(burst, time.UTC)
-			m.interval = 1
+			m.interval, m.quota = 1, true
 			m.vnow = func(now int64) int64 { _, end := p.Limit.Period(time.Unix(0, now)); return end.UnixNano() }
 			step = func() time.Duration { return time.Duration(rng.Int64N(int64(6 * time.Hour))) }
 		}
@@ -862,8 +877,7 @@ func TestSettleMatchesModel(t *testing.T) {
 
 // TestSettleStillClock: with the clock held still, each admitted request
 // moves its bucket by exactly its settled cost × interval (the key is
-// charged exactly the sum of its settled costs) until the bound of a burst
-// of debt; a request is admitted only if the bucket holds what it reserves
+// charged exactly the sum of its settled costs, debt included); a request is admitted only if the bucket holds what it reserves
 // after the costs settled before it, so the tokens settled exceed the burst
 // only by the last admitted request, the one that goes into debt; after it
 // nothing is admitted.
@@ -892,7 +906,7 @@ func TestSettleStillClock(t *testing.T) {
 			}
 			settled += s
 			inDebt = settled > burst
-			assert.Equal(t, time.Duration(min(settled, 2*burst)*iv), look(t, h.lim, "k").ResetAfter,
+			assert.Equal(t, time.Duration(settled*iv), look(t, h.lim, "k").ResetAfter,
 				"request %d: the bucket after settling %d (%d in all) of a burst of %d", i, s, settled, burst)
 		}
 	}

@@ -45,12 +45,13 @@ func (p *plans) limitFor(key string) (ratelimit.Limit, bool) {
 	return l, ok
 }
 
-// TestLimitForBoulder8785 is letsencrypt/boulder#8785: a key exhausted
-// under 10 a day is given 100 an hour. Its stored state is 24 h ahead;
-// under the new limit (τ = 1 h, 36 s a token) it counts as 2τ ahead, a
-// burst of debt past empty: the key waits τ + 36 s = 1h0m36s, not the day
-// the old limit would make it wait, and then has one token.
-func TestLimitForBoulder8785(t *testing.T) {
+// TestLimitForRaisedKeepsWhatWasSpent: a key exhausted under 10 a day is
+// given 100 an hour (letsencrypt/boulder#8785). Its state, 24 h ahead,
+// counts as it is under the new limit (τ = 1 h, 36 s a token): nothing
+// spent is forgiven by a change of limit, so the key waits 23h0m36s for
+// its first token, as a key charged a debt of that much would; the
+// operator who means to forgive it resets the key.
+func TestLimitForRaisedKeepsWhatWasSpent(t *testing.T) {
 	var table plans
 	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "orders", Limit: ratelimit.Per(10, 24*time.Hour), LimitFor: table.limitFor}}})
 	ctx := context.Background()
@@ -65,15 +66,16 @@ func TestLimitForBoulder8785(t *testing.T) {
 	table.set("acct", ratelimit.Per(100, time.Hour))
 	res, err = h.lim.Take(ctx, "acct", 0)
 	require.NoError(t, err)
-	assert.Equal(t, 2*time.Hour, res.ResetAfter)
+	assert.Equal(t, 24*time.Hour, res.ResetAfter)
 	assert.Equal(t, int64(0), res.Remaining)
 	assert.Equal(t, ratelimit.Per(100, time.Hour), res.Policy.Limit)
-	res = waitExactly(t, h, "acct", 1, time.Hour+36*time.Second)
+	res = waitExactly(t, h, "acct", 1, 23*time.Hour+36*time.Second)
 	assert.Equal(t, int64(0), res.Remaining)
-	h.clock.Advance(time.Hour)
+
+	require.NoError(t, h.lim.Reset(ctx, "acct"))
 	res, err = h.lim.Take(ctx, "acct", 0)
 	require.NoError(t, err)
-	assert.Equal(t, int64(100), res.Remaining, "full an hour later")
+	assert.Equal(t, int64(100), res.Remaining, "reset: the new limit's whole burst")
 }
 
 // A key's limit is read at each decision: a change applies at the key's
@@ -227,9 +229,9 @@ func TestLimitForManyLimits(t *testing.T) {
 	}
 }
 
-// A key whose limit becomes smaller never admits more at one instant than
-// the new burst, whatever its bucket held under the old limit; one whose
-// limit becomes larger keeps the time its bucket needs to be full again.
+// A key whose limit changes keeps the time its bucket needs to be full
+// again, exactly, and never admits more at one instant than the new burst
+// allows from it, whatever its bucket held under the old limit.
 func TestLimitForChangeAtOneInstant(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 18))
 	limits := []ratelimit.Limit{
@@ -250,7 +252,7 @@ func TestLimitForChangeAtOneInstant(t *testing.T) {
 		table.set("k", to)
 		res := look(t, h.lim, "k")
 		tau := time.Duration(to.Burst()) * to.Interval()
-		assert.Equal(t, min(toFull, 2*tau), res.ResetAfter, "%v → %v: the time to full carries over, at most 2τ", from, to)
+		assert.Equal(t, toFull, res.ResetAfter, "%v → %v: the time to full carries over", from, to)
 		admitted := int64(0)
 		for {
 			res, err := h.lim.Take(ctx, "k", 1)
@@ -261,7 +263,7 @@ func TestLimitForChangeAtOneInstant(t *testing.T) {
 			admitted++
 		}
 		assert.LessOrEqual(t, admitted, to.Burst(), "%v → %v: admitted at once", from, to)
-		assert.Equal(t, int64(max((tau-min(toFull, 2*tau))/to.Interval(), 0)), admitted, "%v → %v: admitted at once", from, to)
+		assert.Equal(t, int64(max((tau-toFull)/to.Interval(), 0)), admitted, "%v → %v: admitted at once", from, to)
 	}
 }
 

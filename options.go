@@ -64,8 +64,11 @@ type MiddlewareOptions struct {
 	CountIf func(status int) bool
 	// CountBytes makes each request cost the bytes of its response body:
 	// it reserves Cost's estimate (default 1) and, once the response is
-	// complete, settles on the bytes written (see Settle); RateLimit-Policy
-	// says qu="content-bytes". Default: false, a request costs Cost.
+	// complete, settles on the bytes written, at least 1 (see Settle: an
+	// empty body, HEAD or 304, costs 1); a response whose handler took the
+	// connection over (Hijack) keeps what it reserved, so give such routes
+	// a Cost. RateLimit-Policy says qu="content-bytes". Default: false, a
+	// request costs Cost.
 	CountBytes bool
 	// MaxInFlight and MaxInFlightTotal limit the requests running at once,
 	// per key and in all; one over either is refused with 429 and the

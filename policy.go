@@ -147,6 +147,8 @@ func (p *Policy) checkLimit(l Limit) error {
 	switch {
 	case l.cal != p.Limit.cal:
 		return fmt.Errorf("LimitFor gave %v, a %s, where Limit is a %s", l, calendars[l.cal].kind, calendars[p.Limit.cal].kind)
+	case l.cal != rate && l.loc.String() != p.Limit.loc.String():
+		return fmt.Errorf("LimitFor gave %v, in another time zone than Limit's %s: a quota's periods must not move", l, p.Limit.loc)
 	case l.cal != rate && p.Algorithm != TokenBucket:
 		return fmt.Errorf("a calendar quota is a TokenBucket's, not a %s's", p.Algorithm.name())
 	case p.Algorithm != LeakyShape && (p.Immediate != 0 || p.MaxDelay != 0):

@@ -42,9 +42,10 @@ func ResultFrom(ctx context.Context) (Result, bool) {
 // Settle sets the real cost of the admitted request whose context ctx is,
 // under a Middleware with MiddlewareOptions.ResultInContext: less than it
 // reserved gives the difference back, more takes the rest even past empty
-// (see [Limiter.Charge]). It does nothing and returns an error for a
-// negative cost, a request already settled, one whose response is
-// complete, or a ctx without a decision.
+// (see [Limiter.Charge]). An admitted request costs at least 1: a cost of
+// 0 settles at 1. It does nothing and returns an error for a negative
+// cost, a request already settled, one whose response is complete, or a
+// ctx without a decision.
 func Settle(ctx context.Context, cost int64) error {
 	s, ok := ctx.Value(resultKey{}).(*settlement)
 	switch {
@@ -61,8 +62,9 @@ func Settle(ctx context.Context, cost int64) error {
 	return s.d.settle(context.WithoutCancel(ctx), cost)
 }
 
-// settle makes cost the cost of d, which reserved d.cost.
+// settle makes cost, at least 1, the cost of d, which reserved d.cost.
 func (d *decision) settle(ctx context.Context, cost int64) error {
+	cost = max(cost, 1)
 	switch {
 	case cost < d.cost:
 		return d.lim.Refund(ctx, d.key, d.cost-cost, d.res)
@@ -72,18 +74,20 @@ func (d *decision) settle(ctx context.Context, cost int64) error {
 	return nil
 }
 
-// refund gives back what d spent, after the request turned out not to
-// count or could not run, even if r's context has ended.
+// refund gives back all that d spent, after the request turned out not to
+// count (MiddlewareOptions.CountIf) or could not run, even if r's context
+// has ended.
 func (d *decision) refund(r *http.Request) {
-	_ = d.settle(context.WithoutCancel(r.Context()), 0)
+	_ = d.lim.Refund(context.WithoutCancel(r.Context()), d.key, d.cost, d.res)
 }
 
 // run runs next for the admitted request of d and settles its cost when
 // the response is complete, unless its handler did (Settle): nothing when
 // next's status does not count (MiddlewareOptions.CountIf) or next panics
-// with CountIf; the bytes written with MiddlewareOptions.CountBytes. A
-// store's error settling only loses that give-back or charge: the response
-// is out.
+// with CountIf; with MiddlewareOptions.CountBytes, the bytes written (at
+// least 1), or what it reserved when next took the connection over
+// (written < 0). A store's error settling only loses that give-back or
+// charge: the response is out.
 func (m *Middleware) run(r *http.Request, next func(*http.Request) (int, int64), d *decision) {
 	var state *atomic.Int32 // nil: no Settle can race the response's settlement
 	if m.cfg.ResultInContext {
@@ -110,12 +114,10 @@ func (m *Middleware) run(r *http.Request, next func(*http.Request) (int, int64),
 	if !complete() {
 		return
 	}
-	cost := d.cost
 	switch {
 	case m.cfg.CountIf != nil && !m.cfg.CountIf(status):
-		cost = 0
-	case m.cfg.CountBytes:
-		cost = written
+		d.refund(r)
+	case m.cfg.CountBytes && written >= 0:
+		_ = d.settle(context.WithoutCancel(r.Context()), written)
 	}
-	_ = d.settle(context.WithoutCancel(r.Context()), cost)
 }

@@ -60,12 +60,23 @@ func TestSettleMoreGoesIntoDebt(t *testing.T) {
 	assert.Equal(t, http.StatusOK, h.get("a").Code, "repaid")
 }
 
-func TestSettleDebtIsAtMostABurst(t *testing.T) {
+// A settled cost is charged in full: the key waits what it spent, and
+// Retry-After says so; a cost of 0 settles at 1.
+func TestSettleIsExact(t *testing.T) {
 	h, err := settling(t, ratelimit.PerSecond(10), &ratelimit.MiddlewareOptions{ResultInContext: true})
 	require.Equal(t, http.StatusOK, h.get("a", "X-Settle", "1000000").Code)
 	require.NoError(t, *err)
 	res, _ := h.lim.Take(context.Background(), "a", 1)
-	assert.Equal(t, 1100*time.Millisecond, res.RetryAfter, "a burst of debt past empty, and the next token")
+	assert.Equal(t, 99999100*time.Millisecond, res.RetryAfter, "10⁶ tokens at 100 ms, and the next token, less the burst's 1 s")
+	w := h.get("a")
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "100000", w.Header().Get("Retry-After"))
+
+	for range 10 {
+		require.Equal(t, http.StatusOK, h.get("b", "X-Settle", "0").Code)
+		require.NoError(t, *err)
+	}
+	assert.Equal(t, http.StatusTooManyRequests, h.get("b", "X-Settle", "0").Code, "ten requests settled at 0 cost 1 each")
 }
 
 func TestSettleErrors(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 // exported (MarshalText gives "strikes", "ban", "debt"): a [Penalty]'s
 // buckets, named POLICY/strikes, POLICY/bans and POLICY/ban, and a charge
 // past empty ([Limiter.Charge]), a copy of the policy charged, whose cost
-// may exceed the burst. Decide them with Decide too, and never ahead of
+// may exceed the burst and be any int64. Decide them with Decide too, and never ahead of
 // the store (no lease, no local answer). Implementations must be safe for
 // concurrent use; docs/stores.md explains writing one, storetest checks it.
 type Store interface {
@@ -48,9 +48,7 @@ var ErrNotAtomic = errors.New("ratelimit: requests cannot be decided atomically"
 type BatchStore interface {
 	Store
 	// TakeAll writes each request's result to results[i] as Take would,
-	// and spends them all if every one is allowed, else none (a refused
-	// request still keeps the state Decide gives it, which LimitFor's
-	// clip may move back). It returns
+	// and spends them all if every one is allowed, else none. It returns
 	// ErrNotAtomic, having done nothing, when it cannot decide them in one
 	// step (keys on different Redis Cluster slots, say).
 	TakeAll(ctx context.Context, reqs []BatchItem, results []Result) error

@@ -1,8 +1,11 @@
 package adaptertest
 
 import (
+	"bufio"
 	"cmp"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -56,6 +59,9 @@ func newFixture(t *testing.T, nh NewHandler, s setup) *fixture {
 			m.Handle(w, r, func(r *http.Request) (status int, written int64) {
 				sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 				status, panicked = quick.Run(func() { next.ServeHTTP(sw, r) }, func() (int, bool) { return sw.status, sw.sent })
+				if sw.hijacked {
+					return status, -1
+				}
 				return status, sw.bytes
 			})
 			if panicked != nil {
@@ -93,9 +99,15 @@ func newLimiter(t *testing.T, store ratelimit.Store, l ratelimit.Limit) *ratelim
 // WriteHeader.
 type statusWriter struct {
 	http.ResponseWriter
-	status int   // the response's status: 200 until another is written
-	sent   bool  // the status is final
-	bytes  int64 // of the body, written
+	status   int   // the response's status: 200 until another is written
+	sent     bool  // the status is final
+	bytes    int64 // of the body, written
+	hijacked bool  // next took the connection over
+}
+
+func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	s.sent, s.hijacked = true, true
+	return http.NewResponseController(s.ResponseWriter).Hijack()
 }
 
 func (s *statusWriter) WriteHeader(code int) {
@@ -117,8 +129,9 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 // It answers /status/NNN with status NNN, /implicit with a body and no
 // WriteHeader (so 200), /bytes/N with a body of N bytes, holds /block until
 // released, panics on /panic, on /abort panics after it has sent a 200 and
-// part of the body, and settles /settle/N at a cost of N (ratelimit.Settle),
-// its error in X-Settle.
+// part of the body, settles /settle/N at a cost of N (ratelimit.Settle),
+// its error in X-Settle, and on /hijack/N takes the connection over and
+// writes a response of N bytes on it itself.
 func next(sd *side) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sd.calls.Add(1)
@@ -129,6 +142,17 @@ func next(sd *side) http.Handler {
 		if n, ok := strings.CutPrefix(r.URL.Path, "/bytes/"); ok {
 			size, _ := strconv.Atoi(n)
 			io.WriteString(w, strings.Repeat("x", size))
+			return
+		}
+		if n, ok := strings.CutPrefix(r.URL.Path, "/hijack/"); ok {
+			size, _ := strconv.Atoi(n)
+			conn, buf, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				panic(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", size, strings.Repeat("x", size))
+			_ = buf.Flush()
 			return
 		}
 		if n, ok := strings.CutPrefix(r.URL.Path, "/settle/"); ok {

@@ -24,16 +24,17 @@ func testResultFrom(t *testing.T, nh NewHandler) {
 }
 
 // testSettle: next's request settles its cost with ratelimit.Settle: more
-// than reserved takes the rest, less gives the difference back, a second
-// settlement or a negative cost is an error.
+// than reserved takes the rest, less gives the difference back, but never
+// below 1 (a settlement of 0 costs 1), a second settlement or a negative
+// cost is an error.
 func testSettle(t *testing.T, nh NewHandler) {
 	f := newFixture(t, nh, setup{limit: ratelimit.Per(10, time.Minute), opts: &ratelimit.MiddlewareOptions{ResultInContext: true}})
 	for _, step := range []struct {
 		path, settled, remaining string // X-Settle, and what the next request is told is left
 	}{
 		{"/settle/4", "ok", `"per-key";r=5`}, // 10 − 4, − 1 for the request that looks
-		{"/settle/0", "ok", `"per-key";r=4`}, // its 1 back: 5 − 1 + 1, − 1
-		{"/settle/-1", "ratelimit: Settle: negative cost -1", `"per-key";r=2`},
+		{"/settle/0", "ok", `"per-key";r=3`}, // settled at 1: 5 − 1, − 1
+		{"/settle/-1", "ratelimit: Settle: negative cost -1", `"per-key";r=1`},
 	} {
 		r := f.send(request{path: step.path, client: "alice"})
 		assertNextRan(t, request{path: step.path, client: "alice"}, r)

@@ -60,8 +60,10 @@ func testAborted(t *testing.T, nh NewHandler) {
 }
 
 // testCountBytes: with CountBytes a request costs the bytes of its body,
-// which the adapter must count as they are written; RateLimit-Policy says
-// the quota counts bytes.
+// which the adapter must count as they are written, and at least 1 (an
+// empty body, HEAD); a handler that takes the connection over (Hijack)
+// keeps what it reserved, which the adapter must tell the core (next's
+// written < 0); RateLimit-Policy says the quota counts bytes.
 func testCountBytes(t *testing.T, nh NewHandler) {
 	f := newFixture(t, nh, setup{limit: ratelimit.Per(100, time.Minute), opts: &ratelimit.MiddlewareOptions{CountBytes: true}})
 	r := f.send(request{client: "alice", path: "/bytes/30"})
@@ -71,7 +73,20 @@ func testCountBytes(t *testing.T, nh NewHandler) {
 	// 30 bytes spent; this request reserves 1 more and writes 0.
 	r = f.send(request{client: "alice", path: "/bytes/0"})
 	assert.Equal(t, `"per-key";r=69;t=1`, r.Header.Get("RateLimit"), "the 30 bytes written were charged")
-	r = f.send(request{client: "alice", path: "/bytes/70"})
-	assert.Contains(t, r.Header.Get("RateLimit"), `"per-key";r=69;`, "the 1 byte reserved by a body of 0 went back")
+	r = f.send(request{client: "alice", path: "/bytes/0", method: http.MethodHead})
+	assert.Contains(t, r.Header.Get("RateLimit"), `"per-key";r=68;`, "a body of 0 costs 1")
+	r = f.send(request{client: "alice", path: "/bytes/68"})
+	assert.Contains(t, r.Header.Get("RateLimit"), `"per-key";r=67;`, "a HEAD costs 1")
 	assertStopped(t, f.send(request{client: "alice"}), http.StatusTooManyRequests)
+
+	// A hijacked connection's bytes are not the middleware's to see: the
+	// request keeps the 10 it reserved, however much it wrote.
+	f = newFixture(t, nh, setup{limit: ratelimit.Per(100, time.Minute), opts: &ratelimit.MiddlewareOptions{CountBytes: true,
+		Cost: func(*http.Request) (int64, error) { return 10, nil }}})
+	for range 3 {
+		r = f.send(request{client: "bob", path: "/hijack/1000"})
+		assert.Len(t, r.Body, 1000, "the body written on the hijacked connection")
+	}
+	r = f.send(request{client: "bob", path: "/bytes/0"})
+	assert.Contains(t, r.Header.Get("RateLimit"), `"per-key";r=60;`, "3 hijacked responses kept their 10; this one reserves 10")
 }

@@ -12,11 +12,13 @@
 package echolimit
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -59,7 +61,8 @@ func LimitBy(limit ratelimit.Limit, key ratelimit.KeyFunc) echo.MiddlewareFunc {
 //
 // The status MiddlewareOptions.CountIf sees is c.Response().Status, after
 // a handler's error is written with c.Error. Wrap allocates nothing of its
-// own on an admitted request, and panics when m is nil. docs/frameworks.md
+// own on an admitted request (but a small value when m counts responses),
+// and panics when m is nil. docs/frameworks.md
 // has the details.
 func Wrap(m *ratelimit.Middleware, opts *Options) echo.MiddlewareFunc {
 	return middleware(quick.Given("echolimit.Wrap", m), false, opts)
@@ -107,6 +110,12 @@ func middleware(m *ratelimit.Middleware, withContext bool, opts *Options) echo.M
 				if served != r { // with ResultInContext
 					c.SetRequest(served)
 				}
+				var watch *hijackWatch
+				if counts {
+					watch = &hijackWatch{ResponseWriter: c.Response().Writer}
+					c.Response().Writer = watch
+					defer func() { c.Response().Writer = watch.ResponseWriter }()
+				}
 				code, panicked = quick.Run(func() {
 					if err = next(c); err != nil && counts {
 						// The status of an error is known once the error
@@ -115,6 +124,9 @@ func middleware(m *ratelimit.Middleware, withContext bool, opts *Options) echo.M
 						c.Error(err)
 					}
 				}, status)
+				if watch != nil && watch.hijacked {
+					return code, -1
+				}
 				return code, c.Response().Size
 			}
 			// The core writes header fields to the response, and its
@@ -187,3 +199,20 @@ func (w *capture) Write(b []byte) (int, error) {
 	w.body = append(w.body, b...)
 	return len(b), nil
 }
+
+// hijackWatch is the response's writer while a request whose response
+// counts runs: it notes that the handler took the connection over, whose
+// bytes the response does not see.
+type hijackWatch struct {
+	http.ResponseWriter
+	hijacked bool
+}
+
+func (w *hijackWatch) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	w.hijacked = w.hijacked || err == nil
+	return conn, rw, err
+}
+
+// Unwrap lets http.ResponseController reach the writer's other methods.
+func (w *hijackWatch) Unwrap() http.ResponseWriter { return w.ResponseWriter }

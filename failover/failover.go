@@ -36,7 +36,8 @@ const (
 	// the instances: each allows 1/Instances of the rate, of the burst (at
 	// least 1, and at least the request's cost) and of Policy.Immediate,
 	// and of a calendar quota's count.
-	// What it spends stays spent; a penalty box goes on in the Local store,
+	// What it spends stays spent, and a settled cost (Limiter.Charge) is
+	// charged to the share; a penalty box goes on in the Local store,
 	// undivided (docs/stores.md).
 	Local
 )
@@ -315,8 +316,8 @@ const maxShares = 1024
 // mode: p with 1/Instances of the rate, of the burst and of Immediate (of
 // a calendar quota, of its count), within 50 years a span, and a burst of
 // at least cost so that a request the shared limit could allow is not
-// refused for ever (but for a charge past empty, algo.Debt, whose bound is
-// a burst of the share). MaxDelay stays, cut to the share's span. The
+// refused for ever (but for a charge past empty, algo.Debt, which takes
+// its whole cost from the share). MaxDelay stays, cut to the share's span. The
 // shares of costs up to a share's burst are made once per policy. A
 // penalty box's buckets (its strikes, bans and ban, whose names, unlike a
 // policy's, have a "/") are no quota to divide: they stay as they are.

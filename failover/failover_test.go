@@ -409,8 +409,8 @@ func TestFailoverLocalCostAboveShare(t *testing.T) {
 
 // TestFailoverLocalQuotaShare: while degraded, a calendar quota is shared
 // by its count: 10 a day among 3 instances is 3 a day each, refused until
-// midnight; a charge past empty is a burst of the share's debt at most,
-// however large.
+// midnight; a charge past empty takes its whole cost from the share, at
+// the share's rate.
 func TestFailoverLocalQuotaShare(t *testing.T) {
 	rig := newFailover(t, failover.Local, 3)
 	daily := &ratelimit.Policy{Name: "daily", Limit: ratelimit.Daily(10, time.UTC)}
@@ -437,7 +437,7 @@ func TestFailoverLocalQuotaShare(t *testing.T) {
 	debt.Algorithm = algo.Debt
 	res = take(&debt, 1000)
 	assert.True(t, res.Allowed)
-	assert.Equal(t, 2*3*300*time.Millisecond, res.ResetAfter, "a burst of debt past the share's 3 tokens at a third of the rate")
+	assert.Equal(t, 1000*300*time.Millisecond, res.ResetAfter, "1000 tokens at a third of the rate")
 }
 
 // TestFailoverLocalShareReused: while degraded, Local decides with one
@@ -748,4 +748,36 @@ func TestFailoverLocalPenaltyUndivided(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"default/ban"}, refusers.Names(res, false), "the third refusal bans")
 	assert.Equal(t, time.Minute, res.RetryAfter, "a first ban lasts Penalty.For")
+}
+
+// TestFailoverSettledCosts: a settled cost (Limiter.Charge of a degraded
+// Result) is charged to the Local share while degraded, so that 30
+// responses of 10 000 bytes under a 1 000-byte budget are not 30 × 1 byte;
+// Open charges nothing (it limits nothing); Closed admitted nothing.
+func TestFailoverSettledCosts(t *testing.T) {
+	ctx := context.Background()
+	for _, mode := range []failover.Mode{failover.Local, failover.Open} {
+		rig := newFailover(t, mode, 1)
+		rig.primary.down.Store(true)
+		lim, err := ratelimit.New(rig.store, ratelimit.Policy{Name: "bytes", Limit: ratelimit.Per(1000, time.Minute)})
+		require.NoError(t, err)
+		admitted := 0
+		for range 30 {
+			res, err := lim.Take(ctx, "k", 1)
+			require.NoError(t, err)
+			require.True(t, res.Degraded, "%v: decided while the primary is down", mode)
+			if !res.Allowed {
+				continue
+			}
+			admitted++
+			require.NoError(t, lim.Charge(ctx, "k", 10_000-1, res), "%v", mode)
+		}
+		want := map[failover.Mode]int{failover.Local: 1, failover.Open: 30}[mode]
+		assert.Equal(t, want, admitted, "%v: responses of 10 000 bytes under 1 000 bytes a minute", mode)
+		if mode == failover.Local {
+			res, err := lim.Take(ctx, "k", 1)
+			require.NoError(t, err)
+			assert.Equal(t, 9*time.Minute+600*time.Millisecond/10, res.RetryAfter, "10 000 bytes at 60 ms, less the burst, and the next byte")
+		}
+	}
 }

@@ -7,8 +7,10 @@
 package ginlimit
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"net"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -32,7 +34,8 @@ func LimitBy(limit ratelimit.Limit, key ratelimit.KeyFunc) gin.HandlerFunc {
 // Wrap returns a Gin handler that runs the rest of the chain (c.Next) only
 // when m admits the request, and otherwise, m having answered, calls
 // c.Abort. The status MiddlewareOptions.CountIf sees is c.Writer.Status().
-// It allocates nothing of its own, and panics when m is nil.
+// It allocates nothing of its own (but a small value per request when m
+// counts responses), and panics when m is nil.
 func Wrap(m *ratelimit.Middleware) gin.HandlerFunc {
 	m = quick.Given("ginlimit.Wrap", m)
 	return func(c *gin.Context) { handle(m, c, c.Request) }
@@ -48,7 +51,17 @@ func handle(m *ratelimit.Middleware, c *gin.Context, r *http.Request) {
 		if next != r { // with ResultInContext
 			c.Request = next
 		}
+		if !m.CountsResponses() {
+			c.Next()
+			return 0, 0
+		}
+		w := &hijackWatch{ResponseWriter: c.Writer}
+		c.Writer = w
+		defer func() { c.Writer = w.ResponseWriter }()
 		status, panicked = quick.Run(c.Next, func() (int, bool) { return c.Writer.Status(), c.Writer.Written() })
+		if w.hijacked {
+			return status, -1
+		}
 		return status, int64(max(c.Writer.Size(), 0))
 	})
 	if !admitted {
@@ -86,3 +99,17 @@ func New(l *ratelimit.Limiter, key KeyFunc, opts *ratelimit.MiddlewareOptions) (
 
 // ginContextKey is the request context key of the *gin.Context.
 type ginContextKey struct{}
+
+// hijackWatch is c.Writer while a request whose response counts runs: it
+// notes that the handler took the connection over, whose bytes the
+// writer does not see.
+type hijackWatch struct {
+	gin.ResponseWriter
+	hijacked bool
+}
+
+func (w *hijackWatch) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := w.ResponseWriter.Hijack()
+	w.hijacked = w.hijacked || err == nil
+	return conn, rw, err
+}

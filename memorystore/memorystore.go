@@ -169,7 +169,7 @@ func (s *Store) takeLocked(sh *shard, p *ratelimit.Policy, fp uint64, cost int64
 				break
 			}
 		}
-		res.Until += sh.creditOf(sl.word.Load()) // refunds, which change it, take the lock
+		res.Until = algo.Add(res.Until, sh.creditOf(sl.word.Load())) // refunds, which change it, take the lock
 	} else {
 		var next int64
 		if res, next = p.Decide(0, now, cost); next > now { // else the bucket is full: nothing to keep
@@ -203,9 +203,8 @@ func noRoom(res ratelimit.Result, p *ratelimit.Policy, cost int64) ratelimit.Res
 }
 
 // TakeAll implements [ratelimit.BatchStore]: it decides every request at
-// one instant and spends only if all are allowed (a refused request keeps
-// the state Decide gives it); requests on one bucket are decided one after
-// the other. It never fails.
+// one instant and spends only if all are allowed; requests on one bucket
+// are decided one after the other. It never fails.
 func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
 	// Lock the shards of every key (in shard order, so that concurrent
 	// batches cannot deadlock), take the slot of each key held so that no
@@ -244,7 +243,7 @@ func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.BatchItem, results [
 		}
 		var next int64
 		results[i], next = reqs[i].Policy.Decide(old, now, reqs[i].Cost)
-		results[i].Until += credit
+		results[i].Until = algo.Add(results[i].Until, credit)
 		if first >= 0 {
 			states[first] = next // the first request on a bucket carries its last state
 		}
@@ -263,8 +262,8 @@ func (s *Store) TakeAll(_ context.Context, reqs []ratelimit.BatchItem, results [
 	// table, which needs every slot free.
 	for i, sl := range slots {
 		switch {
-		case sl != nil && (all || !results[i].Allowed && states[i] < held[i]):
-			sl.state.Store(states[i]) // (a refusal's state moves back only by Decide's clip)
+		case sl != nil && all:
+			sl.state.Store(states[i])
 		case sl != nil:
 			sl.state.Store(held[i])
 		}

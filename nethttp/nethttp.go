@@ -42,6 +42,9 @@ func Wrap(m *ratelimit.Middleware) func(next http.Handler) http.Handler {
 				}
 				sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 				status, panicked = quick.Run(func() { next.ServeHTTP(sw, r) }, sw.begun)
+				if sw.hijacked {
+					return status, -1
+				}
 				return status, sw.bytes
 			})
 			if panicked != nil {
@@ -58,9 +61,10 @@ func Wrap(m *ratelimit.Middleware) func(next http.Handler) http.Handler {
 // its handler then panics.
 type statusWriter struct {
 	http.ResponseWriter
-	status  int
-	written bool
-	bytes   int64 // of the body, written
+	status   int
+	written  bool
+	bytes    int64 // of the body, written
+	hijacked bool  // the handler took the connection over
 }
 
 func (s *statusWriter) WriteHeader(code int) {
@@ -94,5 +98,7 @@ func (s *statusWriter) Flush() {
 // underlying writer does when that cannot hijack.
 func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	s.written = true
-	return http.NewResponseController(s.ResponseWriter).Hijack()
+	conn, rw, err := http.NewResponseController(s.ResponseWriter).Hijack()
+	s.hijacked = s.hijacked || err == nil
+	return conn, rw, err
 }

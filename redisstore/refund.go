@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
 var _ ratelimit.RefundStore = (*Store)(nil)
@@ -35,7 +36,7 @@ func (s *Store) Refund(parent context.Context, p *ratelimit.Policy, key string, 
 			args = append(args, "quota-refund", cost/1e9, cost%1e9, took.Until/1e9, took.Until%1e9)
 			return appendPeriod(args, q)
 		}
-		inc := cost * int64(p.Limit.Interval())
+		inc := algo.Mul(cost, int64(p.Limit.Interval()))
 		return append(args, "refund", inc/1e9, inc%1e9, took.Until/1e9, took.Until%1e9)
 	})
 	return err

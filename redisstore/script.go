@@ -50,13 +50,13 @@ func (s *Store) run(parent context.Context, reqs []ratelimit.BatchItem, results 
 		if periods != nil && periods[i].end != 0 {
 			end := periods[i].at(now)
 			results[i] = quotaResult(r.Policy, end, ahead, r.Cost, end-now)
-			results[i].Until += credit // see take.lua's "refund"
+			results[i].Until = algo.Add(results[i].Until, credit) // see take.lua's "refund"
 		} else {
-			// The script reports how far the state is ahead of now; the
-			// algorithm depends only on that, so it decides at a now of 0.
+			// The script reports how far the state is ahead of now, which
+			// with now is the state it decided on (at most the int64 limit).
 			var next int64
-			results[i], next = r.Policy.Decide(ahead, 0, r.Cost)
-			results[i].Until = now + next + credit // see take.lua's "refund"
+			results[i], next = r.Policy.Decide(now+ahead, now, r.Cost)
+			results[i].Until = algo.Add(next, credit) // see take.lua's "refund"
 		}
 		if allowed > 1 || results[i].Allowed != (allowed == 1) {
 			return fmt.Errorf("redisstore: the script decided %d with the state %d ahead of now, the algorithm %v", allowed, ahead, results[i].Allowed)
@@ -177,7 +177,8 @@ func decision(reply []any, i int) (allowed, ahead, credit int64, err error) {
 func span(reply []any, i int) (int64, bool) {
 	sec, ok1 := reply[i].(int64)
 	nsec, ok2 := reply[i+1].(int64)
-	if !ok1 || !ok2 || sec < 0 || sec > math.MaxInt64/1_000_000_000-1 || nsec < 0 || nsec >= 1e9 {
+	const maxSec, maxNsec = math.MaxInt64 / 1_000_000_000, math.MaxInt64 % 1_000_000_000
+	if !ok1 || !ok2 || sec < 0 || sec > maxSec || nsec < 0 || nsec >= 1e9 || sec == maxSec && nsec > maxNsec {
 		return 0, false
 	}
 	return sec*1e9 + nsec, true
@@ -211,7 +212,7 @@ func (s *Store) newCall(ctx context.Context, n int) *call {
 func appendKind(args []any, r ratelimit.BatchItem, q period) []any {
 	iv := int64(r.Policy.Limit.Interval())
 	var kind any = "gcra"
-	inc, bound := r.Cost*iv, r.Policy.Limit.Burst()*iv
+	inc, bound := algo.Mul(r.Cost, iv), r.Policy.Limit.Burst()*iv // a charge's cost may be any int64
 	switch {
 	case q.end != 0:
 		kind, inc, bound = "quota", r.Cost, r.Policy.Limit.Burst()
@@ -225,8 +226,6 @@ func appendKind(args []any, r ratelimit.BatchItem, q period) []any {
 		kind, inc = "ban", r.Cost // a ban's length, in nanoseconds
 	case r.Policy.Algorithm == algo.Debt:
 		kind = "debt"
-	case r.Policy.LimitFor != nil:
-		kind = "capped" // a state kept under another limit counts, and is kept, as a burst of debt
 	}
 	return append(args, kind, inc/1e9, inc%1e9, bound/1e9, bound%1e9)
 }

@@ -47,10 +47,6 @@
 --            its arguments:
 --              "gcra"   inc bound: token bucket, leaky policing; inc is
 --                       cost × interval, bound the depth burst × interval
---              "capped" inc bound: "gcra" for a policy whose keys have
---                       limits of their own (LimitFor): a state more than
---                       2 × bound ahead of now counts as 2 × bound ahead,
---                       and is written so, on a refusal too
 --              "shape"  inc bound: leaky shaping; bound is the longest
 --                       admissible wait
 --              "refund" inc until: give back inc (a pair), but no more
@@ -68,9 +64,11 @@
 --                       unchanged; else inc 0 asks, and a positive inc
 --                       bans for inc from now; bound is unused
 --              "debt"   inc bound: a charge past empty, always allowed:
---                       the state moves on by inc, but to no more than
---                       2 × bound ahead of now (a burst of debt), and
---                       never back
+--                       the state moves on by inc, exactly (to the
+--                       farthest time an int64 holds at most), and never
+--                       back; a calendar quota's "quota-debt" moves it to
+--                       2 × bound past its period's end at most, so that
+--                       the debt ends at the reset
 --              "quota", "quota-debt", "quota-refund"
 --                       inc bound-or-until end next: a calendar quota's
 --                       "gcra", "debt" and "refund", with inc cost × 1 ns
@@ -82,10 +80,9 @@
 --                       the tokens spent in the period, so that the
 --                       bucket is full again once now reaches the end.
 --
--- A state more than 2 × bound ahead of now (kept under a longer limit than
--- the one given, or before the clock went back) refuses every "gcra" or
--- "lease" request, as the algorithm's clip to 2 × bound does; it is
--- reported as it is, for the client's Until.
+-- A state however far ahead of now (a debt, one kept under a longer limit
+-- than the one given, or before the clock went back) counts as it is, as
+-- the algorithm counts it: nothing is forgiven.
 --
 -- Every key of a group is decided at the same instant (a calendar quota's
 -- at its period's end). A group's new states are written only if every
@@ -104,6 +101,8 @@
 -- result from it.
 
 local G = 1000000000
+-- the farthest time an int64 of nanoseconds holds, 2^63 - 1, a pair
+local MAXS, MAXN = 9223372036, 854775807
 local K = 4 -- the epochs a lease's room is kept
 local NL = 4 -- the takes given back that a bucket remembers
 
@@ -389,13 +388,12 @@ local function lease(st, wS, wN, l, bS, bN, nowMs)
   return true
 end
 
--- owe takes inc from st past empty: the state moves on by inc, to at most
--- 2 × bound ahead of now (a burst of debt), and never back. Always allowed.
-local function owe(st, incS, incN, bS, bN)
+-- owe takes inc from st past empty: the state moves on by inc, exactly,
+-- but to no more than lim ahead (a pair), and never back. Always allowed.
+local function owe(st, incS, incN, limS, limN)
   local aS, aN = add(st.dS, st.dN, incS, incN)
-  local mS, mN = add(bS, bN, bS, bN)
-  if le(mS, mN, aS, aN) then
-    aS, aN = mS, mN
+  if le(limS, limN, aS, aN) then
+    aS, aN = limS, limN
   end
   if le(st.dS, st.dN, aS, aN) then
     st.aS, st.aN = aS, aN
@@ -420,7 +418,10 @@ local function decide(st, kind, j, nowS, nowN, nowMs)
   end
   local bS, bN = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
   if kind == "debt" then
-    return owe(st, incS, incN, bS, bN)
+    if ARGV[j] == "quota-debt" then
+      return owe(st, incS, incN, add(bS, bN, bS, bN))
+    end
+    return owe(st, incS, incN, sub(MAXS, MAXN, nowS, nowN))
   end
   if kind == "lease" and lease(st, tonumber(ARGV[j + 5]), tonumber(ARGV[j + 6]), tonumber(ARGV[j + 7]), bS, bN, nowMs) then
     return 2 + st.E
@@ -489,7 +490,7 @@ end
 -- changed nothing.
 local function plain(key, j, nowS, nowN, slack)
   local kind = ARGV[j]
-  if kind ~= "gcra" and kind ~= "shape" and kind ~= "capped" then
+  if kind ~= "gcra" and kind ~= "shape" then
     return nil
   end
   local dS, dN = 0, 0
@@ -506,13 +507,6 @@ local function plain(key, j, nowS, nowN, slack)
   end
   local incS, incN = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2])
   local bS, bN = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
-  local clipped = false
-  if kind == "capped" then
-    local cS, cN = add(bS, bN, bS, bN)
-    if not le(dS, dN, cS, cN) then
-      dS, dN, clipped = cS, cN, true
-    end
-  end
   local aS, aN = add(dS, dN, incS, incN)
   local allowed = 1
   if positive(incS, incN) then
@@ -529,9 +523,6 @@ local function plain(key, j, nowS, nowN, slack)
     else
       redis.call("DEL", key)
     end
-  elseif clipped then
-    local s, n = add(nowS, nowN, dS, dN)
-    redis.call("SET", key, string.format("%d:%d", s, n), "PX", dS * 1000 + math.ceil(dN / 1000000) + slack)
   end
   return {allowed, dS, dN, 0, 0, nowS, nowN}
 end
@@ -558,14 +549,6 @@ local function group(k, j, m, nowS, nowN, slack)
     if not st then
       return failed -- the group changes nothing
     end
-    if kind == "capped" then
-      kind = "gcra"
-      local bS, bN = tonumber(ARGV[j + 3]), tonumber(ARGV[j + 4])
-      local cS, cN = add(bS, bN, bS, bN)
-      if not le(st.dS, st.dN, cS, cN) then
-        st.dS, st.dN, st.clipped = cS, cN, true
-      end
-    end
     local allowed = decide(st, kind, j, vS, vN, nowMs)
     all = all and allowed > 0
     out[5 * i - 4], out[5 * i - 3], out[5 * i - 2] = allowed, st.dS, st.dN
@@ -573,13 +556,9 @@ local function group(k, j, m, nowS, nowN, slack)
     states[i], at[2 * i - 1], at[2 * i] = st, vS, vN
     j = j + stride(ARGV[j])
   end
-  for i = 1, m do
-    local st = states[i]
-    if all or st.clipped then
-      if not all then
-        st.aS, st.aN = st.dS, st.dN -- refused: only the clip is kept
-      end
-      write(KEYS[k + i], st, at[2 * i - 1], at[2 * i], nowS, nowN, nowMs, slack)
+  if all then
+    for i = 1, m do
+      write(KEYS[k + i], states[i], at[2 * i - 1], at[2 * i], nowS, nowN, nowMs, slack)
     end
   end
   out[5 * m + 1], out[5 * m + 2] = nowS, nowN

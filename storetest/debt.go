@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -21,9 +22,9 @@ func owing(p *ratelimit.Policy) *ratelimit.Policy {
 }
 
 // testDebt: a charge past empty is always allowed and takes its cost from
-// the bucket even past empty, so that the key's requests wait until the
-// debt is repaid (RetryAfter says when); it takes no more than a burst of
-// debt, and a cost of 0 only looks.
+// the bucket even past empty, exactly, so that the key's requests wait
+// until the debt is repaid (RetryAfter says when); a cost so large that it
+// overflows is the farthest debt, and a cost of 0 only looks.
 func testDebt(t *testing.T, c *Clock, s ratelimit.Store) {
 	p := policy("p", fivePerSecond)
 	d := owing(p)
@@ -34,15 +35,22 @@ func testDebt(t *testing.T, c *Clock, s ratelimit.Store) {
 	})
 	run(t, c, s, p, []step{{cost: 1, want: refused(0, 600*ms, 2400*ms)}})
 	run(t, c, s, d, []step{
-		{cost: 100, want: allowed(0, 4*time.Second)}, // a burst of debt at most
-		{cost: 1, want: allowed(0, 4*time.Second)},
-		{cost: 0, want: allowed(0, 4*time.Second)},
+		{cost: 100, want: allowed(0, 22400*ms)}, // exactly, past a burst of debt
+		{cost: 1, want: allowed(0, 22600*ms)},
+		{cost: 0, want: allowed(0, 22600*ms)},
 	})
 	run(t, c, s, p, []step{
-		{cost: 1, want: refused(0, 2200*ms, 4*time.Second)},
-		{advance: 2200*ms - 1, cost: 1, want: refused(0, 1, 1800*ms+1)},
+		{cost: 1, want: refused(0, 20800*ms, 22600*ms)},
+		{advance: 20800*ms - 1, cost: 1, want: refused(0, 1, 1800*ms+1)},
 		{advance: 1, cost: 1, want: allowed(0, 2*time.Second)},
 	})
+	far := time.Duration(math.MaxInt64 - c.Now().UnixNano())
+	run(t, c, s, d, []step{
+		{key: "far", cost: math.MaxInt64, want: allowed(0, far)}, // the product saturates
+		{key: "far", cost: 1 << 62, want: allowed(0, far)},       // and the sum
+		{key: "far", cost: math.MaxInt64 - 1, want: allowed(0, far)},
+	})
+	run(t, c, s, p, []step{{key: "far", cost: 1, want: refused(0, far-1800*ms, far)}})
 	run(t, c, s, d, []step{{key: "new", cost: 3, want: allowed(7, 600*ms)}})
 }
 

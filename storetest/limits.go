@@ -15,22 +15,20 @@ import (
 // testChangedLimit: a key's bucket under a policy whose limit changed
 // (Policy.LimitFor gives the store a policy of the same name with another
 // Limit) is decided by the new limit at once, on the state the old one
-// left: the time the bucket needs to be full again, which counts as at
-// most a burst of debt past empty under the new limit (the state clipped
-// to now + 2τ'). So a key that spent all of Per(10, 24h), given
-// Per(100, time.Hour), is refused, its first token τ' + 36 s away; from
+// left: the time the bucket needs to be full again, exactly, nothing
+// forgiven. So a key that spent all of Per(10, 24h), given
+// Per(100, time.Hour), is refused, its first token 23 h + 36 s away; from
 // then on, a client that retries when told and charges past empty are
-// decided as Decide decides on the state the old limit left, whatever it
-// decides. A key that spent half of Per(100, time.Hour), given
-// Per(10, 24h), has 9 tokens: a downgrade never admits more at one instant
-// than the new burst.
+// decided as Decide decides on the state the old limit left. A key that
+// spent half of Per(100, time.Hour), given Per(10, 24h), has 9 tokens: a
+// downgrade never admits more at one instant than the new burst.
 func testChangedLimit(t *testing.T, c *Clock, s ratelimit.Store) {
 	daily := policy("plan", ratelimit.Per(10, 24*time.Hour))
 	hourly := policy("plan", ratelimit.Per(100, time.Hour))
 	var m model
 	m.take(daily, c, 10)
 	run(t, c, s, daily, []step{{cost: 10, want: allowed(0, 24*time.Hour)}})
-	run(t, c, s, hourly, []step{{cost: 1, want: refused(0, time.Hour+36*time.Second, 2*time.Hour)}})
+	run(t, c, s, hourly, []step{{cost: 1, want: refused(0, 23*time.Hour+36*time.Second, 24*time.Hour)}})
 	m.take(hourly, c, 1)
 	for i := range 4 {
 		want := m.take(hourly, c, 0)
@@ -107,7 +105,7 @@ func (p *plans) limitFor(key string) (ratelimit.Limit, bool) {
 // allowed at once when the lookup raises its burst, with the tokens the
 // larger bucket has; what a store knows of the key under the old limit (a
 // cached refusal) does not answer for the new one. Lowered again, the key
-// has what the smaller bucket holds.
+// has what the smaller bucket holds, and waits what it spent.
 func testLimitForUpgrade(t *testing.T, c *Clock, s ratelimit.Store) {
 	for _, wide := range []bool{false, true} {
 		t.Run(map[bool]string{false: "alone", true: "with a wide policy"}[wide], func(t *testing.T) { limitForUpgrade(t, c, s, wide) })
@@ -151,10 +149,10 @@ func limitForUpgrade(t *testing.T, c *Clock, s ratelimit.Store, wide bool) {
 	assert.False(t, res.Allowed)
 	assert.Equal(t, fivePerSecond, res.Policy.Limit)
 	assert.Equal(t, int64(0), res.Remaining)
-	assert.Equal(t, 4*time.Second, res.ResetAfter, "20 s to full, counted as a burst of debt")
-	assert.Equal(t, 2200*ms, res.RetryAfter)
-	c.Advance(2200*ms - 1)
+	assert.Equal(t, 20*time.Second, res.ResetAfter, "20 s to full, as it is")
+	assert.Equal(t, 18200*ms, res.RetryAfter)
+	c.Advance(18200*ms - 1)
 	assert.False(t, limit(t, l, key, 1).Allowed)
 	c.Advance(1)
-	assert.True(t, limit(t, l, key, 1).Allowed, "the wait the refusal gave holds: the clip was kept")
+	assert.True(t, limit(t, l, key, 1).Allowed, "the wait the refusal gave holds")
 }

@@ -3,6 +3,8 @@
 // Limiter keeps for its penalty boxes, and the shaping queue's bound.
 package algo
 
+import "math"
+
 // The Algorithm values of a penalty box's own policies, beyond the three a
 // Policy may have (TokenBucket 0, LeakyPolice 1, LeakyShape 2).
 const (
@@ -14,9 +16,10 @@ const (
 	// that a penalty box counts.
 	Strikes = 4
 	// Debt: a settlement's charge of a request that cost more than it
-	// reserved, to the bucket of the policy it copies (same name, same
-	// limit): always allowed, it takes cost more tokens past empty, at
-	// most to a burst of debt (a state of now + 2 × burst × interval).
+	// reserved, to the bucket of the policy it copies (same name, the
+	// key's limit in force): always allowed, it takes cost more tokens
+	// past empty, exactly (saturated at the int64 limit); a calendar
+	// quota's debt ends at its reset.
 	Debt = 5
 )
 
@@ -30,4 +33,29 @@ func ShapeBound(interval, burst, maxDelay, immediate int64) int64 {
 		bound = min(bound, maxDelay+immediate*interval)
 	}
 	return bound
+}
+
+// Add returns a + b, saturated at the int64 limits: a state or a span
+// that would overflow stays at the farthest time an int64 holds.
+func Add(a, b int64) int64 {
+	s := a + b
+	switch {
+	case a > 0 && b > 0 && s < 0:
+		return math.MaxInt64
+	case a < 0 && b < 0 && s >= 0:
+		return math.MinInt64
+	}
+	return s
+}
+
+// Mul returns a × b for a, b ≥ 0, saturated at math.MaxInt64: a cost in
+// tokens times an interval.
+func Mul(a, b int64) int64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
 }
