@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -63,7 +64,7 @@ func (s *mapStore) TakeAll(_ context.Context, reqs []ratelimit.BatchItem, result
 			b = s.buckets[key]
 		}
 		res, state := r.Policy.Decide(b.state, now, r.Cost)
-		res.Until = state + b.credit // what Refund needs
+		res.Until = state + min(b.credit, math.MaxInt64-state) // what Refund needs, saturated
 		results[i], next[key] = res, mapBucket{state, b.credit}
 		all = all && res.Allowed
 	}
@@ -80,7 +81,7 @@ func (s *mapStore) TakeAll(_ context.Context, reqs []ratelimit.BatchItem, result
 // save keeps b as the bucket of key, until its state plus its credit has
 // passed: a database would expire it then.
 func (s *mapStore) save(key string, b mapBucket, now int64) {
-	if b.state+b.credit > now {
+	if b.state > now || b.credit > now-b.state { // state + credit > now, without overflow
 		s.buckets[key] = b
 	} else {
 		delete(s.buckets, key) // the bucket is full and owes no credit: it carries no information
@@ -98,7 +99,7 @@ func (s *mapStore) Reset(_ context.Context, p *ratelimit.Policy, key string) err
 	defer s.mu.Unlock()
 	now := s.now().UnixNano()
 	b := s.buckets[key]
-	s.save(key, mapBucket{now, b.credit + max(b.state-now, 0)}, now)
+	s.save(key, mapBucket{now, b.credit + min(max(b.state-now, 0), math.MaxInt64-b.credit)}, now)
 	return nil
 }
 
@@ -116,7 +117,7 @@ func (s *mapStore) Refund(_ context.Context, p *ratelimit.Policy, key string, co
 	now := s.now().UnixNano()
 	b := s.buckets[key]
 	next := p.Refund(b.state, now, cost, took.Until-b.credit)
-	s.save(key, mapBucket{next, b.credit + b.state - next}, now)
+	s.save(key, mapBucket{next, b.credit + min(b.state-next, math.MaxInt64-b.credit)}, now)
 	return nil
 }
 

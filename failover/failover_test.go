@@ -781,3 +781,32 @@ func TestFailoverSettledCosts(t *testing.T) {
 		}
 	}
 }
+
+// TestModelLocal runs the give-back tests and the model test (that nothing
+// passes the limit) on a Store whose primary is down: Local decides every
+// request, gives nothing back, and charges settled costs to the share.
+// (A reset goes to the primary, down: the tests see no ResetStore.)
+func TestModelLocal(t *testing.T) {
+	storetest.RunGiveBacks(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
+		primary := &flakyStore{inner: memoryStore(t, now)}
+		primary.down.Store(true)
+		s, err := failover.New(primary, &failover.Options{Mode: failover.Local, Local: memoryStore(t, now), Logger: discard, Clock: now})
+		require.NoError(t, err)
+		return withoutReset{s}
+	})
+}
+
+// withoutReset is a failover.Store without its Reset.
+type withoutReset struct{ s *failover.Store }
+
+func (w withoutReset) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+	return w.s.Take(ctx, p, key, cost)
+}
+
+func (w withoutReset) TakeAll(ctx context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
+	return w.s.TakeAll(ctx, reqs, results)
+}
+
+func (w withoutReset) Refund(ctx context.Context, p *ratelimit.Policy, key string, cost int64, took ratelimit.Result) error {
+	return w.s.Refund(ctx, p, key, cost, took)
+}

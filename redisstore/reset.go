@@ -47,6 +47,9 @@ cS, cN = cS + dS, cN + dN
 if cN >= G then
   cS, cN = cS + 1, cN - G
 end
+if cS > 9223372036 or (cS == 9223372036 and cN > 854775807) then
+  cS, cN = 9223372036, 854775807 -- an int64 of nanoseconds at most
+end
 if cS < 0 or (cS == 0 and cN == 0) then
   redis.call("DEL", KEYS[1])
   return 1

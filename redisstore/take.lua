@@ -300,6 +300,9 @@ local function giveBack(st, incS, incN)
   end
   st.aS, st.aN = sub(st.dS, st.dN, incS, incN)
   st.cS, st.cN = add(st.cS, st.cN, incS, incN)
+  if le(MAXS, MAXN, st.cS, st.cN) then
+    st.cS, st.cN = MAXS, MAXN -- an int64 of nanoseconds at most
+  end
   return incS, incN
 end
 

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -65,7 +66,8 @@ func (m *model) take(p *ratelimit.Policy, c *Clock, cost int64) ratelimit.Result
 
 // testQuotaChangedLimit: a calendar quota whose count changed keeps the
 // tokens spent in the period: raised, they are spent of the new count;
-// lowered below them, the key is refused until the reset.
+// lowered below them, the key is refused until the reset, and raised
+// again, it has what the larger count leaves (a refusal forgot nothing).
 func testQuotaChangedLimit(t *testing.T, c *Clock, s ratelimit.Store) {
 	small := policy("daily", ratelimit.Daily(5, time.UTC))
 	large := policy("daily", ratelimit.Daily(100, time.UTC))
@@ -75,10 +77,51 @@ func testQuotaChangedLimit(t *testing.T, c *Clock, s ratelimit.Store) {
 		{cost: 1, want: allowed(94, 14*time.Hour)},
 		{key: "down", cost: 50, want: allowed(50, 14*time.Hour)},
 	})
-	run(t, c, s, small, []step{
-		{key: "down", cost: 1, want: refused(0, 14*time.Hour, 14*time.Hour)},
-		{key: "down", advance: 14 * time.Hour, cost: 5, want: allowed(0, 24*time.Hour)},
-	})
+	run(t, c, s, small, []step{{key: "down", cost: 1, want: refused(0, 14*time.Hour, 14*time.Hour)}})
+	run(t, c, s, large, []step{{key: "down", cost: 0, want: allowed(50, 14*time.Hour)}})
+	run(t, c, s, small, []step{{key: "down", advance: 14 * time.Hour, cost: 5, want: allowed(0, 24*time.Hour)}})
+
+	// The same through a Limiter whose keys' quotas change (LimitFor): a
+	// key that spent 1 000 of 1 000, cut to 10 and refused, then given its
+	// 1 000 again, has nothing more that day.
+	pl := &plans{limits: map[string]ratelimit.Limit{}}
+	l := limiter(t, s, ratelimit.Policy{Name: "plan-daily", Limit: ratelimit.Daily(1000, time.UTC), LimitFor: pl.limitFor})
+	require.True(t, limit(t, l, "k", 1000).Allowed)
+	pl.set("k", ratelimit.Daily(10, time.UTC))
+	require.False(t, limit(t, l, "k", 1).Allowed)
+	pl.set("k", ratelimit.Daily(1000, time.UTC))
+	res := limit(t, l, "k", 1)
+	assert.False(t, res.Allowed, "cut and restored: what was spent stays spent")
+	assert.Equal(t, int64(0), res.Remaining)
+}
+
+// testLimitForGiveBack: a take made under a key's old limit, given back
+// after the limit was raised and the bucket spent under the new one,
+// credits nothing the exact bucket did not earn back: at no instant are
+// more admitted than the new burst.
+func testLimitForGiveBack(t *testing.T, c *Clock, s ratelimit.Store) {
+	if _, ok := s.(ratelimit.RefundStore); !ok {
+		t.Skipf("%T is not a ratelimit.RefundStore", s)
+	}
+	pl := &plans{limits: map[string]ratelimit.Limit{"k": ratelimit.Per(1, time.Minute)}}
+	l := limiter(t, s, ratelimit.Policy{Name: "plan", Limit: ratelimit.Per(1, time.Minute), LimitFor: pl.limitFor})
+	ctx := context.Background()
+	old := limit(t, l, "k", 1)
+	require.True(t, old.Allowed)
+	pl.set("k", ratelimit.PerSecond(10))
+	admitted := func() (n int) {
+		for limit(t, l, "k", 1).Allowed {
+			n++
+		}
+		return n
+	}
+	assert.Zero(t, admitted(), "the old take's minute holds under the new limit")
+	c.Advance(59500 * ms)
+	assert.Equal(t, 5, admitted(), "half a second before the minute ends: half the new burst")
+	require.NoError(t, l.Refund(ctx, "k", 1, old))
+	assert.Equal(t, 5, admitted(), "the old take's give-back: what it still cost, half a second; 10 at this instant in all")
+	c.Advance(500 * ms)
+	assert.Equal(t, 5, admitted(), "the half second earned, no more")
 }
 
 // plans is a Policy.LimitFor: a limit per key, changed while in use.

@@ -81,6 +81,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"DebtCharge", testDebtCharge},
 		{"ChangedLimit", testChangedLimit},
 		{"LimitForUpgrade", testLimitForUpgrade},
+		{"LimitForGiveBack", testLimitForGiveBack},
+		{"Model", modelChecks(true)},
 	})
 	runTests(t, newStore, quotaTests)
 }

@@ -4,7 +4,10 @@
 // the few takes given back last. take.lua keeps the same for Redis.
 package credit
 
-import "github.com/tokenfair/ratelimit"
+import (
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/algo"
+)
 
 // Bucket is what a bucket keeps beside its state for its give-backs. The
 // zero Bucket is a bucket's that was never given back to. It is not safe
@@ -68,7 +71,7 @@ func (b *Bucket) Refund(p *ratelimit.Policy, state, now, cost, until int64) (nex
 	}
 	next = p.Refund(state, now, cost, until-b.Credit+b.later(until))
 	if give := state - next; give > 0 {
-		b.Credit += give
+		b.Credit = algo.Add(b.Credit, give)
 		b.remember(until, give, now)
 	}
 	return next
@@ -81,6 +84,6 @@ func (b *Bucket) Reset(state, now int64) (next int64) {
 	if state <= now {
 		return b.full(state, now)
 	}
-	*b = Bucket{Credit: b.Credit + state - now}
+	*b = Bucket{Credit: algo.Add(b.Credit, state-now)}
 	return now
 }
