@@ -8,10 +8,9 @@ import (
 	"time"
 )
 
-// maxSpan is the longest time a bucket may take to refill from empty: a
-// state is at most two spans ahead of now (one of debt) and a decision
-// moves it on by at most one more, so Unix nanoseconds plus three spans fit
-// in an int64 until 2112.
+// maxSpan is the longest time a bucket may take to refill from empty, so
+// that a bucket's depth and a request's cost in nanoseconds fit in an
+// int64 with room to spare (a debt may go further: it saturates).
 const maxSpan = 50 * 365 * 24 * time.Hour
 
 // Limit is a rate and a capacity: a bucket earns n tokens every period and
@@ -53,8 +52,9 @@ var calendars = [...]struct{ period, kind, call string }{
 const maxQuota = 1_000_000_000_000
 
 // Daily returns a quota of n tokens per calendar day in loc, from 00:00 to
-// the next 00:00 (23 or 25 hours on a daylight-saving change): they all
-// come back at once, at midnight. Its burst is n.
+// the next 00:00 (23 or 25 hours on a daylight-saving change; see
+// [Limit.Period] for the odder changes): they all come back at once, at
+// midnight. Its burst is n.
 func Daily(n int64, loc *time.Location) Limit {
 	return Limit{burst: n, n: n, cal: day, loc: loc}
 }
@@ -67,27 +67,65 @@ func Monthly(n int64, loc *time.Location) Limit {
 
 // Period returns the calendar period of a [Daily] or [Monthly] quota that
 // holds t: its first instant and the next period's. For a rate it returns
-// zero Times.
+// zero Times. The periods follow one another with neither gap nor overlap,
+// so an instant the clocks show on a date whose midnight they have yet to
+// pass for good (on a change that takes them back across it) is in the
+// period before.
 func (l Limit) Period(t time.Time) (start, end time.Time) {
 	if l.cal == rate || l.loc == nil {
 		return time.Time{}, time.Time{}
 	}
 	y, m, d := t.In(l.loc).Date()
+	dm, dd := time.Month(0), 1 // from one period to the next
 	if l.cal == month {
-		return midnight(y, m, 1, l.loc), midnight(y, m+1, 1, l.loc)
+		d, dm, dd = 1, 1, 0
 	}
-	return midnight(y, m, d, l.loc), midnight(y, m, d+1, l.loc)
+	start, end = midnight(y, m, d, l.loc), midnight(y, m+dm, d+dd, l.loc)
+	if t.Before(start) {
+		start, end = midnight(y, m-dm, d-dd, l.loc), start
+	}
+	return start, end
 }
 
 // midnight returns the first instant of the day y-m-d in loc (normalised
-// as time.Date does): 00:00, or the end of a daylight-saving gap that
-// skips it, where time.Date may give the hour before the gap instead.
+// as time.Date does): the first from which the clocks there show that day
+// or a later one for good. That is 00:00; the end of a daylight-saving gap
+// that skips it; the later 00:00 when the clocks go back from after it to
+// the day before (the first when they go back to 00:00 itself); and for a
+// day the clocks skip whole (Pacific/Apia's 30 December 2011), the first
+// instant of the next day.
 func midnight(y int, m time.Month, d int, loc *time.Location) time.Time {
-	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
-	if t.Hour() >= 12 {
-		_, t = t.ZoneBounds() // in the day before: the gap starts when its zone ends
+	want := time.Date(y, m, d, 0, 0, 0, 0, time.UTC) // 00:00 on the clocks in loc, read as UTC
+	wall := func(t time.Time) time.Time {            // what the clocks in loc show at t, read as UTC
+		_, off := t.Zone()
+		return t.UTC().Add(time.Duration(off) * time.Second)
 	}
-	return t
+	const far = 48 * time.Hour // more than any zone's offset and any change of clock
+	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
+	if start, end := t.ZoneBounds(); (start.IsZero() || t.Sub(start) >= far) && (end.IsZero() || end.Sub(t) >= far) {
+		return t // no change of clock for two days either side: 00:00, once
+	}
+	// Walk loc's zones from two days before, when the clocks show an
+	// earlier day, keeping the last instant they reached 00:00, until a
+	// zone begins a day past it: no change of clock takes them back further.
+	var begin time.Time
+	for t = want.Add(-far).In(loc); ; {
+		_, next := t.ZoneBounds()
+		if w := wall(t); w.Before(want) {
+			begin = time.Time{}
+			if t = t.Add(want.Sub(w)); !next.IsZero() && !t.Before(next) {
+				t = next // the zone ends before its clocks show 00:00
+				continue
+			}
+		}
+		if begin.IsZero() {
+			begin = t
+		}
+		if next.IsZero() || !wall(next).Before(want.Add(24*time.Hour)) {
+			return begin
+		}
+		t = next
+	}
 }
 
 // periodEnd returns the end of the calendar period that holds now, in Unix
