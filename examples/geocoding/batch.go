@@ -99,8 +99,10 @@ func batchCost(r *http.Request) (int64, error) {
 
 // geocodeBatch answers POST /geocode/batch with, in order, the result of
 // GET /geocode for each place of the batch that is found, and settles the
-// batch's cost at one token per place found. A settlement that fails is
-// logged: the batch keeps its whole cost.
+// batch's cost at one token per place found, and never less than one: the
+// tokens of the names not found go back, but a batch that finds nothing
+// still costs one token. A settlement that fails is logged: the batch
+// keeps its whole cost.
 func geocodeBatch(logger *slog.Logger) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		b := batchOf(r.Context())
@@ -114,7 +116,8 @@ func geocodeBatch(logger *slog.Logger) http.HandlerFunc {
 				found = append(found, geocodeResult{Query: name, Name: p.Name, Lat: p.Lat, Lon: p.Lon})
 			}
 		}
-		if err := ratelimit.Settle(r.Context(), int64(len(found))); err != nil {
+		cost := max(int64(len(found)), 1) // Contract 1: a batch that finds nothing costs one
+		if err := ratelimit.Settle(r.Context(), cost); err != nil {
 			logger.Warn("geocoding: a batch's unused tokens could not be given back", "names", len(b.names), "found", len(found), "err", err)
 		}
 		writeJSON(w, http.StatusOK, "application/json", found)

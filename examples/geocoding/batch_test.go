@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -35,7 +36,29 @@ func TestBatch(t *testing.T) {
 	w = serve(h, postBatch("alice", "atlantis\nmu\n"))
 	require.Equal(t, http.StatusOK, w.Code)
 	assert.Equal(t, "[]\n", w.Body.String())
-	assert.Equal(t, `"default";r=6;t=1`, remaining(h, "alice"), "none found, none spent")
+	assert.Equal(t, `"default";r=5;t=1`, remaining(h, "alice"), "none found, one spent, and one by this GET")
+}
+
+// TestBatchNoneFound: a batch in which no place is found still costs one
+// token. With a burst of 5 and the clock frozen, five batches of unknown
+// names pass and the sixth is refused; a token later, one more passes.
+func TestBatchNoneFound(t *testing.T) {
+	const burst = 5
+	h, clock := newTestHandler(t, "-rate", "1", "-burst", "5")
+	unknown := postBatch("alice", "atlantis\n")
+	for i := range burst {
+		w := serve(h, unknown)
+		require.Equal(t, http.StatusOK, w.Code, "batch %d: body %q", i+1, w.Body.String())
+		assert.Equal(t, "[]\n", w.Body.String(), "batch %d", i+1)
+	}
+	w := serve(h, unknown)
+	assert.Equal(t, http.StatusTooManyRequests, w.Code, "batch %d: the burst is spent", burst+1)
+	assert.Equal(t, "1", w.Header().Get("Retry-After"))
+
+	clock.Advance(time.Second)
+	assert.Equal(t, []int{200, 429}, statuses(h, postBatch("alice", "mu\n"), 2), "one token back, one batch")
+	clock.Advance(2 * time.Second)
+	assert.Equal(t, []int{200, 429}, statuses(h, postBatch("alice", "atlantis\nmu\n"), 2), "two names reserve two, and one is kept")
 }
 
 // TestBatchLines: blank lines are skipped and CRLF accepted.

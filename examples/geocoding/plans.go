@@ -120,76 +120,148 @@ var planFields = map[string]bool{"rate": true, "burst": true, "daily": true, "mo
 // parse returns the plans of data, a JSON object of plans by API key. Its
 // errors start with the line at fault: "3: ...".
 func (pr *planReader) parse(data []byte) (map[string]*plan, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	line := func() int { return 1 + bytes.Count(data[:dec.InputOffset()], []byte("\n")) }
-	// fail returns the error of the token just read.
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("%d: %s", line(), fmt.Sprintf(format, args...))
+	if err := syntaxError(data); err != nil {
+		return nil, err
 	}
-	token := func() (json.Token, error) {
-		tok, err := dec.Token()
-		var syntax *json.SyntaxError
-		switch {
-		case errors.As(err, &syntax):
-			return nil, fmt.Errorf("%d: %v", 1+bytes.Count(data[:syntax.Offset], []byte("\n")), err)
-		case err == io.EOF:
-			return nil, fail("unexpected end of the file")
-		case err != nil:
-			return nil, fail("%v", err)
-		}
-		return tok, nil
-	}
-	if tok, err := token(); err != nil {
+	p := &planParser{data: data, dec: json.NewDecoder(bytes.NewReader(data))}
+	p.dec.UseNumber()
+	if tok, err := p.token(); err != nil {
 		return nil, err
 	} else if tok != json.Delim('{') {
-		return nil, fail("want a JSON object of plans by API key, {\"KEY\": {\"rate\": R, ...}, ...}")
+		return nil, p.errorf("want a JSON object of plans by API key, {\"KEY\": {\"rate\": R, ...}, ...}")
 	}
 	plans := map[string]*plan{}
 	lines := map[string]int{}      // the line of each API key
 	apiKeys := map[string]string{} // the API key of each limiter's key
-	for dec.More() {
-		tok, err := token()
+	for p.dec.More() {
+		tok, err := p.token()
 		if err != nil {
 			return nil, err
 		}
 		apiKey := tok.(string) // an object's key
 		if at, ok := lines[apiKey]; ok {
-			return nil, fail("key %q: already given at line %d", apiKey, at)
+			return nil, p.errorf("key %q: already given at line %d", apiKey, at)
 		}
-		lines[apiKey] = line()
+		lines[apiKey] = p.line()
 		key, err := pr.keyOf(apiKey)
 		if err != nil {
-			return nil, fail("key %q: not an API key: %v", apiKey, err)
+			return nil, p.errorf("key %q: not an API key: %v", apiKey, err)
 		}
 		if other, ok := apiKeys[key]; ok {
-			return nil, fail("key %q: the same API key as %q, at line %d", apiKey, other, lines[other])
+			return nil, p.errorf("key %q: the same API key as %q, at line %d", apiKey, other, lines[other])
 		}
 		apiKeys[key] = apiKey
-		if plans[key], err = pr.plan(token, fail, apiKey); err != nil {
+		if plans[key], err = pr.plan(p, apiKey); err != nil {
 			return nil, err
 		}
 	}
-	if _, err := token(); err != nil { // the closing brace
+	if _, err := p.token(); err != nil { // the closing brace
 		return nil, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fail("unexpected data after the object of plans")
+	// After the object, only JSON's white space.
+	if rest := bytes.TrimLeft(data[p.dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
+		return nil, fmt.Errorf("%d: unexpected data after the object of plans", lineAt(data, int64(len(data)-len(rest))))
 	}
 	return plans, nil
 }
 
-// plan reads the plan of apiKey, an object of fields, through token and
-// checks it; fail names the line of the token just read.
-func (pr *planReader) plan(token func() (json.Token, error), fail func(string, ...any) error, apiKey string) (*plan, error) {
-	if tok, err := token(); err != nil {
+// syntaxError returns nil if data begins with a well-formed JSON value,
+// else the error of the first fault, naming its line: "3: invalid
+// character ...", or "2: unexpected end of the file" for a file that
+// ends inside the value, or holds none, on the line of its last byte.
+//
+// It reads the value whole, from the start of data, so that the
+// SyntaxError's Offset counts the bytes from the start of data. (Read
+// token by token, a SyntaxError counts only some of those before it.)
+func syntaxError(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	err := dec.Decode(new(json.RawMessage))
+	var syntax *json.SyntaxError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &syntax):
+		return fmt.Errorf("%d: %v", lineAt(data, badByte(data, syntax.Offset)), err)
+	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF):
+		return endOfFile(data)
+	}
+	return fmt.Errorf("%d: %v", lineAt(data, dec.InputOffset()), err)
+}
+
+// badByte returns the offset of the byte at which data stops being the
+// start of a well-formed JSON value, given offset, the Offset of the
+// SyntaxError of reading data. encoding/json counts that byte in Offset;
+// built with GOEXPERIMENT=jsonv2, it counts only the bytes before it. The
+// two name different lines when the byte is a newline (in a string, say,
+// where it ends the line at fault) or the first of a line, so they are
+// told apart by reading data up to offset again.
+func badByte(data []byte, offset int64) int64 {
+	offset = min(max(offset, 0), int64(len(data)))
+	var syntax *json.SyntaxError
+	if errors.As(json.NewDecoder(bytes.NewReader(data[:offset])).Decode(new(json.RawMessage)), &syntax) {
+		return offset - 1 // data[:offset] holds the bad byte: its last
+	}
+	return offset
+}
+
+// endOfFile is the error of a file that ends too soon, on the line of its
+// last byte: a final newline ends the last line, it does not start another.
+func endOfFile(data []byte) error {
+	return fmt.Errorf("%d: unexpected end of the file", lineAt(data, int64(len(data))-1))
+}
+
+// lineAt returns the line, from 1, of the byte of data at offset off: one
+// more than the newlines before it. An offset out of data is taken as its
+// nearest end.
+func lineAt(data []byte, off int64) int {
+	off = min(max(off, 0), int64(len(data)))
+	return 1 + bytes.Count(data[:off], []byte("\n"))
+}
+
+// planParser reads the tokens of a -plans file, once syntaxError has found
+// it well formed, and knows the line of each.
+type planParser struct {
+	data []byte
+	dec  *json.Decoder
+}
+
+// line returns the line of the token just read. The decoder's InputOffset
+// is just past it, and no token holds a newline: its last byte is on its
+// line.
+func (p *planParser) line() int { return lineAt(p.data, p.dec.InputOffset()-1) }
+
+// errorf returns the error of the token just read: "LINE: ...".
+func (p *planParser) errorf(format string, args ...any) error {
+	return fmt.Errorf("%d: %s", p.line(), fmt.Sprintf(format, args...))
+}
+
+// token returns the next token. syntaxError has found the file well
+// formed, so that no error is expected here; one would be named at the
+// decoder's position.
+func (p *planParser) token() (json.Token, error) {
+	tok, err := p.dec.Token()
+	if err == io.EOF {
+		return nil, endOfFile(p.data)
+	} else if err != nil {
+		return nil, fmt.Errorf("%d: %v", lineAt(p.data, p.dec.InputOffset()), err)
+	}
+	return tok, nil
+}
+
+// plan reads the plan of apiKey, an object of fields, through p and checks
+// it. An unknown field, or a value at fault, is named at its own line; a
+// rate and burst that do not go together (one may be a flag's), at the
+// line of the key.
+func (pr *planReader) plan(p *planParser, apiKey string) (*plan, error) {
+	keyLine := p.line()
+	if tok, err := p.token(); err != nil {
 		return nil, err
 	} else if tok != json.Delim('{') {
-		return nil, fail("key %q: want an object of rate, burst, daily and monthly", apiKey)
+		return nil, p.errorf("key %q: want an object of rate, burst, daily and monthly", apiKey)
 	}
 	d := pr.def
 	for {
-		tok, err := token()
+		tok, err := p.token()
 		if err != nil {
 			return nil, err
 		}
@@ -198,35 +270,34 @@ func (pr *planReader) plan(token func() (json.Token, error), fail func(string, .
 		}
 		field := tok.(string)
 		if !planFields[field] {
-			return nil, fail("key %q: unknown field %q: want rate, burst, daily or monthly", apiKey, field)
+			return nil, p.errorf("key %q: unknown field %q: want rate, burst, daily or monthly", apiKey, field)
 		}
-		if tok, err = token(); err != nil {
+		if tok, err = p.token(); err != nil {
 			return nil, err
 		}
 		n, ok := tok.(json.Number)
 		if !ok {
-			return nil, fail("key %q: %s %s: want a number", apiKey, field, valueText(tok))
+			return nil, p.errorf("key %q: %s %s: want a number", apiKey, field, valueText(tok))
 		}
 		if err := setPlanField(&d, field, n); err != nil {
-			return nil, fail("key %q: %s %s: %v", apiKey, field, n, err)
+			return nil, p.errorf("key %q: %s %s: %v", apiKey, field, n, err)
 		}
 	}
-	p := &plan{}
 	rate, err := limitOf(d.rate, d.burst)
 	if err == nil {
 		err = pr.check(rate)
 	}
 	if err != nil {
-		return nil, fail("key %q: rate %s burst %d: %v", apiKey, formatFloat(d.rate), d.burst, err)
+		return nil, fmt.Errorf("%d: key %q: rate %s burst %d: %v", keyLine, apiKey, formatFloat(d.rate), d.burst, err)
 	}
-	p.rate = rate
+	pl := &plan{rate: rate}
 	if d.daily > 0 {
-		p.daily = ratelimit.Daily(d.daily, d.loc)
+		pl.daily = ratelimit.Daily(d.daily, d.loc)
 	}
 	if d.monthly > 0 {
-		p.monthly = ratelimit.Monthly(d.monthly, d.loc)
+		pl.monthly = ratelimit.Monthly(d.monthly, d.loc)
 	}
-	return p, nil
+	return pl, nil
 }
 
 // setPlanField sets the field of d that the plan's field names to n, or

@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -173,6 +175,121 @@ func TestPlansBadFile(t *testing.T) {
 			assert.NotContains(t, stderr, "listening")
 		})
 	}
+}
+
+// TestPlansErrorLines: every kind of fault in the -plans file is named
+// at its line, at start-up and on a reread alike: syntax errors anywhere
+// on a line, at its start, or on a newline that ends it; the end of the
+// file; invalid values, named at the line of the field or of the key; on
+// the first line and on the last; with CRLF line endings too.
+func TestPlansErrorLines(t *testing.T) {
+	for _, tc := range []struct {
+		name, content string
+		line          int
+		msg           string
+	}{
+		// Syntax.
+		{"syntax mid-line", "{\n  \"tin\": {\"rate\": 1, \"burst\": 5},\n  \"tin2\": {\"burst\": oops}\n}\n",
+			3, `invalid character 'o' looking for beginning of value`},
+		{"syntax far down", "{\n  \"a\": {\"rate\": 1, \"burst\": 5},\n  \"b\": {\"rate\": 2, \"burst\": 5},\n" +
+			"  \"c\": {\"rate\": 3, \"burst\": 5},\n  \"d\": {\"rate\": 4, \"burst\": 5},\n  \"e\": {\"rate\": 5, \"burst\": 5},\n" +
+			"  \"tin\": {\"daily\": 100, \"burst\": oops}\n}\n",
+			7, `invalid character 'o' looking for beginning of value`},
+		{"syntax at the start of a line", "{\n  \"alice\": {\"burst\": 1}\n\"bob\": {}\n}\n",
+			3, `invalid character '"' after object key:value pair`},
+		{"trailing comma, brace at the start of a line", "{\n  \"alice\": {\"burst\": 1},\n}\n",
+			3, `invalid character '}' looking for beginning of object key string`},
+		{"newline in a string", "{\n  \"alice\": {\"rate\": \"fa\nst\"}\n}\n",
+			2, `invalid character '\n' in string`},
+		{"syntax on the first line", "{\"alice\" {}}\n",
+			1, `invalid character '{' after object key`},
+		{"syntax on the last line", "{\n  \"alice\": {}\n]",
+			3, `invalid character ']' after object key:value pair`},
+		// The end of the file.
+		{"end of file", "{\n  \"alice\": {\n",
+			2, `unexpected end of the file`},
+		{"end of file in a string", "{\n  \"alice\": {\"rate\": \"fa",
+			2, `unexpected end of the file`},
+		{"end of file after blank lines", "{\n  \"alice\": {}\n\n\n",
+			4, `unexpected end of the file`},
+		{"empty file", "",
+			1, `unexpected end of the file`},
+		// Values.
+		{"wrong type", "{\n  \"alice\": {},\n  \"bob\": {\"rate\": \"fast\"}\n}\n",
+			3, `key "bob": rate "fast": want a number`},
+		{"plan not an object", "{\n  \"alice\": {},\n  \"bob\": [5]\n}\n",
+			3, `key "bob": want an object of rate, burst, daily and monthly`},
+		{"plans not an object", "\n\n[{\"alice\": {}}]\n",
+			3, `want a JSON object of plans by API key`},
+		{"unknown field", "{\n  \"alice\": {\n    \"burst\": 20,\n    \"rat\": 5\n  }\n}\n",
+			4, `key "alice": unknown field "rat": want rate, burst, daily or monthly`},
+		{"rate not positive", "{\n  \"alice\": {\n    \"rate\": 0,\n    \"burst\": 5\n  }\n}\n",
+			3, `key "alice": rate 0: want a positive, finite number of tokens per second`},
+		{"burst not positive", "{\n  \"alice\": {\"rate\": 1},\n  \"bob\": {\"burst\": -2}\n}\n",
+			3, `key "bob": burst -2: want a capacity of at least 1, a whole number`},
+		{"negative daily", "{\n  \"alice\": {},\n  \"bob\": {\n    \"daily\": -1\n  }\n}\n",
+			4, `key "bob": daily -1: want a quota of 1 to 1000000000000 requests, a whole number, or 0 for none`},
+		{"monthly not whole", "{\n  \"alice\": {},\n  \"bob\": {\"monthly\": 1.5}\n}\n",
+			3, `key "bob": monthly 1.5: want a quota of 1 to 1000000000000 requests, a whole number, or 0 for none`},
+		{"rate and burst apart, at the key", "{\n  \"alice\": {},\n  \"bob\": {\n    \"rate\": 1e-9\n  }\n}\n",
+			3, `key "bob": rate 1e-09 burst 10: an empty bucket would take 317 years to fill`},
+		{"duplicate key", "{\n  \"alice\": {},\n\n  \"alice\": {}\n}\n",
+			4, `key "alice": already given at line 2`},
+		{"the same API key", "{\n  \"alice\": {},\n  \" alice \": {}\n}\n",
+			3, `key " alice ": the same API key as "alice", at line 2`},
+		{"value on the first line", `{"alice": {"burst": 0}}`,
+			1, `key "alice": burst 0: want a capacity of at least 1, a whole number`},
+		{"value on the last line", "{\n  \"alice\": {},\n  \"bob\": {\"daily\": -1}}",
+			3, `key "bob": daily -1: want a quota of 1 to 1000000000000 requests`},
+		{"data after the plans, on the last line", "{\n  \"alice\": {}\n}\n\n{}",
+			5, `unexpected data after the object of plans`},
+		// CRLF.
+		{"CRLF syntax mid-line", "{\r\n  \"tin\": {\"rate\": 1, \"burst\": 5},\r\n  \"tin2\": {\"burst\": oops}\r\n}\r\n",
+			3, `invalid character 'o' looking for beginning of value`},
+		{"CRLF syntax at the start of a line", "{\r\n  \"alice\": {}\r\n\"bob\": {}\r\n}\r\n",
+			3, `invalid character '"' after object key:value pair`},
+		{"CRLF in a string", "{\r\n  \"alice\": {\"rate\": \"fa\r\nst\"}\r\n}\r\n",
+			2, `invalid character '\r' in string`},
+		{"CRLF end of file", "{\r\n  \"alice\": {\r\n",
+			2, `unexpected end of the file`},
+		{"CRLF unknown field", "{\r\n  \"alice\": {},\r\n  \"bob\": {\"rat\": 1}\r\n}\r\n",
+			3, `key "bob": unknown field "rat"`},
+		{"CRLF rate not positive", "{\r\n  \"alice\": {\r\n    \"burst\": 5,\r\n    \"rate\": -1\r\n  }\r\n}\r\n",
+			4, `key "alice": rate -1: want a positive, finite number of tokens per second`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := fmt.Sprintf(":%d: %s", tc.line, tc.msg)
+			assertStartupError(t, tc.content, want)
+			assertRereadError(t, tc.content, want)
+		})
+	}
+}
+
+// assertStartupError asserts that the server does not start with content
+// as its -plans file: exit status 2, and the error want after the file's
+// name.
+func assertStartupError(t *testing.T, content, want string) {
+	t.Helper()
+	path := plansFile(t, content)
+	code, stderr := runExit(t, "-plans", path)
+	assert.Equal(t, 2, code, "stderr:\n%s", stderr)
+	assert.Contains(t, stderr, "geocoding: -plans: "+path+want)
+}
+
+// assertRereadError asserts that a server whose -plans file becomes
+// content logs the error want after the file's name, and keeps the plans
+// last read.
+func assertRereadError(t *testing.T, content, want string) {
+	t.Helper()
+	path := plansFile(t, `{"alice": {"burst": 20}}`)
+	var log syncBuffer
+	h := plansHandler(t, path, time.Millisecond, &log)
+	writePlans(t, path, content)
+	quoted := strconv.Quote(path + want) // as the text log writes the error
+	quoted = quoted[1 : len(quoted)-1]
+	assert.Eventually(t, func() bool { return strings.Contains(log.String(), quoted) }, time.Second, time.Millisecond,
+		"want %s in the log:\n%s", quoted, &log)
+	assert.Equal(t, `"default";q=20;w=4`, policyOf(h, "alice"), "the plans last read")
 }
 
 // TestPlansWatcherStops: the watcher of the file stops with the server.

@@ -4,7 +4,7 @@
 // made-up answer, then settles the tokens it used with ratelimit.Settle.
 // An answer shorter than the estimate gives the rest back; a longer one
 // takes the rest past empty, and the key's next requests wait until that
-// debt is repaid (at most one burst of it).
+// debt is repaid, all of it.
 //
 //	go run ./examples/llm
 //	curl -N -H 'X-API-Key: demo' --data 'what is a token bucket' localhost:8081/v1/complete

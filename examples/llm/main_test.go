@@ -66,18 +66,20 @@ func TestSettleMore(t *testing.T) {
 	assert.Equal(t, http.StatusOK, ask(h, "and now").Code)
 }
 
-// TestDebtBound: a debt is at most one burst past empty, however long the
-// answer: at 1 token a second and a burst of 20, the next request waits
-// 20 s and its own cost, not the 57 tokens the answer went over.
-func TestDebtBound(t *testing.T) {
+// TestDebtIsExact: a debt is charged in full, however long the answer: at
+// 1 token a second and a burst of 20, after an answer of 61 tokens the
+// next request, which reserves 4, waits 61 + 4 − 20 = 45 s.
+func TestDebtIsExact(t *testing.T) {
 	h, clock := newTestHandler(t, 1, 20)
 	w := ask(h, "explain")
 	require.Equal(t, http.StatusOK, w.Code)
 	assert.True(t, strings.HasSuffix(w.Body.String(), "[61 tokens: 1 of prompt, 60 of answer; 4 reserved]\n"), "body %q", w.Body.String())
 	w = ask(h, "hi")
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	assert.Equal(t, "24", w.Header().Get("Retry-After"))
-	clock.Advance(24 * time.Second)
+	assert.Equal(t, "45", w.Header().Get("Retry-After"))
+	clock.Advance(45*time.Second - 1)
+	assert.Equal(t, http.StatusTooManyRequests, ask(h, "hi").Code)
+	clock.Advance(1)
 	assert.Equal(t, http.StatusOK, ask(h, "hi").Code)
 }
 
