@@ -133,3 +133,24 @@ func TestCountBytesOfAStatusThatDoesNotCount(t *testing.T) {
 	left, _ := h.look("a")
 	assert.Equal(t, int64(100), left, "a 404 does not count, whatever its size")
 }
+
+// TestCountBytesOverTenMinutes: at 1 000 bytes a minute (a burst of 1 000),
+// responses of 10 000 bytes, one asked for every 100 ms for 10 minutes:
+// each is charged in full, so the key is served what an exact bucket
+// allows, 20 000 bytes (the first response, and the one the bucket admits
+// once it has earned back the 9 000 bytes of debt and one), never the
+// 100 000 a debt bounded at one burst let through.
+func TestCountBytesOverTenMinutes(t *testing.T) {
+	body := make([]byte, 10_000)
+	h := newHarness(t, setup{limit: ratelimit.Per(1000, time.Minute), opts: &ratelimit.MiddlewareOptions{CountBytes: true},
+		next: func(w http.ResponseWriter, r *http.Request) { w.Write(body) }})
+	served := 0
+	for range 6000 {
+		if w := h.get("a"); w.Code == http.StatusOK {
+			served += w.Body.Len()
+		}
+		h.clock.Advance(100 * time.Millisecond)
+	}
+	assert.Equal(t, 20_000, served)
+	assert.LessOrEqual(t, served, 10*1000+1000+10_000, "the exact bucket's bound: the rate, the burst and the response that crosses it")
+}
