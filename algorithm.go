@@ -55,7 +55,7 @@ func (p *Policy) Refund(state, now, cost, end int64) (next int64) {
 	}
 	iv := int64(p.Limit.interval)
 	if p.Limit.cal != rate {
-		now, iv = p.Limit.periodEnd(now), 1 // see decideQuota
+		now, iv = p.periodEnd(now), 1 // see decideQuota
 	}
 	give := min(end-now, algo.Mul(cost, iv), state-now)
 	if give <= 0 {
@@ -119,7 +119,7 @@ func owe(state, now, interval, burst, cost, limit int64) (allowed bool, next, re
 // empty bucket still at the reset, so that none carries over to the next
 // period. ResetAfter is the time until E, whatever was spent.
 func (p *Policy) decideQuota(state, now, cost int64) (Result, int64) {
-	end, n := p.Limit.periodEnd(now), p.Limit.burst
+	end, n := p.periodEnd(now), p.Limit.burst
 	cost = max(cost, 0)
 	var allowed bool
 	var next, remaining int64

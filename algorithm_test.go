@@ -14,6 +14,7 @@ import (
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/internal/algo"
+	"github.com/tokenfair/ratelimit/memorystore"
 )
 
 // bucket returns a TokenBucket policy of one token per interval
@@ -341,10 +342,19 @@ func BenchmarkDecide(b *testing.B) {
 		b.Run("daily-"+zone, func(b *testing.B) {
 			loc, err := time.LoadLocation(zone)
 			require.NoError(b, err)
-			p := &ratelimit.Policy{Name: "bench", Limit: ratelimit.Daily(1_000_000_000_000, loc)}
-			benchDecide(b, p, time.Date(2026, 3, 29, 0, 0, 0, 0, time.UTC).UnixNano())
+			// as a Limiter hands it to its store: checked, its period kept
+			lim, err := ratelimit.New(benchStore(b), ratelimit.Policy{Name: "bench", Limit: ratelimit.Daily(1_000_000_000_000, loc)})
+			require.NoError(b, err)
+			benchDecide(b, &lim.Policies()[0], time.Date(2026, 3, 29, 0, 0, 0, 0, time.UTC).UnixNano()) // a change of clock in Paris
 		})
 	}
+}
+
+// benchStore returns a memory store for a benchmark's Limiter.
+func benchStore(b *testing.B) *memorystore.Store {
+	s, err := memorystore.New(nil)
+	require.NoError(b, err)
+	return s
 }
 
 // benchDecide measures p.Decide of one request every 500 ns from now on.

@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"sort"
 	"testing"
 	"time"
@@ -284,5 +285,30 @@ func checkPeriodSamples(t *testing.T, l ratelimit.Limit, loc *time.Location, sta
 			continue
 		}
 		return
+	}
+}
+
+// A Limiter's quota keeps the last period its decisions found: decisions
+// in any order (the clock going back too, and across the changes of
+// clock) give the period's end that Period gives.
+func TestQuotaPeriodKept(t *testing.T) {
+	rng := rand.New(rand.NewPCG(40, 41))
+	for _, name := range []string{"America/St_Johns", "Europe/Paris", "Pacific/Apia"} {
+		loc, err := time.LoadLocation(name)
+		require.NoError(t, err)
+		for _, l := range []ratelimit.Limit{ratelimit.Daily(5, loc), ratelimit.Monthly(5, loc)} {
+			store, err := memorystore.New(nil)
+			require.NoError(t, err)
+			lim, err := ratelimit.New(store, ratelimit.Policy{Name: "q", Limit: l})
+			require.NoError(t, err)
+			p := &lim.Policies()[0]
+			at := time.Date(2006, 10, 28, 0, 0, 0, 0, time.UTC).UnixNano()
+			for range 5000 {
+				at += rng.Int64N(int64(30*time.Hour)) - int64(10*time.Hour)
+				_, end := l.Period(time.Unix(0, at))
+				res, _ := p.Decide(0, at, 1)
+				require.Equal(t, end.Sub(time.Unix(0, at)), res.ResetAfter, "%v: Decide at %v", l, time.Unix(0, at).In(loc))
+			}
+		}
 	}
 }

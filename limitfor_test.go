@@ -133,7 +133,8 @@ func TestLimitForNextDecision(t *testing.T) {
 
 // A limit that LimitFor gives and the policy cannot apply is an error of
 // kind limit-for (the server's mistake, not the client's) that names the
-// policy and the limit, never the key; New refuses LimitFor with Global.
+// policy and the limit, never the key; a quota may not move to another
+// time zone; New refuses LimitFor with Global.
 func TestLimitForErrors(t *testing.T) {
 	ctx := context.Background()
 	const key = "ak:secret-of-the-client"
@@ -152,6 +153,8 @@ func TestLimitForErrors(t *testing.T) {
 			`ratelimit: policy "daily": LimitFor gave 100/month (UTC), a monthly quota, where Limit is a daily quota`},
 		{[]ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(5)}}, ratelimit.Daily(100, time.UTC),
 			`ratelimit: policy "api": LimitFor gave 100/day (UTC), a daily quota, where Limit is a rate`},
+		{[]ratelimit.Policy{{Name: "daily", Limit: ratelimit.Daily(100, time.UTC)}}, ratelimit.Daily(100, time.FixedZone("UTC+9", 9*3600)),
+			`ratelimit: policy "daily": LimitFor gave 100/day (UTC+9), in another time zone than Limit's UTC: a quota's periods must not move`},
 		{[]ratelimit.Policy{{Name: "q", Limit: ratelimit.PerSecond(5).WithBurst(10), Algorithm: ratelimit.LeakyShape, Immediate: 5}}, ratelimit.PerSecond(3),
 			`ratelimit: policy "q": Immediate 5 outside [0, burst 3]`},
 		{[]ratelimit.Policy{{Name: "rate", Limit: ratelimit.PerSecond(5)}, {Name: "api", Limit: ratelimit.Per(100, time.Hour)}}, ratelimit.Per(0, time.Hour),

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/tokenfair/ratelimit/internal/algo"
@@ -105,6 +106,36 @@ type Policy struct {
 	DryRun bool
 	// Penalty bans a key that the policy keeps refusing. Default: none.
 	Penalty Penalty
+
+	period *periodCache // a calendar quota's, once New has checked it
+}
+
+// periodCache keeps the last period a calendar quota's decisions found,
+// so that the decisions within it need not find it again (a zone's
+// changes of clock make finding it cost some hundred nanoseconds). The
+// copies of a policy share it. It is safe for concurrent use.
+type periodCache struct{ last atomic.Pointer[period] }
+
+// period is a calendar period of a quota in a zone, in Unix nanoseconds.
+type period struct {
+	start, end int64
+	cal        calendar
+	loc        *time.Location
+}
+
+// periodEnd returns the end of the calendar period of p's quota that holds
+// now, in Unix nanoseconds.
+func (p *Policy) periodEnd(now int64) int64 {
+	c := p.period
+	if c == nil {
+		return p.Limit.periodEnd(now)
+	}
+	if q := c.last.Load(); q != nil && q.start <= now && now < q.end && q.cal == p.Limit.cal && q.loc == p.Limit.loc {
+		return q.end
+	}
+	start, end := p.Limit.Period(time.Unix(0, now))
+	c.last.Store(&period{start.UnixNano(), end.UnixNano(), p.Limit.cal, p.Limit.loc})
+	return end.UnixNano()
 }
 
 // globalKey is the key under which a Global policy keeps its one bucket.
@@ -135,6 +166,10 @@ func (p Policy) validate() (Policy, error) {
 	}
 	if err := p.checkLimit(p.Limit); err != nil {
 		return p, fmt.Errorf("ratelimit: policy %q: %w", p.Name, err)
+	}
+	p.period = nil
+	if p.Limit.cal != rate {
+		p.period = new(periodCache)
 	}
 	return p, nil
 }
