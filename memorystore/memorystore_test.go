@@ -363,6 +363,9 @@ func BenchmarkTakeOneKey(b *testing.B) {
 	for _, p := range policies {
 		b.Run(p.Name, func(b *testing.B) {
 			s := newStore(b, nil)
+			lim, err := ratelimit.New(s, p) // the policy as a Limiter hands it to the store
+			require.NoError(b, err)
+			p := lim.Policies()[0]
 			ctx := context.Background()
 			b.ReportAllocs()
 			allowed := 0
