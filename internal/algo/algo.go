@@ -3,7 +3,10 @@
 // Limiter keeps for its penalty boxes, and the shaping queue's bound.
 package algo
 
-import "math"
+import (
+	"math"
+	"math/bits"
+)
 
 // The Algorithm values of a penalty box's own policies, beyond the three a
 // Policy may have (TokenBucket 0, LeakyPolice 1, LeakyShape 2).
@@ -51,11 +54,9 @@ func Add(a, b int64) int64 {
 // Mul returns a × b for a, b ≥ 0, saturated at math.MaxInt64: a cost in
 // tokens times an interval.
 func Mul(a, b int64) int64 {
-	if a == 0 || b == 0 {
-		return 0
-	}
-	if a > math.MaxInt64/b {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi != 0 || lo > math.MaxInt64 {
 		return math.MaxInt64
 	}
-	return a * b
+	return int64(lo)
 }
