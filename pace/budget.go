@@ -167,11 +167,15 @@ func (b *budget) end(now time.Time) time.Time {
 const maxName = 64
 
 // kept returns q as a budget keeps it, for its messages: its numbers, and
-// its policy's name cut to maxName bytes and copied out of the field it
-// came in, so that a long field is not kept with it.
+// its policy's name and unit cut to maxName bytes and copied out of the
+// field they came in, so that a long field is not kept with them.
 func kept(q Quota) Quota {
 	name := strings.Clone(q.Policy[:min(len(q.Policy), maxName)])
-	return Quota{Policy: name, Remaining: q.Remaining, Reset: q.Reset, Limit: q.Limit, Window: q.Window}
+	unit := "requests"
+	if !countsRequests(q.Unit) {
+		unit = strings.Clone(q.Unit[:min(len(q.Unit), maxName)])
+	}
+	return Quota{Policy: name, Remaining: q.Remaining, Reset: q.Reset, Limit: q.Limit, Window: q.Window, Unit: unit}
 }
 
 // cause names what h waits for, at host.
@@ -190,9 +194,13 @@ func (h *hold) cause(host string) string {
 }
 
 // describeQuota returns q for an error message, such as ` ("default": 0
-// left, 10 a 2s window)`.
+// left of 10 per 2s)`, or ` ("daily-bytes": 0 content-bytes left)` for a
+// quota in another unit than requests.
 func describeQuota(q Quota) string {
 	s := fmt.Sprintf("%d left", q.Remaining)
+	if q.Unit != "" && !countsRequests(q.Unit) {
+		s = fmt.Sprintf("%d %s left", q.Remaining, q.Unit)
+	}
 	if q.Limit > 0 && q.Window > 0 {
 		s += fmt.Sprintf(" of %d per %v", q.Limit, q.Window)
 	}

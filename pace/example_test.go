@@ -76,8 +76,26 @@ func ExampleRead() {
 	q, ok = pace.Read(github, now)
 	fmt.Printf("%v %+v\n", ok, q)
 	// Output:
-	// true {Policy:default Remaining:0 Reset:1s Limit:10 Window:2s Unit:requests Partition:}
-	// true {Policy: Remaining:4987 Reset:42m0s Limit:5000 Window:0s Unit:requests Partition:}
+	// true {Policy:default Remaining:0 Reset:1s Limit:10 Window:2s Unit:requests Partition: Cost:0}
+	// true {Policy: Remaining:4987 Reset:42m0s Limit:5000 Window:0s Unit:requests Partition: Cost:0}
+}
+
+// Every quota a response declares, each in its own unit: the requests
+// bind, not the 5 bytes left of the daily quota.
+func ExampleReadAll() {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	h := http.Header{}
+	h.Set("RateLimit-Policy", `"rate";q=10;w=1, "daily-bytes";q=1000000;qu="content-bytes";w=86400`)
+	h.Set("RateLimit", `"rate";r=9;t=1, "daily-bytes";r=5;t=3600`)
+	for _, q := range pace.ReadAll(h, now) {
+		fmt.Printf("%s: %d of %d %s left, more in %v\n", q.Policy, q.Remaining, q.Limit, q.Unit, q.Reset)
+	}
+	q, _ := pace.Read(h, now)
+	fmt.Println("binds:", q.Policy)
+	// Output:
+	// rate: 9 of 10 requests left, more in 1s
+	// daily-bytes: 5 of 1000000 content-bytes left, more in 1h0m0s
+	// binds: rate
 }
 
 // Retry-After in seconds, or as an HTTP-date relative to the response's

@@ -8,29 +8,34 @@ import (
 )
 
 // Quota is what a response declares of one limit: how much of it is left,
-// when more comes, and, where the response says, the whole quota and its
-// window. [Read] returns it.
+// when more comes, and, where the response says, the whole quota, its
+// window and its unit. [Read] and [ReadAll] return it.
 type Quota struct {
 	// Policy is the policy's name in the IETF fields; "" in the forms that
 	// name none.
 	Policy string
-	// Remaining is the quota units left (r, remaining, *-Remaining).
+	// Remaining is the quota units left (r or a, remaining, *-Remaining).
 	Remaining int64
-	// Reset is how long until more quota is made available (t, reset,
-	// *-Reset); 0 when the response does not say.
+	// Reset is how long until more quota is made available (t or w,
+	// reset, *-Reset); 0 when the response does not say.
 	Reset time.Duration
 	// Limit is the quota (q, limit, *-Limit); 0 when the response does not
 	// say.
 	Limit int64
-	// Window is the time the quota is granted for (w); 0 when the response
-	// does not say.
+	// Window is the time the quota is granted for (w of RateLimit-Policy);
+	// 0 when the response does not say.
 	Window time.Duration
 	// Unit is what the quota counts (qu): "requests" unless the response
-	// says "content-bytes" or "concurrent-requests".
+	// names another unit, such as "content-bytes", "concurrent-requests"
+	// or one of the server's own.
 	Unit string
 	// Partition is the partition key the quota belongs to (pk, decoded);
 	// "" when none.
 	Partition string
+	// Cost is the quota units the request this response answers consumed
+	// (c, which a pending revision of the draft adds); 0 when the response
+	// does not say.
+	Cost int64
 }
 
 // A field's name as http.Header canonicalises it, and as the drafts spell
@@ -64,84 +69,121 @@ func value(h http.Header, f field) (string, bool) {
 	return v, ok && v != ""
 }
 
-// Read returns the quota that the header fields h of a response declare,
-// received at now, and whether they declare one: how much is left, which
-// every form but RateLimit-Policy alone says. It reads, in this order, the
-// first form present and well-formed:
+// Read returns the quota that binds how many requests may be sent, of
+// those that the header fields h of a response, received at now, declare
+// ([ReadAll]), and whether one does: of the quotas that count requests
+// (Unit "requests", the default, or "request"), and of those in any unit
+// with nothing left (the server refuses every request until they refill),
+// the one with the fewest units left, of those the one with the longest
+// Reset. A quota in another unit with some left never binds: 5 bytes left
+// are not 5 requests left. The [Transport] paces on what Read returns.
+func Read(h http.Header, now time.Time) (Quota, bool) {
+	var b Quota
+	found := false
+	scan(h, now, func(q Quota) {
+		if (q.Remaining == 0 || countsRequests(q.Unit)) &&
+			(!found || q.Remaining < b.Remaining || q.Remaining == b.Remaining && q.Reset > b.Reset) {
+			b, found = q, true
+		}
+	})
+	return b, found
+}
+
+// ReadAll returns every quota that the header fields h of a response,
+// received at now, declare, whatever they count, or nil when they declare
+// none. It reads, in this order, the first form present and well-formed:
 //
 //   - the IETF draft's RateLimit (-08 to -11: `"default";r=9;t=1`, a
-//     Structured Field List), with RateLimit-Policy for the quota and
-//     window of the policy it names; of several items, the one with the
-//     fewest units left (of those, the longest Reset);
+//     Structured Field List): a quota for each item, in the order of the
+//     field, with the quota, window and unit of the RateLimit-Policy item
+//     of the same name (and partition), if any; a pending revision's `a`
+//     and `w` are read as `r` and `t` (of both, the fewer left and the
+//     longer reset), and its `c` as the Cost;
 //   - the draft-07 RateLimit dictionary (`limit=10, remaining=9, reset=1`);
 //   - RateLimit-Remaining, RateLimit-Limit and RateLimit-Reset;
 //   - X-RateLimit-Remaining, X-RateLimit-Limit and X-RateLimit-Reset.
 //
-// Each field is parsed as RFC 9651 requires; a malformed or negative one
-// is ignored, as are two lines of a field that holds one value. The resets
-// of the last two forms are delta seconds, or Unix times when at least
-// 10⁹ (no server sends a delta of 31 years), as GitHub sends them: a Unix
-// time is taken relative to the response's Date field (else now) and
-// ignored when more than a year away from it. docs/client.md shows each
-// form.
-func Read(h http.Header, now time.Time) (Quota, bool) {
+// The last three declare one quota, of requests. Each field is parsed as
+// RFC 9651 requires; a malformed or negative one is ignored (in the List,
+// the item that holds it), as are two lines of a field that holds one
+// value. The resets of the last two forms are delta seconds, or Unix times
+// when at least 10⁹ (no server sends a delta of 31 years), as GitHub sends
+// them: a Unix time is taken relative to the response's Date field (else
+// now) and ignored when more than a year away from it. docs/client.md
+// shows each form.
+func ReadAll(h http.Header, now time.Time) []Quota {
+	var all []Quota
+	scan(h, now, func(q Quota) { all = append(all, q) })
+	return all
+}
+
+// scan calls each for every quota of the first form in h present and
+// well-formed, in order (see ReadAll).
+func scan(h http.Header, now time.Time, each func(Quota)) {
 	if v, ok := value(h, rateLimitField); ok {
-		if q, ok := readServiceLimits(h, v); ok {
-			return q, true
+		if readServiceLimits(h, v, each) {
+			return
 		}
 		if q, ok := readDraft07(h, v); ok {
-			return q, true
+			each(q)
+			return
 		}
 	}
 	for _, f := range families {
 		if q, ok := readFamily(h, f, now); ok {
-			return q, true
+			each(q)
+			return
 		}
 	}
-	return Quota{}, false
 }
 
+// countsRequests reports whether unit counts requests: "requests", or
+// "request" as the IANA table of draft -10 spells it.
+func countsRequests(unit string) bool { return unit == "requests" || unit == "request" }
+
 // readServiceLimits reads v, the value of RateLimit, as the List of the
-// drafts -08 to -11.
-func readServiceLimits(h http.Header, v string) (Quota, bool) {
+// drafts -08 to -11, calls each for the quota of every well-formed item,
+// and reports whether there was one.
+func readServiceLimits(h http.Header, v string, each func(Quota)) bool {
 	items, ok := parseList(v)
 	if !ok {
-		return Quota{}, false
+		return false
 	}
-	var q Quota
+	var policies []sfItem
+	if v, ok := value(h, policyField); ok {
+		policies, _ = parseList(v)
+	}
 	found := false
 	for i := range items {
-		it, ok := serviceLimit(&items[i])
-		if ok && (!found || it.Remaining < q.Remaining || it.Remaining == q.Remaining && it.Reset > q.Reset) {
-			q, found = it, true
-		}
-	}
-	if !found {
-		return Quota{}, false
-	}
-	q.Unit = "requests"
-	if v, ok := value(h, policyField); ok {
-		if policies, ok := parseList(v); ok {
+		if q, ok := serviceLimit(&items[i]); ok {
+			q.Unit = "requests"
 			describe(&q, policies)
+			each(q)
+			found = true
 		}
 	}
-	return q, true
+	return found
 }
 
 // serviceLimit returns the quota of one RateLimit item: a name (a String,
-// or a Token as some servers send it), r, and the optional t and pk.
+// or a Token as some servers send it), r, and the optional t, pk and c;
+// the pending revision of the draft spells r and t a and w.
 func serviceLimit(it *sfItem) (Quota, bool) {
 	name, ok := itemName(it)
-	r, okR := it.param("r")
-	if !ok || !okR || !nonNegative(r, sfInteger) {
+	if !ok {
 		return Quota{}, false
 	}
-	q := Quota{Policy: name, Remaining: r.n}
-	if t, ok := it.param("t"); ok {
-		if !nonNegative(t, sfInteger) {
+	left, hasLeft, okLeft := eitherParam(it, "r", "a", func(x, y int64) int64 { return min(x, y) })
+	reset, _, okReset := eitherParam(it, "t", "w", func(x, y int64) int64 { return max(x, y) })
+	if !hasLeft || !okLeft || !okReset {
+		return Quota{}, false
+	}
+	q := Quota{Policy: name, Remaining: left, Reset: seconds(reset)}
+	if c, ok := it.param("c"); ok {
+		if !nonNegative(c, sfInteger) {
 			return Quota{}, false
 		}
-		q.Reset = seconds(t.n)
+		q.Cost = c.n
 	}
 	if pk, ok := it.param("pk"); ok {
 		if pk.kind != sfBytes {
@@ -150,6 +192,25 @@ func serviceLimit(it *sfItem) (Quota, bool) {
 		q.Partition = pk.s
 	}
 	return q, true
+}
+
+// eitherParam returns the value of it's parameter k, or of k2, its other
+// spelling, or what pick makes of both, and whether either is there. ok
+// is false when one that is there is no non-negative Integer.
+func eitherParam(it *sfItem, k, k2 string, pick func(x, y int64) int64) (n int64, found, ok bool) {
+	for _, key := range [...]string{k, k2} {
+		v, has := it.param(key)
+		switch {
+		case !has:
+		case !nonNegative(v, sfInteger):
+			return 0, false, false
+		case found:
+			n = pick(n, v.n)
+		default:
+			n, found = v.n, true
+		}
+	}
+	return n, found, true
 }
 
 // describe fills in q's Limit, Window and Unit, and its Partition if it has

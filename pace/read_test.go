@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -58,8 +59,8 @@ func TestReadDraftExamples(t *testing.T) {
 			pace.Quota{Policy: "default", Remaining: 50, Reset: 30 * time.Second, Limit: 100, Window: time.Minute, Unit: "requests"}, true},
 		{"no reset time", []string{"RateLimit", `"default";r=999;pk=:dHJpYWwxMjEzMjM=:`},
 			pace.Quota{Policy: "default", Remaining: 999, Unit: "requests", Partition: "trial121323"}, true},
-		{"content-bytes", []string{"RateLimit-Policy", `"default";q=65535;qu="content-bytes";w=10;pk=:QXBwLTk5OQ==:`, "RateLimit", `"default";r=300000000;t=60;pk=:QXBwLTk5OQ==:`},
-			pace.Quota{Policy: "default", Remaining: 300000000, Reset: time.Minute, Limit: 65535, Window: 10 * time.Second, Unit: "content-bytes", Partition: "App-999"}, true},
+		{"content-bytes, some left: no quota of requests", []string{"RateLimit-Policy", `"default";q=65535;qu="content-bytes";w=10;pk=:QXBwLTk5OQ==:`, "RateLimit", `"default";r=300000000;t=60;pk=:QXBwLTk5OQ==:`},
+			pace.Quota{}, false},
 		{"pk on the policy only, as express-rate-limit sends it", []string{"RateLimit-Policy", `"5-in-2sec"; q=5; w=2; pk=:MTJjYTE3YjQ5YWYy:`, "RateLimit", `"5-in-2sec"; r=4; t=2`},
 			pace.Quota{Policy: "5-in-2sec", Remaining: 4, Reset: 2 * time.Second, Limit: 5, Window: 2 * time.Second, Unit: "requests", Partition: "12ca17b49af2"}, true},
 		{"two policies, one limit", []string{"RateLimit-Policy", `"hour";q=1000;w=3600, "day";q=5000;w=86400`, "RateLimit", `"day";r=100;t=36000`},
@@ -151,6 +152,130 @@ func TestReadHostile(t *testing.T) {
 	})
 }
 
+// readAllCase is a response's fields and the quotas ReadAll must find in
+// them, in order (nil: none).
+type readAllCase struct {
+	name   string
+	fields []string
+	want   []pace.Quota
+}
+
+func checkReadAll(t *testing.T, cases []readAllCase) {
+	t.Helper()
+	for _, c := range cases {
+		got := pace.ReadAll(header(c.fields...), now)
+		assert.Equal(t, c.want, got, "%s: ReadAll(%q)", c.name, c.fields)
+	}
+}
+
+// The issue's example: a quota of requests, one of bytes a day and one of
+// the server's own unit, tokens.
+var (
+	multiUnitPolicy = []string{"RateLimit-Policy", `"rate";q=10;w=1, "daily-bytes";q=1000000;qu="content-bytes";w=86400, "tokens";q=50000;qu="tokens";w=60`}
+	rateQuota       = pace.Quota{Policy: "rate", Remaining: 9, Reset: time.Second, Limit: 10, Window: time.Second, Unit: "requests"}
+	bytesQuota      = pace.Quota{Policy: "daily-bytes", Remaining: 5, Reset: time.Hour, Limit: 1000000, Window: 24 * time.Hour, Unit: "content-bytes"}
+	tokensQuota     = pace.Quota{Policy: "tokens", Remaining: 42000, Reset: 20 * time.Second, Limit: 50000, Window: time.Minute, Unit: "tokens"}
+)
+
+// multiUnit returns the fields of the issue's example, with rl as the
+// RateLimit field.
+func multiUnit(rl string) []string { return append(slices.Clone(multiUnitPolicy), "RateLimit", rl) }
+
+// with returns q with its Remaining and Reset changed.
+func with(q pace.Quota, remaining int64, reset time.Duration) pace.Quota {
+	q.Remaining, q.Reset = remaining, reset
+	return q
+}
+
+// TestReadUnits: Read finds the quota that binds the requests, among
+// quotas in several units: of those that count requests, and of those in
+// any unit that are spent, the fewest left, then the longest reset.
+func TestReadUnits(t *testing.T) {
+	checkRead(t, []readCase{
+		{"the issue's example: the rate binds", multiUnit(`"rate";r=9;t=1, "daily-bytes";r=5;t=3600, "tokens";r=42000;t=20`), rateQuota, true},
+		{"bytes spent bind until their reset", multiUnit(`"rate";r=9;t=1, "daily-bytes";r=0;t=3600, "tokens";r=42000;t=20`), with(bytesQuota, 0, time.Hour), true},
+		{"spent in two units: the longest reset", multiUnit(`"rate";r=0;t=1, "daily-bytes";r=5;t=3600, "tokens";r=0;t=20`), with(tokensQuota, 0, 20*time.Second), true},
+		{"requests spent, bytes left", multiUnit(`"rate";r=0;t=1, "daily-bytes";r=5;t=3600`), with(rateQuota, 0, time.Second), true},
+		{"bytes alone, some left", multiUnit(`"daily-bytes";r=5;t=3600, "tokens";r=1;t=20`), pace.Quota{}, false},
+		{"bytes alone, spent, no reset", multiUnit(`"daily-bytes";r=0`), with(bytesQuota, 0, 0), true},
+		{"no RateLimit-Policy: requests", []string{"RateLimit", `"daily-bytes";r=5;t=3600`},
+			pace.Quota{Policy: "daily-bytes", Remaining: 5, Reset: time.Hour, Unit: "requests"}, true},
+		{"a policy that names no unit: requests", []string{"RateLimit-Policy", `"a";q=10;w=1`, "RateLimit", `"a";r=7`},
+			pace.Quota{Policy: "a", Remaining: 7, Limit: 10, Window: time.Second, Unit: "requests"}, true},
+		{"a policy of another name: requests", multiUnit(`"other";r=7`), pace.Quota{Policy: "other", Remaining: 7, Unit: "requests"}, true},
+		{`"request", as the IANA table of -10 spells it`, []string{"RateLimit-Policy", `"a";q=10;qu="request", "b";q=100;qu="content-bytes"`, "RateLimit", `"a";r=3;t=1, "b";r=2;t=1`},
+			pace.Quota{Policy: "a", Remaining: 3, Reset: time.Second, Limit: 10, Unit: "request"}, true},
+		{"concurrent-requests, some left", []string{"RateLimit-Policy", `"c";q=2;qu="concurrent-requests"`, "RateLimit", `"c";r=1, "rate";r=5`},
+			pace.Quota{Policy: "rate", Remaining: 5, Unit: "requests"}, true},
+	})
+}
+
+// TestReadAll: a quota for each RateLimit item, in the order of the field,
+// in whatever unit, described by RateLimit-Policy; for the older forms,
+// the one quota they declare.
+func TestReadAll(t *testing.T) {
+	checkReadAll(t, []readAllCase{
+		{"the issue's example", multiUnit(`"rate";r=9;t=1, "daily-bytes";r=5;t=3600, "tokens";r=42000;t=20`),
+			[]pace.Quota{rateQuota, bytesQuota, tokensQuota}},
+		{"in the order of the field, over two lines", append(multiUnit(`"tokens";r=42000;t=20`), "RateLimit", `"rate";r=9;t=1`),
+			[]pace.Quota{tokensQuota, rateQuota}},
+		{"the pending spellings", multiUnit(`"rate";a=9;w=1;c=1, "tokens";a=42000;w=20;c=800`),
+			[]pace.Quota{{Policy: "rate", Remaining: 9, Reset: time.Second, Limit: 10, Window: time.Second, Unit: "requests", Cost: 1},
+				{Policy: "tokens", Remaining: 42000, Reset: 20 * time.Second, Limit: 50000, Window: time.Minute, Unit: "tokens", Cost: 800}}},
+		{"bad items are left out", multiUnit(`"rate";r=-1;t=1, "daily-bytes";r=5;t=3600, "tokens";r=42000;t=20;c=-5`),
+			[]pace.Quota{bytesQuota}},
+		{"one partition each", []string{"RateLimit-Policy", `"p";q=10;pk=:YQ==:, "p";q=20;pk=:Yg==:`, "RateLimit", `"p";r=1;pk=:Yg==:, "p";r=2;pk=:YQ==:`},
+			[]pace.Quota{{Policy: "p", Remaining: 1, Limit: 20, Unit: "requests", Partition: "b"}, {Policy: "p", Remaining: 2, Limit: 10, Unit: "requests", Partition: "a"}}},
+		{"draft-07", []string{"RateLimit", `limit=100, remaining=50, reset=5`, "RateLimit-Policy", `100;w=60`},
+			[]pace.Quota{{Remaining: 50, Reset: 5 * time.Second, Limit: 100, Window: time.Minute, Unit: "requests"}}},
+		{"X-RateLimit-*", []string{"X-RateLimit-Limit", "10", "X-RateLimit-Remaining", "3", "X-RateLimit-Reset", "1"},
+			[]pace.Quota{{Remaining: 3, Reset: time.Second, Limit: 10, Unit: "requests"}}},
+		{"no well-formed item: the older form", []string{"RateLimit", `"a";r=-1`, "RateLimit-Remaining", "4"},
+			[]pace.Quota{{Remaining: 4, Unit: "requests"}}},
+		{"the policy alone", multiUnitPolicy, nil},
+		{"no field", nil, nil},
+	})
+}
+
+// TestReadPendingSpellings: the spellings of the draft's pending revision
+// (PR 166): a for r and w for t in RateLimit, of both the fewer left and
+// the longer reset, and c, the cost, read into Cost; malformed or negative
+// ones make their item ignored. w in RateLimit-Policy is still the window.
+func TestReadPendingSpellings(t *testing.T) {
+	policy := []string{"RateLimit-Policy", `"default";q=100;w=60`}
+	described := pace.Quota{Policy: "default", Limit: 100, Window: time.Minute, Unit: "requests"}
+	checkRead(t, []readCase{
+		{"a and w", append(slices.Clone(policy), "RateLimit", `"default";a=50;w=30`), with(described, 50, 30*time.Second), true},
+		{"a without w", []string{"RateLimit", `"default";a=0`}, pace.Quota{Policy: "default", Unit: "requests"}, true},
+		{"c, the cost", []string{"RateLimit", `"default";r=49;t=30;c=1`},
+			pace.Quota{Policy: "default", Remaining: 49, Reset: 30 * time.Second, Unit: "requests", Cost: 1}, true},
+		{"c of 0", []string{"RateLimit", `"default";a=49;c=0`}, pace.Quota{Policy: "default", Remaining: 49, Unit: "requests"}, true},
+		{"r and a: the fewer left", []string{"RateLimit", `"default";r=5;a=3;t=1`},
+			pace.Quota{Policy: "default", Remaining: 3, Reset: time.Second, Unit: "requests"}, true},
+		{"a and r: the fewer left", []string{"RateLimit", `"default";a=3;r=5`}, pace.Quota{Policy: "default", Remaining: 3, Unit: "requests"}, true},
+		{"t and w: the longer reset", []string{"RateLimit", `"default";r=1;t=2;w=5`},
+			pace.Quota{Policy: "default", Remaining: 1, Reset: 5 * time.Second, Unit: "requests"}, true},
+		{"w and t: the longer reset", []string{"RateLimit", `"default";r=1;w=5;t=2`},
+			pace.Quota{Policy: "default", Remaining: 1, Reset: 5 * time.Second, Unit: "requests"}, true},
+		{"the same value in both spellings", append(slices.Clone(policy), "RateLimit", `"default";r=50;a=50;t=30;w=30`), with(described, 50, 30*time.Second), true},
+		{"the pending spellings' fewest left", []string{"RateLimit", `"a";a=5;w=1, "b";r=2;w=3, "c";a=2;t=2`},
+			pace.Quota{Policy: "b", Remaining: 2, Reset: 3 * time.Second, Unit: "requests"}, true},
+		{"negative a", []string{"RateLimit", `"default";a=-1;w=5`}, pace.Quota{}, false},
+		{"r, and a negative a", []string{"RateLimit", `"default";r=5;a=-1`}, pace.Quota{}, false},
+		{"a, and a decimal r", []string{"RateLimit", `"default";a=5;r=1.5`}, pace.Quota{}, false},
+		{"a Boolean a", []string{"RateLimit", `"default";a`}, pace.Quota{}, false},
+		{"negative w", []string{"RateLimit", `"default";a=5;w=-1`}, pace.Quota{}, false},
+		{"t, and a string w", []string{"RateLimit", `"default";r=5;t=1;w="60"`}, pace.Quota{}, false},
+		{"negative c", []string{"RateLimit", `"default";r=5;c=-1`}, pace.Quota{}, false},
+		{"a decimal c", []string{"RateLimit", `"default";r=5;c=0.5`}, pace.Quota{}, false},
+		{"c alone", []string{"RateLimit", `"default";c=1;w=5`}, pace.Quota{}, false},
+		{"a bad c beside a good item", []string{"RateLimit", `"a";r=1;c=-1, "b";a=3;w=1`},
+			pace.Quota{Policy: "b", Remaining: 3, Reset: time.Second, Unit: "requests"}, true},
+		{"an endless w is the longest Duration", []string{"RateLimit", `"default";a=0;w=999999999999999`},
+			pace.Quota{Policy: "default", Reset: math.MaxInt64, Unit: "requests"}, true},
+	})
+}
+
 // TestRetryAfter: delay-seconds, and HTTP-dates in each of their forms,
 // relative to the response's Date (else now); never negative.
 func TestRetryAfter(t *testing.T) {
@@ -233,12 +358,14 @@ func TestReadMiddlewarePolicies(t *testing.T) {
 	// 2026-01-01T00:00Z: the day ends in 24 hours.
 	assert.Equal(t, pace.Quota{Policy: "daily", Remaining: 2, Reset: 24 * time.Hour, Limit: 3, Window: 24 * time.Hour, Unit: "requests"}, got)
 
+	// A quota of bytes with some left binds no request; ReadAll has it.
 	h = limited(t, clock.Now, &ratelimit.MiddlewareOptions{CountBytes: true}, ratelimit.Policy{Name: "bandwidth", Limit: ratelimit.Per(1000, time.Minute)})
 	w = httptest.NewRecorder()
 	h.ServeHTTP(w, apiRequest())
 	got, ok = pace.Read(wire(w.Header()), clock.Now())
-	require.True(t, ok)
-	assert.Equal(t, pace.Quota{Policy: "bandwidth", Remaining: 999, Reset: time.Second, Limit: 1000, Window: time.Minute, Unit: "content-bytes"}, got)
+	assert.False(t, ok, "Read(%v) = %+v, true", w.Header(), got)
+	assert.Equal(t, []pace.Quota{{Policy: "bandwidth", Remaining: 999, Reset: time.Second, Limit: 1000, Window: time.Minute, Unit: "content-bytes"}},
+		pace.ReadAll(wire(w.Header()), clock.Now()))
 }
 
 // limited returns a handler answering "ok" behind a Middleware of
@@ -287,16 +414,21 @@ func FuzzRead(f *testing.F) {
 	f.Add(`"default";r=9;t=1`, `"default";q=10;w=2`, "9", "1", "Mon, 05 Aug 2019 09:27:05 GMT")
 	f.Add(`limit=100, remaining=50, reset=5`, `100;w=60`, "599.0", "1655120964", "120")
 	f.Add(`"a";r=0;t=1, "b";r=0;t=30`, `"a";q=1;qu="concurrent-requests"`, "-1", "99999999999999", "-5")
+	f.Add(`"rate";a=9;w=1;c=1, "bytes";r=0;a=5;t=3600;w=60`, `"rate";q=10;w=1, "bytes";q=1000;qu="content-bytes";w=86400`, "0", "1.5", "0")
 	f.Fuzz(func(t *testing.T, rl, policy, remaining, reset, retryAfter string) {
 		for _, h := range []http.Header{
 			header("RateLimit", rl, "RateLimit-Policy", policy, "Retry-After", retryAfter),
 			header("RateLimit-Remaining", remaining, "RateLimit-Reset", reset, "RateLimit-Limit", policy),
 			header("X-RateLimit-Remaining", remaining, "X-RateLimit-Reset", reset, "Date", retryAfter),
 		} {
-			if q, ok := pace.Read(h, now); ok {
-				if q.Remaining < 0 || q.Reset < 0 || q.Limit < 0 || q.Window < 0 {
-					t.Fatalf("Read(%v) = %+v", h, q)
+			all := pace.ReadAll(h, now)
+			for _, q := range all {
+				if q.Remaining < 0 || q.Reset < 0 || q.Limit < 0 || q.Window < 0 || q.Cost < 0 {
+					t.Fatalf("ReadAll(%v) = %+v", h, all)
 				}
+			}
+			if q, ok := pace.Read(h, now); ok && !slices.Contains(all, q) {
+				t.Fatalf("Read(%v) = %+v, not one of ReadAll's %+v", h, q, all)
 			}
 			if d, ok := pace.RetryAfter(h, now); d < 0 || !ok && d != 0 {
 				t.Fatalf("RetryAfter(%v) = %v, %v", h, d, ok)

@@ -46,9 +46,11 @@ const (
 // while, never waiting longer than allowed.
 //
 // Per budget (Options.Key: a server by default), it keeps what the newest
-// answer declared is left ([Read]), less the requests in flight; once that
-// is spent, a request waits until the server said more comes. Without such
-// fields requests go freely. A 429 or 503 with Retry-After holds every
+// answer declared is left of the quota that binds the requests ([Read]),
+// less the requests in flight; once that is spent, a request waits until
+// the server said more comes. A quota in another unit, such as
+// content-bytes, holds requests only once it is spent. Without such fields
+// requests go freely. A 429 or 503 with Retry-After holds every
 // request of its budget until then, and is retried after that wait, up to
 // Options.MaxRetries times, if the request can be repeated: its method is
 // GET, HEAD, OPTIONS, TRACE, PUT or DELETE, or it carries an

@@ -3,6 +3,7 @@ package pace_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -277,6 +278,59 @@ func TestNewestAnswerWins(t *testing.T) {
 		wg.Wait()
 		assert.Equal(t, []time.Duration{0, 0, 0, 10 * time.Second}, server.times())
 	})
+}
+
+// TestOtherUnits: a quota in another unit than requests holds no request
+// while some of it is left, however little; spent, it holds every request
+// until its reset, as a spent quota of requests does.
+func TestOtherUnits(t *testing.T) {
+	fields := func(rl string) []string {
+		return []string{"RateLimit-Policy", `"rate";q=100;w=1, "daily-bytes";q=1000000;qu="content-bytes";w=86400`, "RateLimit", rl}
+	}
+	few := answer{http.StatusOK, fields(`"rate";r=99;t=1, "daily-bytes";r=1;t=3600`)}
+	spent := answer{http.StatusOK, fields(`"rate";r=99;t=1, "daily-bytes";r=0;t=3`)}
+	cases := []struct {
+		name    string
+		answers []answer
+		sent    []time.Duration // when the server saw the 3+8 requests
+	}{
+		{"a byte left", []answer{few}, slices.Repeat([]time.Duration{0}, 11)},
+		{"the bytes spent, then refilled", []answer{spent, few}, append([]time.Duration{0}, slices.Repeat([]time.Duration{3 * time.Second}, 10)...)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := &scripted{as: c.answers}
+				gate := make(chan struct{})
+				var n atomic.Int64
+				server := newInProcess(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if n.Add(1) > 3 {
+						<-gate // the 8 are in flight together
+					}
+					s.ServeHTTP(w, r)
+				}))
+				client := &http.Client{Transport: pace.New(server, nil)}
+				for range 3 {
+					code, err := get(client, api)
+					require.NoError(t, err)
+					require.Equal(t, http.StatusOK, code)
+				}
+				var wg sync.WaitGroup
+				for range 8 {
+					wg.Go(func() {
+						code, err := get(client, api)
+						assert.NoError(t, err)
+						assert.Equal(t, http.StatusOK, code)
+					})
+				}
+				synctest.Wait()
+				assert.Equal(t, int64(3+8), n.Load(), "requests sent, the 8 in flight together")
+				close(gate)
+				wg.Wait()
+				assert.Equal(t, c.sent, server.times())
+			})
+		})
+	}
 }
 
 // TestBudgetPerKey: budgets are per server by default, and per whatever
@@ -738,6 +792,49 @@ func TestOverTheWire(t *testing.T) {
 	assert.Equal(t, int64(0), refused.Load(), "429s")
 	assert.GreaterOrEqual(t, time.Since(start), time.Second, "t=1")
 	assert.Less(t, time.Since(start), 3*time.Second)
+}
+
+// TestOtherUnitsOverTheWire: against a real server on loopback that
+// declares a quota of requests with plenty left and one of bytes with 5
+// left, 8 goroutines send 40 requests, none held (a hold, until the bytes'
+// reset in an hour, would fail at once, past MaxWait); once the bytes are
+// spent, the next request fails at once, naming them, unsent.
+func TestOtherUnitsOverTheWire(t *testing.T) {
+	var bytesLeft, served atomic.Int64
+	bytesLeft.Store(5)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		w.Header().Set("RateLimit-Policy", `"rate";q=1000;w=1, "daily-bytes";q=1000000;qu="content-bytes";w=86400`)
+		w.Header().Set("RateLimit", fmt.Sprintf(`"rate";r=999;t=1, "daily-bytes";r=%d;t=3600`, bytesLeft.Load()))
+	}))
+	defer srv.Close()
+	tr := pace.New(&http.Transport{}, &pace.Options{MaxWait: time.Second})
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 5 {
+				code, err := get(client, srv.URL)
+				assert.NoError(t, err)
+				assert.Equal(t, http.StatusOK, code)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(40), served.Load(), "requests served")
+
+	bytesLeft.Store(0)
+	code, err := get(client, srv.URL) // answered: the bytes are spent
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code)
+	_, err = get(client, srv.URL)
+	var we *pace.WaitError
+	require.ErrorAs(t, err, &we)
+	assert.Equal(t, time.Hour, we.Wait.Round(time.Second))
+	host := strings.TrimPrefix(srv.URL, "http://")
+	assert.Equal(t, "the quota of "+host+` ("daily-bytes": 0 content-bytes left of 1000000 per 24h0m0s) to refill`, we.Cause)
+	assert.Equal(t, int64(41), served.Load(), "requests served")
 }
 
 // TestStalledRefusalEndsWithinMaxWait: a 429 with Retry-After whose body
