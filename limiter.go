@@ -345,7 +345,8 @@ func (l *Limiter) Charge(ctx context.Context, key string, cost int64, took Resul
 
 // spent returns the results of took, for a Refund or Charge (op) of key:
 // one per policy, nil when took spent nothing (or, unless degraded, was
-// decided while the store failed), or an error.
+// decided while the store failed), or an error, such as for one policy's
+// result of a Limiter of several.
 func (l *Limiter) spent(op, key string, took Result, degraded bool) ([]Result, error) {
 	if key == "" {
 		return nil, errEmptyKey
@@ -366,7 +367,7 @@ func (l *Limiter) spent(op, key string, took Result, degraded bool) ([]Result, e
 	case len(took.Results) == len(l.policies):
 		return took.Results, nil
 	}
-	return nil, nil
+	return nil, fmt.Errorf("ratelimit: %s: the Result is policy %q's alone; pass the Result Take returned, which holds each of the %d policies'", op, took.Policy.Name, len(l.policies))
 }
 
 // index returns the index of the policy among l's that p is, or a copy of

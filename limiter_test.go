@@ -951,3 +951,21 @@ func BenchmarkTakeLimitFor(b *testing.B) {
 	b.Run("own-limit", func(b *testing.B) { benchTake(b, p, "ak:gold") })
 	b.Run("policy-limit", func(b *testing.B) { benchTake(b, p, "ak:one") })
 }
+
+// Refund and Charge of one policy's result, of a Limiter of several, are
+// errors naming the cause: they would otherwise do nothing.
+func TestSettleOnePolicysResult(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t, setup{policies: []ratelimit.Policy{
+		{Name: "a", Limit: ratelimit.PerSecond(5)}, {Name: "b", Limit: ratelimit.PerSecond(50)},
+	}})
+	res, err := h.lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	const want = `ratelimit: %s: the Result is policy "a"'s alone; pass the Result Take returned, which holds each of the 2 policies'`
+	assert.EqualError(t, h.lim.Charge(ctx, "k", 1000, res.Results[0]), fmt.Sprintf(want, "Charge"))
+	assert.EqualError(t, h.lim.Refund(ctx, "k", 1, res.Results[0]), fmt.Sprintf(want, "Refund"))
+	require.NoError(t, h.lim.Charge(ctx, "k", 1000, res))
+	res, err = h.lim.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	assert.False(t, res.Allowed, "the whole Result: charged")
+}

@@ -155,6 +155,8 @@ func TestLimitForErrors(t *testing.T) {
 			`ratelimit: policy "api": LimitFor gave 100/day (UTC), a daily quota, where Limit is a rate`},
 		{[]ratelimit.Policy{{Name: "daily", Limit: ratelimit.Daily(100, time.UTC)}}, ratelimit.Daily(100, time.FixedZone("UTC+9", 9*3600)),
 			`ratelimit: policy "daily": LimitFor gave 100/day (UTC+9), in another time zone than Limit's UTC: a quota's periods must not move`},
+		{[]ratelimit.Policy{{Name: "daily", Limit: ratelimit.Daily(100, time.UTC)}}, ratelimit.Daily(100, time.FixedZone("UTC", 13*3600)),
+			`ratelimit: policy "daily": LimitFor gave 100/day (UTC), in another time zone than Limit's UTC: a quota's periods must not move`},
 		{[]ratelimit.Policy{{Name: "q", Limit: ratelimit.PerSecond(5).WithBurst(10), Algorithm: ratelimit.LeakyShape, Immediate: 5}}, ratelimit.PerSecond(3),
 			`ratelimit: policy "q": Immediate 5 outside [0, burst 3]`},
 		{[]ratelimit.Policy{{Name: "rate", Limit: ratelimit.PerSecond(5)}, {Name: "api", Limit: ratelimit.Per(100, time.Hour)}}, ratelimit.Per(0, time.Hour),
@@ -282,4 +284,17 @@ func TestLimitForAllocs(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = h.lim.Take(ctx, key, 1) }), "Take(%q) allocates", key)
 	}
+}
+
+// A quota's zone loaded twice is one zone: LimitFor may give it.
+func TestLimitForZoneLoadedTwice(t *testing.T) {
+	a, err := time.LoadLocation("Europe/Paris")
+	require.NoError(t, err)
+	b, err := time.LoadLocation("Europe/Paris")
+	require.NoError(t, err)
+	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "daily", Limit: ratelimit.Daily(100, a),
+		LimitFor: func(string) (ratelimit.Limit, bool) { return ratelimit.Daily(50, b), true }}}})
+	res, err := h.lim.Take(context.Background(), "k", 1)
+	require.NoError(t, err)
+	assert.Equal(t, int64(49), res.Remaining)
 }

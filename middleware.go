@@ -60,8 +60,9 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *MiddlewareOptions) (*Middlewar
 // proceed, calls next with the request to serve (r, or a copy carrying the
 // decision with MiddlewareOptions.ResultInContext); next runs the rest of
 // the chain and returns the response's status and the bytes of its body
-// (both 0 unless CountsResponses; the bytes -1 when the handler took the
-// connection over, as http.Hijacker does). Otherwise Handle writes the
+// (both 0 unless CountsResponses; the bytes negative, -1, when the handler
+// took the connection over, as http.Hijacker does: the request then keeps
+// what it reserved). Otherwise Handle writes the
 // whole answer, through OnDeny or OnError, and next never runs. A request
 // that a LeakyShape policy delays is held until its turn, or refused at
 // once when its wait would outlast its context's deadline or the server's

@@ -182,7 +182,7 @@ func (p *Policy) checkLimit(l Limit) error {
 	switch {
 	case l.cal != p.Limit.cal:
 		return fmt.Errorf("LimitFor gave %v, a %s, where Limit is a %s", l, calendars[l.cal].kind, calendars[p.Limit.cal].kind)
-	case l.cal != rate && l.loc.String() != p.Limit.loc.String():
+	case l.cal != rate && !sameZone(l.loc, p.Limit.loc):
 		return fmt.Errorf("LimitFor gave %v, in another time zone than Limit's %s: a quota's periods must not move", l, p.Limit.loc)
 	case l.cal != rate && p.Algorithm != TokenBucket:
 		return fmt.Errorf("a calendar quota is a TokenBucket's, not a %s's", p.Algorithm.name())
@@ -194,6 +194,29 @@ func (p *Policy) checkLimit(l Limit) error {
 		return fmt.Errorf("MaxDelay %v outside [0, %v]", p.MaxDelay, l.span())
 	}
 	return nil
+}
+
+// sameZone reports whether a and b are one time zone: one Location, or
+// two of one name (loaded twice) whose clocks agree in winter and summer
+// over the years, unlike a FixedZone that takes another's name.
+func sameZone(a, b *time.Location) bool {
+	if a == b {
+		return true
+	}
+	if a.String() != b.String() {
+		return false
+	}
+	for year := 1970; year <= 2070; year += 10 {
+		for _, m := range []time.Month{time.January, time.July} {
+			t := time.Date(year, m, 15, 12, 0, 0, 0, time.UTC)
+			_, x := t.In(a).Zone()
+			_, y := t.In(b).Zone()
+			if x != y {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func validName(s string) bool {

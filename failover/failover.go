@@ -198,8 +198,8 @@ func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.BatchItem, results
 			shared[i].Policy = f.share(shared[i].Policy, shared[i].Cost)
 		}
 		err := local.TakeAll(ctx, shared, results)
-		for i := range results {
-			results[i].Degraded = true
+		for i := range reqs {
+			results[i].Degraded, results[i].Policy = true, reqs[i].Policy // see fallback
 		}
 		return err
 	default:
@@ -285,7 +285,9 @@ func (f *Store) fallback(ctx context.Context, p *ratelimit.Policy, key string, c
 		return ratelimit.Result{}, fmt.Errorf("%w: unavailable, failing closed", ratelimit.ErrStore)
 	case Local:
 		res, err := f.cfg.Local.Take(ctx, f.share(p, cost), key, cost)
-		res.Degraded = true
+		// Decided under the share, it is p's: a Limiter charges it (and
+		// writes no header field of a degraded result).
+		res.Degraded, res.Policy = true, p
 		return res, err
 	}
 	return ratelimit.Result{Allowed: true, Policy: p, Degraded: true}, nil

@@ -431,7 +431,7 @@ func TestFailoverLocalQuotaShare(t *testing.T) {
 	res := take(daily, 1)
 	assert.False(t, res.Allowed)
 	assert.Equal(t, 6*time.Hour, res.RetryAfter)
-	assert.Equal(t, int64(3), res.Policy.Limit.Burst())
+	assert.Same(t, daily, res.Policy, "decided by the share, the Result is the policy's: a Limiter charges it")
 
 	debt := *rate
 	debt.Algorithm = algo.Debt
@@ -451,7 +451,8 @@ func TestFailoverLocalShareReused(t *testing.T) {
 	first, err := rig.store.Take(ctx, p, "k", 1)
 	require.NoError(t, err)
 	require.True(t, first.Degraded)
-	require.NotSame(t, p, first.Policy, "decided by the share")
+	require.Same(t, p, first.Policy, "decided by the share, the Result is the policy's")
+	require.Equal(t, int64(9), first.Remaining, "decided by the share: a burst of 40 / 4")
 	for _, cost := range []int64{1, 10} {
 		var res ratelimit.Result
 		allocs := testing.AllocsPerRun(100, func() {
@@ -459,7 +460,7 @@ func TestFailoverLocalShareReused(t *testing.T) {
 		})
 		require.NoError(t, err)
 		assert.Zero(t, allocs, "allocations per degraded decision of cost %d", cost)
-		assert.Same(t, first.Policy, res.Policy, "cost %d: the same share", cost)
+		assert.True(t, res.Degraded)
 	}
 	assert.Equal(t, int64(1), rig.primary.calls.Load(), "no probe: the clock stood still")
 }
@@ -503,7 +504,7 @@ func TestFailoverLocalShareIsExact(t *testing.T) {
 				require.NoError(t, err)
 				want, next := share.Decide(state, rig.clock.Now().UnixNano(), cost)
 				want.Degraded = true
-				require.Equal(t, share, *got.Policy, "the share")
+				require.Same(t, p, got.Policy, "the policy's Result")
 				got.Policy, want.Policy = nil, nil
 				require.Equal(t, want, got, "decision %d: Take(cost %d) at %v", i, cost, rig.clock.Now())
 				state = next
@@ -756,8 +757,12 @@ func TestFailoverLocalPenaltyUndivided(t *testing.T) {
 // Open charges nothing (it limits nothing); Closed admitted nothing.
 func TestFailoverSettledCosts(t *testing.T) {
 	ctx := context.Background()
-	for _, mode := range []failover.Mode{failover.Local, failover.Open} {
-		rig := newFailover(t, mode, 1)
+	for _, tc := range []struct {
+		mode      failover.Mode
+		instances int64
+	}{{failover.Local, 1}, {failover.Local, 3}, {failover.Open, 1}} {
+		mode := tc.mode
+		rig := newFailover(t, mode, tc.instances)
 		rig.primary.down.Store(true)
 		lim, err := ratelimit.New(rig.store, ratelimit.Policy{Name: "bytes", Limit: ratelimit.Per(1000, time.Minute)})
 		require.NoError(t, err)
@@ -773,11 +778,14 @@ func TestFailoverSettledCosts(t *testing.T) {
 			require.NoError(t, lim.Charge(ctx, "k", 10_000-1, res), "%v", mode)
 		}
 		want := map[failover.Mode]int{failover.Local: 1, failover.Open: 30}[mode]
-		assert.Equal(t, want, admitted, "%v: responses of 10 000 bytes under 1 000 bytes a minute", mode)
+		assert.Equal(t, want, admitted, "%v, %d instances: responses of 10 000 bytes under 1 000 bytes a minute", mode, tc.instances)
 		if mode == failover.Local {
 			res, err := lim.Take(ctx, "k", 1)
 			require.NoError(t, err)
-			assert.Equal(t, 9*time.Minute+600*time.Millisecond/10, res.RetryAfter, "10 000 bytes at 60 ms, less the burst, and the next byte")
+			// the share: 1/n of the rate, 1/n of the burst
+			n := time.Duration(tc.instances)
+			want := 10_000*60*n*time.Millisecond - 1000/n*60*n*time.Millisecond + 60*n*time.Millisecond
+			assert.Equal(t, want, res.RetryAfter, "%d instances: 10 000 bytes at the share's rate, less its burst, and the next byte", tc.instances)
 		}
 	}
 }
@@ -787,13 +795,17 @@ func TestFailoverSettledCosts(t *testing.T) {
 // request, gives nothing back, and charges settled costs to the share.
 // (A reset goes to the primary, down: the tests see no ResetStore.)
 func TestModelLocal(t *testing.T) {
-	storetest.RunGiveBacks(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
-		primary := &flakyStore{inner: memoryStore(t, now)}
-		primary.down.Store(true)
-		s, err := failover.New(primary, &failover.Options{Mode: failover.Local, Local: memoryStore(t, now), Logger: discard, Clock: now})
-		require.NoError(t, err)
-		return withoutReset{s}
-	})
+	for _, n := range []int64{1, 3} {
+		t.Run(fmt.Sprint(n, " instances"), func(t *testing.T) {
+			storetest.RunGiveBacks(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
+				primary := &flakyStore{inner: memoryStore(t, now)}
+				primary.down.Store(true)
+				s, err := failover.New(primary, &failover.Options{Mode: failover.Local, Local: memoryStore(t, now), Instances: n, Logger: discard, Clock: now})
+				require.NoError(t, err)
+				return withoutReset{s}
+			})
+		})
+	}
 }
 
 // withoutReset is a failover.Store without its Reset.

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/algo"
 	"github.com/tokenfair/ratelimit/internal/storeerr"
 )
 
@@ -251,7 +252,7 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 		return ratelimit.Result{}, lease{}, err
 	}
 	res, next := p.Decide(ahead, 0, cost)
-	res.Until = now + next + credit // paid from the bucket: a refund goes back there
+	res.Until = algo.Add(algo.Add(now, next), credit) // paid from the bucket: a refund goes back there
 	all, _ := p.Decide(ahead, 0, want)
 	var granted lease
 	switch {
