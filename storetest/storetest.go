@@ -82,6 +82,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ChangedLimit", testChangedLimit},
 		{"LimitForUpgrade", testLimitForUpgrade},
 		{"LimitForGiveBack", testLimitForGiveBack},
+		{"UnitsTogether", testUnitsTogether},
 		{"Model", modelChecks(true)},
 	})
 	runTests(t, newStore, quotaTests)
