@@ -350,8 +350,8 @@ func (m *modelRun) start(key string, cost int64) *mRequest {
 		if !q.res.Results[i].Allowed {
 			m.fail("Take(%q, %d): admitted, but %s refused", key, cost, q.res.Results[i].Policy.Name)
 		}
-		_, _, _, _, next := decide(l, b.upper, now, cost)
-		if !all {
+		next := wants[i].next
+		if !wants[i].allowed {
 			// the store admitted where a bucket that got nothing back
 			// refuses: its own got back more; the history will tell.
 			iv, v := stepOf(l, now)
