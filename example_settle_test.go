@@ -36,7 +36,7 @@ func ExampleSettle() {
 	}
 	handler := nethttp.Wrap(mw)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		produced, _ := strconv.ParseInt(r.Header.Get("X-Produced"), 10, 64)
-		if err := ratelimit.Settle(r.Context(), produced); err != nil {
+		if err := ratelimit.Settle(r.Context(), "requests", produced); err != nil {
 			panic(err)
 		}
 	}))

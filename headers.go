@@ -198,7 +198,6 @@ type limitHeaders struct {
 	quotas []quotaCache // of each policy
 	fields [2]string    // RateLimit-Policy: of the enforcing policies, of all
 	hidden bool         // every policy is dry-run
-	bytes  bool         // the policies count bytes (MiddlewareOptions.CountBytes)
 
 	// With a calendar quota or LimitFor, RateLimit-Policy depends on the
 	// time or the key: it is made for each response, and its strings are
@@ -207,16 +206,16 @@ type limitHeaders struct {
 	made    cowMap[string, string]
 }
 
-func newLimitHeaders(l *Limiter, bytes bool) *limitHeaders {
+func newLimitHeaders(l *Limiter) *limitHeaders {
 	ps := l.Policies()
-	c := &limitHeaders{lim: l, quotas: make([]quotaCache, len(ps)), hidden: true, bytes: bytes}
+	c := &limitHeaders{lim: l, quotas: make([]quotaCache, len(ps)), hidden: true}
 	for i := range ps {
 		c.quotas[i].burst = sfInteger(ps[i].Limit.Burst())
 		c.hidden = c.hidden && ps[i].DryRun
 		c.dynamic = c.dynamic || ps[i].LimitFor != nil || ps[i].Limit.cal != rate
 	}
 	if !c.dynamic {
-		c.fields = [2]string{string(appendPolicies(nil, ps, nil, false, bytes, time.Time{})), string(appendPolicies(nil, ps, nil, true, bytes, time.Time{}))}
+		c.fields = [2]string{string(appendPolicies(nil, ps, nil, false, time.Time{})), string(appendPolicies(nil, ps, nil, true, time.Time{}))}
 	}
 	return c
 }
@@ -237,7 +236,7 @@ func (c *limitHeaders) policyField(res Result, withDryRun bool, now func() time.
 		return c.fields[k]
 	}
 	var buf [256]byte
-	b := appendPolicies(buf[:0], c.lim.policies, &res, withDryRun, c.bytes, now())
+	b := appendPolicies(buf[:0], c.lim.policies, &res, withDryRun, now())
 	if m := c.made.m.Load(); m != nil {
 		if v, ok := (*m)[string(b)]; ok { // (read in place: string(b) makes no string)
 			return v
@@ -262,7 +261,6 @@ func (c *limitHeaders) quotasOf(p *Policy) *quotaCache {
 type headerCaches struct {
 	own    *Limiter
 	ownH   *limitHeaders
-	bytes  bool // MiddlewareOptions.CountBytes
 	others cowMap[*Limiter, *limitHeaders]
 }
 
@@ -278,7 +276,7 @@ func (hc *headerCaches) of(l *Limiter) *limitHeaders {
 	if c, ok := hc.others.get(l); ok {
 		return c
 	}
-	return hc.others.add(l, newLimitHeaders(l, hc.bytes), maxHeaderCaches)
+	return hc.others.add(l, newLimitHeaders(l), maxHeaderCaches)
 }
 
 // writeHeaders writes the rate-limit header fields of res, decided by lim:
@@ -332,10 +330,11 @@ func addSaturating(d, j time.Duration) time.Duration {
 
 // appendPolicies appends the RateLimit-Policy value that lists ps (the
 // dry-run ones only if withDryRun): "name";q=BURST;w=W items joined by
-// commas, with qu="content-bytes" when they count bytes. A policy's limit
+// commas, with qu="UNIT" for a policy whose unit is not requests (the
+// draft's default, left unsaid). A policy's limit
 // is the one that decided res, when res (which may be nil) says; a
 // calendar quota's w is the length of its period at now.
-func appendPolicies(b []byte, ps []Policy, res *Result, withDryRun, bytes bool, now time.Time) []byte {
+func appendPolicies(b []byte, ps []Policy, res *Result, withDryRun bool, now time.Time) []byte {
 	start := len(b)
 	for i := range ps {
 		p := &ps[i]
@@ -355,8 +354,10 @@ func appendPolicies(b []byte, ps []Policy, res *Result, withDryRun, bytes bool, 
 		b = appendPolicyItem(b, p.Name)
 		b = append(b, ";q="...)
 		b = strconv.AppendInt(b, sfInteger(p.Limit.Burst()), 10)
-		if bytes {
-			b = append(b, `;qu="content-bytes"`...)
+		if p.Unit != requests && p.Unit != "" {
+			b = append(b, `;qu="`...)
+			b = append(b, p.Unit...)
+			b = append(b, '"')
 		}
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, p.Limit.window(now), 10)

@@ -315,7 +315,7 @@ func TestHeaderNamesAsTheDraftsSpellThem(t *testing.T) {
 func TestQuotaFieldCache(t *testing.T) {
 	lim, err := New(nopStore{}, Policy{Name: "a", Limit: PerSecond(5).WithBurst(100)}, Policy{Name: "b", Limit: PerSecond(5).WithBurst(100)})
 	require.NoError(t, err)
-	caches := newLimitHeaders(lim, false)
+	caches := newLimitHeaders(lim)
 	assert.Nil(t, caches.quotasOf(&Policy{Name: "a"}), "not one of the limiter's policies")
 	for round := range 2 { // the second round reads what the first one stored
 		for i := range lim.Policies() {
@@ -606,7 +606,7 @@ func field(res Result) string {
 // policyField is the RateLimit-Policy value that lists ps, of requests
 // that count.
 func policyField(ps []Policy, withDryRun bool) string {
-	return string(appendPolicies(nil, ps, nil, withDryRun, false, time.Time{}))
+	return string(appendPolicies(nil, ps, nil, withDryRun, time.Time{}))
 }
 
 // pol returns a policy, for a Result's Policy field.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -23,6 +25,8 @@ type Limiter struct {
 	enforce  []int    // indexes of the enforcing policies
 	dryRun   []int    // indexes of the dry-run policies
 	names    []string // every policy's name
+	units    []string // the policies' units, each once, in order of first use
+	unitOf   []uint8  // of each policy, the index of its unit in units
 	single   *Policy  // the only policy, if it is enforced and has no LimitFor; else nil
 	boxes    []*box   // the policies' penalty boxes
 
@@ -52,6 +56,15 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 		seen[p.Name] = true
 		l.policies = append(l.policies, p)
 		l.names = append(l.names, p.Name)
+		u := slices.Index(l.units, p.Unit)
+		if u < 0 {
+			if len(l.units) == maxUnits {
+				return nil, fmt.Errorf("ratelimit: New: policy %q: more than %d units", p.Name, maxUnits)
+			}
+			u = len(l.units)
+			l.units = append(l.units, p.Unit)
+		}
+		l.unitOf = append(l.unitOf, uint8(u))
 		l.all = append(l.all, i)
 		if p.DryRun {
 			l.dryRun = append(l.dryRun, i)
@@ -75,6 +88,10 @@ func New(store Store, policies ...Policy) (*Limiter, error) {
 	return l, nil
 }
 
+// maxUnits bounds the units of a Limiter's policies, so that a set of them
+// is a bit mask.
+const maxUnits = 32
+
 // Policies returns the limiter's policies, with defaults filled in. The
 // slice is shared: do not modify it.
 func (l *Limiter) Policies() []Policy { return l.policies }
@@ -88,23 +105,25 @@ func bucketKey(p *Policy, key string) string {
 }
 
 // take has the store decide key under p. A Result a store built without
-// its Policy gets the one it was asked about.
+// its Policy gets the one it was asked about, and every Result the cost
+// it was decided for.
 func (l *Limiter) take(ctx context.Context, p *Policy, key string, cost int64) (res Result, err error) {
 	if res, err = l.store.Take(ctx, p, bucketKey(p, key), cost); err == nil && res.Policy == nil {
 		res.Policy = p
 	}
+	res.cost = cost
 	return res, err
 }
 
-// Take spends cost tokens from key's bucket under every policy if each
-// holds them. A cost of 0 reports the state without spending. It returns
-// an error wrapping ErrMissingKey for an empty key, ErrBadRequest for a
-// negative cost or one that an enforcing policy could never allow, and
-// ErrStore when the store fails.
+// Take spends cost from key's bucket under every policy, whatever its
+// Unit, if each holds it. A cost of 0 reports the state without spending.
+// It returns an error wrapping ErrMissingKey for an empty key,
+// ErrBadRequest for a negative cost or one that an enforcing policy could
+// never allow, and ErrStore when the store fails.
 func (l *Limiter) Take(ctx context.Context, key string, cost int64) (res Result, err error) {
 	p := l.single
 	if p == nil || key == "" || cost < 0 || cost > p.Limit.burst {
-		return l.takeChecked(ctx, key, cost)
+		return l.takeRound(ctx, &round{key: key, cost: cost})
 	}
 	// l.take(ctx, p, key, cost), by hand: the call would not be inlined.
 	if res, err = l.store.Take(ctx, p, bucketKey(p, key), cost); err != nil {
@@ -113,45 +132,90 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int64) (res Result,
 	if res.Policy == nil {
 		res.Policy = p
 	}
+	res.cost = cost
 	return res, nil
 }
 
-// takeChecked is Take for a Limiter of several policies, or of one that
-// is dry-run or has LimitFor, and for a key or cost that Take cannot
-// decide.
-func (l *Limiter) takeChecked(ctx context.Context, key string, cost int64) (Result, error) {
-	if key == "" {
+// TakeUnits is Take with a cost for each unit: every policy spends
+// costs[its Unit], or 1 where costs has no entry for its unit, all or
+// nothing. It also returns an error for a unit of costs that no policy
+// counts.
+func (l *Limiter) TakeUnits(ctx context.Context, key string, costs map[string]int64) (Result, error) {
+	for u := range costs {
+		if !slices.Contains(l.units, u) {
+			return Result{}, fmt.Errorf("ratelimit: TakeUnits: no policy counts the unit %q (the units: %q)", u, l.units)
+		}
+	}
+	byUnit := make([]int64, len(l.units))
+	for u, name := range l.units {
+		c, ok := costs[name]
+		if !ok {
+			c = 1
+		}
+		byUnit[u] = c
+	}
+	return l.takeRound(ctx, &round{key: key, costs: byUnit})
+}
+
+// round is one request's decision under a Limiter's policies: its key,
+// what each policy is to spend, and, once decided, each one's result.
+type round struct {
+	key     string
+	cost    int64   // every policy's cost, without costs
+	costs   []int64 // the cost in each unit (Limiter.units), or nil
+	results []Result
+}
+
+// costOf returns what policy i of l spends in rd.
+func (rd *round) costOf(l *Limiter, i int) int64 {
+	if rd.costs == nil {
+		return rd.cost
+	}
+	return rd.costs[l.unitOf[i]]
+}
+
+// takeRound is Take for a Limiter of several policies, or of one that is
+// dry-run or has LimitFor, for a key or cost that Take cannot decide, and
+// for costs by unit.
+func (l *Limiter) takeRound(ctx context.Context, rd *round) (Result, error) {
+	if rd.key == "" {
 		return Result{}, errEmptyKey
 	}
 	if len(l.policies) == 1 && len(l.enforce) == 1 && l.boxes == nil {
 		// One policy, with LimitFor: without the lists of several.
-		p, err := l.policyFor(0, key)
+		p, err := l.policyFor(0, rd.key)
+		cost := rd.costOf(l, 0)
 		if err == nil {
 			err = checkCost(p, cost)
 		}
 		if err != nil {
 			return Result{}, err
 		}
-		res, err := l.take(ctx, p, key, cost)
+		res, err := l.take(ctx, p, rd.key, cost)
 		if err != nil {
 			return Result{}, storeError(err)
 		}
 		return res, nil
 	}
-	results := make([]Result, len(l.policies))
+	rd.results = make([]Result, len(l.policies))
 	for i := range l.policies {
-		p, err := l.policyFor(i, key)
+		p, err := l.policyFor(i, rd.key)
 		if err != nil {
 			return Result{}, err
 		}
-		results[i].Policy = p
+		rd.results[i].Policy = p
 	}
 	for _, i := range l.enforce {
-		if err := checkCost(results[i].Policy, cost); err != nil {
+		if err := checkCost(rd.results[i].Policy, rd.costOf(l, i)); err != nil {
 			return Result{}, err
 		}
 	}
-	return l.takeMany(ctx, key, cost, results)
+	for _, i := range l.dryRun {
+		if c := rd.costOf(l, i); c < 0 {
+			return Result{}, checkCost(rd.results[i].Policy, c)
+		}
+	}
+	return l.takeMany(ctx, rd)
 }
 
 // storeError wraps a store's error with ErrStore, unless it already is one.
@@ -184,16 +248,16 @@ var errEmptyKey = &clientkey.Error{Err: fmt.Errorf("%w: empty key", ErrMissingKe
 	Kind: clientkey.KindEmptyKey, Detail: "the key is empty"}
 
 // takeMany is Take for a Limiter of several policies, or only dry-run ones,
-// with the policy that decides key under each in results.
-func (l *Limiter) takeMany(ctx context.Context, key string, cost int64, results []Result) (Result, error) {
+// with the policy that decides rd's key under each in rd.results.
+func (l *Limiter) takeMany(ctx context.Context, rd *round) (Result, error) {
 	var allowed bool
 	var err error
 	if l.boxes == nil {
-		allowed, err = l.takeAll(ctx, l.enforce, key, cost, results)
+		allowed, err = l.takeAll(ctx, l.enforce, rd)
 	} else {
 		var ban Result
 		var banned bool
-		if allowed, ban, banned, err = l.takeBoxed(ctx, key, cost, results); banned && err == nil {
+		if allowed, ban, banned, err = l.takeBoxed(ctx, rd); banned && err == nil {
 			return ban, nil
 		}
 	}
@@ -201,60 +265,61 @@ func (l *Limiter) takeMany(ctx context.Context, key string, cost int64, results 
 		return Result{}, storeError(err)
 	}
 	for _, i := range l.dryRun {
-		p := results[i].Policy
+		p := rd.results[i].Policy
+		cost := rd.costOf(l, i)
 		c := cost
 		if !allowed || cost > p.Limit.burst {
 			c = 0 // the request does not happen, or could never pass: only look
 		}
-		res, err := l.take(ctx, p, key, c)
+		res, err := l.take(ctx, p, rd.key, c)
 		if err != nil {
 			// A dry-run policy never refuses, not even when its store fails.
-			results[i] = Result{Allowed: true, Policy: p, Degraded: true}
+			rd.results[i] = Result{Allowed: true, Policy: p, Degraded: true}
 			continue
 		}
 		if c != cost {
 			res.Allowed, res.RetryAfter = p.wouldAllow(res, cost) // a look: would the cost have fit?
 		}
-		results[i] = res
+		rd.results[i] = res
 	}
-	return l.combine(results, allowed), nil
+	return l.combine(rd.results, allowed), nil
 }
 
-// takeAll takes cost from key under the policies at idx, all or nothing,
-// and writes their results over those that hold their policies.
-func (l *Limiter) takeAll(ctx context.Context, idx []int, key string, cost int64, results []Result) (bool, error) {
+// takeAll takes rd's costs under the policies at idx, all or nothing, and
+// writes their results over those that hold their policies.
+func (l *Limiter) takeAll(ctx context.Context, idx []int, rd *round) (bool, error) {
 	if bs, ok := l.store.(BatchStore); ok && len(idx) > 1 {
-		all, _, err := l.batch(ctx, bs, idx, key, cost, results, nil)
+		all, _, err := l.batch(ctx, bs, idx, rd, nil)
 		if !errors.Is(err, ErrNotAtomic) {
 			return all, err
 		}
 	}
 	all := true
 	for k, i := range idx {
-		res, err := l.take(ctx, results[i].Policy, key, cost)
+		res, err := l.take(ctx, rd.results[i].Policy, rd.key, rd.costOf(l, i))
 		if err != nil {
-			l.giveBackAll(ctx, idx[:k], key, cost, results)
+			l.giveBackAll(ctx, idx[:k], rd.key, rd.results)
 			return false, err
 		}
-		results[i] = res
+		rd.results[i] = res
 		all = all && res.Allowed
 	}
 	if !all {
-		l.giveBackAll(ctx, idx, key, cost, results)
+		l.giveBackAll(ctx, idx, rd.key, rd.results)
 	}
 	return all, nil
 }
 
-// batch decides, in one TakeAll of bs (all or nothing), cost for key under
+// batch decides, in one TakeAll of bs (all or nothing), rd's costs under
 // the policies at idx and the requests of extra. It writes the policies'
 // results, reports whether they all allowed, and returns extra's results,
 // whose refusals are the caller's to read. It returns bs's error, such as
 // ErrNotAtomic, having decided nothing.
-func (l *Limiter) batch(ctx context.Context, bs BatchStore, idx []int, key string, cost int64, results []Result, extra []BatchItem) (bool, []Result, error) {
+func (l *Limiter) batch(ctx context.Context, bs BatchStore, idx []int, rd *round, extra []BatchItem) (bool, []Result, error) {
 	reqs := make([]BatchItem, len(idx), len(idx)+len(extra))
 	for k, i := range idx {
-		p := results[i].Policy
-		reqs[k] = BatchItem{Policy: p, Key: bucketKey(p, key), Cost: cost}
+		p := rd.results[i].Policy
+		reqs[k] = BatchItem{Policy: p, Key: bucketKey(p, rd.key), Cost: rd.costOf(l, i)}
 	}
 	reqs = append(reqs, extra...)
 	out := make([]Result, len(reqs))
@@ -264,22 +329,26 @@ func (l *Limiter) batch(ctx context.Context, bs BatchStore, idx []int, key strin
 	all := true
 	for k, i := range idx {
 		if out[k].Policy == nil {
-			out[k].Policy = results[i].Policy
+			out[k].Policy = rd.results[i].Policy
 		}
-		results[i] = out[k]
+		out[k].cost = reqs[k].Cost
+		rd.results[i] = out[k]
 		all = all && out[k].Allowed
 	}
 	return all, out[len(idx):], nil
 }
 
-// giveBackSome gives back cost to the policies at idx whose results
-// allowed it, through rs. A failure to give back only leaves a bucket
-// emptier than it should be (never fuller); the first is returned.
-func (l *Limiter) giveBackSome(ctx context.Context, rs RefundStore, idx []int, key string, cost int64, results []Result) error {
+// giveBack gives back, through rs, at most cost of what each of the
+// results of the policies at idx spent, where it allowed; nothing where a
+// fallback decided (it never spent from the store). A failure to give
+// back only leaves a bucket emptier than it should be (never fuller); the
+// first is returned.
+func (l *Limiter) giveBack(ctx context.Context, rs RefundStore, idx []int, key string, cost int64, results []Result) error {
 	var first error
 	for _, i := range idx {
-		if r := results[i]; r.Allowed && !r.Degraded && cost <= r.Policy.Limit.burst {
-			if err := rs.Refund(ctx, r.Policy, bucketKey(r.Policy, key), cost, r); err != nil && first == nil {
+		r := results[i]
+		if c := min(cost, r.cost); c > 0 && r.Allowed && !r.Degraded && c <= r.Policy.Limit.burst {
+			if err := rs.Refund(ctx, r.Policy, bucketKey(r.Policy, key), c, r); err != nil && first == nil {
 				first = err
 			}
 		}
@@ -287,28 +356,29 @@ func (l *Limiter) giveBackSome(ctx context.Context, rs RefundStore, idx []int, k
 	return first
 }
 
-// giveBackAll gives back, regardless of ctx's cancellation, what the
+// giveBackAll gives back, regardless of ctx's cancellation, all that the
 // allowed results among idx spent: a request refused by another policy.
-func (l *Limiter) giveBackAll(ctx context.Context, idx []int, key string, cost int64, results []Result) {
-	if rs, ok := l.store.(RefundStore); ok && cost > 0 {
-		_ = l.giveBackSome(context.WithoutCancel(ctx), rs, idx, key, cost, results)
+func (l *Limiter) giveBackAll(ctx context.Context, idx []int, key string, results []Result) {
+	if rs, ok := l.store.(RefundStore); ok {
+		_ = l.giveBack(context.WithoutCancel(ctx), rs, idx, key, math.MaxInt64, results)
 	}
 }
 
-// Refund gives back cost tokens of took, an allowed Result of this
-// Limiter's Take for key, as x/time/rate's Reservation.Cancel does. The
-// Refunds of one took must add up to at most what it spent, under the key
-// Take was given: the Result cannot tell. It does nothing for cost ≤ 0, a
-// refused or degraded took, or a store that is no [RefundStore]; its
-// errors wrap ErrMissingKey (empty key) or ErrStore, or name the policy of
-// a took of another Limiter.
+// Refund gives back cost of what took, an allowed Result of this Limiter's
+// Take or TakeUnits for key, spent under each policy (at most what each
+// spent), as x/time/rate's Reservation.Cancel does. The Refunds of one
+// took must add up to at most what it spent, under the key Take was
+// given: the Result cannot tell. It does nothing for cost ≤ 0, a refused
+// or degraded took, or a store that is no [RefundStore]; its errors wrap
+// ErrMissingKey (empty key) or ErrStore, or name the policy of a took of
+// another Limiter.
 func (l *Limiter) Refund(ctx context.Context, key string, cost int64, took Result) error {
 	results, err := l.spent("Refund", key, took, false)
 	rs, ok := l.store.(RefundStore)
 	if err != nil || !ok || cost <= 0 || results == nil {
 		return err
 	}
-	if err := l.giveBackSome(ctx, rs, l.all, key, cost, results); err != nil {
+	if err := l.giveBack(ctx, rs, l.all, key, cost, results); err != nil {
 		return storeError(err)
 	}
 	return nil
@@ -327,20 +397,73 @@ func (l *Limiter) Charge(ctx context.Context, key string, cost int64, took Resul
 		return err
 	}
 	for i, r := range results {
-		if !r.Allowed {
-			continue
-		}
-		p, err := l.policyFor(i, key)
-		if err != nil {
-			p = r.Policy // the limit it was taken under
-		}
-		q := *p
-		q.Algorithm = debt
-		if _, err := l.take(ctx, &q, key, cost); err != nil {
-			return storeError(err)
+		if r.Allowed {
+			if err := l.charge(ctx, i, key, cost, r); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// charge takes cost past empty from key's bucket under policy i, which
+// allowed took, under the key's limit in force.
+func (l *Limiter) charge(ctx context.Context, i int, key string, cost int64, took Result) error {
+	p, err := l.policyFor(i, key)
+	if err != nil {
+		p = took.Policy // the limit it was taken under
+	}
+	q := *p
+	q.Algorithm = debt
+	if _, err := l.take(ctx, &q, key, cost); err != nil {
+		return storeError(err)
+	}
+	return nil
+}
+
+// Settle sets what took, an allowed Result of this Limiter's Take or
+// TakeUnits for key, costs in unit, once that is known: each policy that
+// counts unit gives back what it spent above cost, or takes the rest even
+// past empty, as Charge does. An admitted request costs at least 1: a cost
+// of 0 settles at 1. Settle each unit of a took once. It returns an error
+// for a negative cost or a unit no policy counts, and Refund's errors.
+func (l *Limiter) Settle(ctx context.Context, key, unit string, cost int64, took Result) error {
+	u := slices.Index(l.units, unit)
+	switch {
+	case u < 0:
+		return fmt.Errorf("ratelimit: Settle: no policy counts the unit %q (the units: %q)", unit, l.units)
+	case cost < 0:
+		return fmt.Errorf("ratelimit: Settle: negative cost %d of %s", cost, unit)
+	}
+	return l.adjust(ctx, "Settle", key, took, 1<<u, max(cost, 1))
+}
+
+// adjust makes cost the cost of took for key under the policies whose
+// units are in the set units (bit u: l.units[u]): each gives back what it
+// spent above cost, or takes the rest past empty. A cost of 0 gives back
+// all: the request did not count.
+func (l *Limiter) adjust(ctx context.Context, op, key string, took Result, units uint64, cost int64) error {
+	results, err := l.spent(op, key, took, true)
+	if err != nil {
+		return err
+	}
+	rs, _ := l.store.(RefundStore)
+	var first error
+	for i, r := range results {
+		if units&(1<<l.unitOf[i]) == 0 || !r.Allowed {
+			continue
+		}
+		switch {
+		case cost < r.cost && rs != nil:
+			err = l.giveBack(ctx, rs, []int{i}, key, r.cost-cost, results)
+		case cost > r.cost:
+			err = l.charge(ctx, i, key, cost-r.cost, r)
+		}
+		if err != nil && first == nil {
+			first = storeError(err)
+		}
+	}
+	return first
 }
 
 // spent returns the results of took, for a Refund or Charge (op) of key:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,7 @@ type Middleware struct {
 	limits  *limitsSeen  // nil when the shared-policy-name warning is off
 	queued  atomic.Int64 // requests waiting in shaping queues (MiddlewareOptions.MaxQueued)
 	headers headerCaches // the header values of each limiter
+	counts  bool         // CountsResponses
 }
 
 // NewMiddleware returns a Middleware that limits requests with l, keyed by
@@ -47,7 +49,8 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *MiddlewareOptions) (*Middlewar
 		}
 	}
 	m := &Middleware{limiter: l, key: key, cfg: cfg}
-	m.headers.own, m.headers.ownH, m.headers.bytes = l, newLimitHeaders(l, cfg.CountBytes), cfg.CountBytes
+	m.headers.own, m.headers.ownH = l, newLimitHeaders(l)
+	m.counts = cfg.CountIf != nil || cfg.LimiterFor != nil || slices.Contains(l.units, contentBytes)
 	if !cfg.Quiet {
 		m.keys = new(dominance)
 		m.limits = new(limitsSeen)
@@ -146,7 +149,7 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func(*h
 		err := sleep(r.Context(), d.res.Delay)
 		m.dequeue(d)
 		if err != nil {
-			d.refund(r)
+			d.refund(r, d.lim.allUnits())
 			m.cfg.OnError(w, r, fmt.Errorf("%w: %w", ErrWaitAbandoned, err))
 			return
 		}
@@ -188,14 +191,14 @@ func (m *Middleware) acquire(r *http.Request, d *decision) (func(), Result, erro
 	} else {
 		held, ok, err := f.acquireShared(r.Context(), m.cfg.Slots, m.cfg.SlotLease, key)
 		if err != nil {
-			d.refund(r)
+			d.refund(r, d.lim.allUnits())
 			return nil, Result{}, fmt.Errorf("%w: in-flight slots: %w", ErrStore, err)
 		}
 		if ok {
 			return held.release, d.res, nil
 		}
 	}
-	d.refund(r)
+	d.refund(r, d.lim.allUnits())
 	return nil, f.refused, nil
 }
 
@@ -232,24 +235,60 @@ func (m *Middleware) decide(r *http.Request) (d decision) {
 		d.err = cmp.Or(err, errKeyFuncEmpty)
 		return d
 	}
-	d.key, d.cost = key, 1
-	if m.cfg.Cost != nil {
-		if d.cost, err = m.cfg.Cost(r); err != nil {
-			d.err = &clientkey.Error{Err: fmt.Errorf("%w: the cost function failed: %w", ErrBadRequest, err),
-				Kind: clientkey.KindCost, Detail: "the cost function failed"}
-			return d
+	d.key = key
+	cost, err := m.cost(r, requests, m.cfg.Cost)
+	if err != nil {
+		d.err = err
+		return d
+	}
+	units := d.lim.units
+	if len(units) == 1 {
+		if units[0] != requests {
+			if cost, d.err = m.cost(r, units[0], m.cfg.Costs[units[0]]); d.err != nil {
+				return d
+			}
 		}
-		if d.cost == 0 {
-			// Take would only look at the bucket (and refuses a negative
-			// cost): an admitted request costs at least one token; free
-			// requests are exempted with Skip.
-			d.err = &clientkey.Error{Err: fmt.Errorf("%w: cost 0 is below 1", ErrBadRequest),
-				Kind: clientkey.KindCost, Detail: "the request's cost, 0, is below 1"}
+		d.res, d.err = d.lim.Take(r.Context(), key, cost) // it refuses an empty key and a cost above a burst
+		return d
+	}
+	rd := round{key: key, costs: make([]int64, len(units))}
+	for u, unit := range units {
+		if unit == requests {
+			rd.costs[u] = cost
+		} else if rd.costs[u], d.err = m.cost(r, unit, m.cfg.Costs[unit]); d.err != nil {
 			return d
 		}
 	}
-	d.res, d.err = d.lim.Take(r.Context(), d.key, d.cost) // it refuses an empty key and a cost above a burst
+	d.res, d.err = d.lim.takeRound(r.Context(), &rd)
 	return d
+}
+
+// cost returns what r reserves in unit by f (MiddlewareOptions.Cost or
+// Costs; nil: 1), or why it cannot: f failed or gave a cost below 1 (Take
+// would only look at the bucket, or refuses a negative cost: an admitted
+// request costs at least 1; free requests are exempted with Skip).
+func (m *Middleware) cost(r *http.Request, unit string, f func(*http.Request) (int64, error)) (int64, error) {
+	if f == nil {
+		return 1, nil
+	}
+	cost, err := f(r)
+	if err == nil && cost >= 1 {
+		return cost, nil
+	}
+	what := "cost"
+	if unit != requests {
+		what = "cost in " + unit
+	}
+	if err != nil {
+		return 0, &clientkey.Error{Err: fmt.Errorf("%w: the %s function failed: %w", ErrBadRequest, what, err),
+			Kind: clientkey.KindCost, Detail: "the " + what + " function failed"}
+	}
+	below := "below 1"
+	if cost < 0 {
+		below = "negative"
+	}
+	return 0, &clientkey.Error{Err: fmt.Errorf("%w: %s %d is %s", ErrBadRequest, what, cost, below),
+		Kind: clientkey.KindCost, Detail: fmt.Sprintf("the request's %s, %d, is %s", what, cost, below)}
 }
 
 // now returns the time of MiddlewareOptions.Clock.
@@ -266,6 +305,7 @@ var errKeyFuncEmpty error = &clientkey.Error{Err: fmt.Errorf("%w: the key functi
 	Kind: clientkey.KindEmptyKey, Detail: "the key function returned an empty key"}
 
 // CountsResponses reports whether the status and bytes next returns to
-// Handle matter (MiddlewareOptions.CountIf and CountBytes), so an adapter
-// can skip learning them.
-func (m *Middleware) CountsResponses() bool { return m.cfg.CountIf != nil || m.cfg.CountBytes }
+// Handle matter (MiddlewareOptions.CountIf, a policy counting
+// "content-bytes", or MiddlewareOptions.LimiterFor, whose limiters may),
+// so an adapter can skip learning them.
+func (m *Middleware) CountsResponses() bool { return m.counts }

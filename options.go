@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -12,9 +13,16 @@ import (
 // zero value, or a nil *MiddlewareOptions, is the default of each.
 // docs/policies.md and docs/http.md show them at work.
 type MiddlewareOptions struct {
-	// Cost returns the tokens a request costs; an error, or a cost below 1
-	// or above a policy's burst, is answered 400. Default: 1.
+	// Cost returns what a request costs the policies whose Unit is
+	// "requests"; an error, or a cost below 1 or above a policy's burst, is
+	// answered 400. Default: 1.
 	Cost func(r *http.Request) (int64, error)
+	// Costs returns, by unit, what a request reserves of the policies
+	// counting that unit, as Cost does for requests: an application's unit
+	// (tokens), to be settled with Settle, or an estimate of
+	// "content-bytes", which the response settles. A unit without an entry
+	// reserves 1. Default: none.
+	Costs map[string]func(r *http.Request) (int64, error)
 	// Headers selects the rate-limit header fields. Default: HeadersIETF.
 	Headers HeaderFormat
 	// DryRunHeaders describes dry-run policies in the header fields as if
@@ -62,14 +70,6 @@ type MiddlewareOptions struct {
 	// not count gets its cost back (status >= 400: a login guard). Default:
 	// every request counts.
 	CountIf func(status int) bool
-	// CountBytes makes each request cost the bytes of its response body:
-	// it reserves Cost's estimate (default 1) and, once the response is
-	// complete, settles on the bytes written, at least 1 (see Settle: an
-	// empty body, HEAD or 304, costs 1); a response whose handler took the
-	// connection over (Hijack) keeps what it reserved, so give such routes
-	// a Cost. RateLimit-Policy says qu="content-bytes". Default: false, a
-	// request costs Cost.
-	CountBytes bool
 	// MaxInFlight and MaxInFlightTotal limit the requests running at once,
 	// per key and in all; one over either is refused with 429 and the
 	// policy "inflight". Default: 0, no limit.
@@ -153,6 +153,16 @@ func newConfig(o *MiddlewareOptions) (config, error) {
 		return c, fmt.Errorf("ratelimit: MiddlewareOptions.SlotName %q: want 1 to 64 characters from [A-Za-z0-9._-] with Slots, the same on every instance", c.SlotName)
 	case c.Slots == nil && c.SlotName != "":
 		return c, fmt.Errorf("ratelimit: MiddlewareOptions.SlotName %q without Slots", c.SlotName)
+	}
+	for unit, f := range c.Costs {
+		switch {
+		case unit == requests:
+			return c, errors.New(`ratelimit: MiddlewareOptions.Costs["requests"]: the cost of requests is MiddlewareOptions.Cost`)
+		case !validUnit(unit):
+			return c, fmt.Errorf("ratelimit: MiddlewareOptions.Costs: unit %q: want 1 to 64 characters from [a-z0-9._-], starting with a letter", unit)
+		case f == nil:
+			return c, fmt.Errorf("ratelimit: MiddlewareOptions.Costs[%q]: nil function", unit)
+		}
 	}
 	var err error
 	if c.lists, err = newAddrLists(&c.MiddlewareOptions); err != nil {

@@ -166,33 +166,33 @@ func (l *Limiter) strike(ctx context.Context, key string, results []Result) (Res
 // penalty boxes: a banned key is refused, and spends nothing; a refusal
 // counts a strike. With a BatchStore, the bans are asked in the same
 // atomic step as the policies decide.
-func (l *Limiter) takeBoxed(ctx context.Context, key string, cost int64, results []Result) (allowed bool, ban Result, banned bool, err error) {
-	allowed, ban, banned, err = l.takeBoxedBatch(ctx, key, cost, results)
+func (l *Limiter) takeBoxed(ctx context.Context, rd *round) (allowed bool, ban Result, banned bool, err error) {
+	allowed, ban, banned, err = l.takeBoxedBatch(ctx, rd)
 	if errors.Is(err, ErrNotAtomic) {
-		if ban, banned, err = l.banned(ctx, key); err != nil || banned {
+		if ban, banned, err = l.banned(ctx, rd.key); err != nil || banned {
 			return false, ban, banned, err
 		}
-		allowed, err = l.takeAll(ctx, l.enforce, key, cost, results)
+		allowed, err = l.takeAll(ctx, l.enforce, rd)
 	}
 	if err != nil || banned || allowed {
 		return allowed, ban, banned, err
 	}
-	ban, banned = l.strike(ctx, key, results)
+	ban, banned = l.strike(ctx, rd.key, rd.results)
 	return false, ban, banned, nil
 }
 
 // takeBoxedBatch is takeBoxed in one TakeAll; it returns ErrNotAtomic when
 // the store cannot.
-func (l *Limiter) takeBoxedBatch(ctx context.Context, key string, cost int64, results []Result) (allowed bool, ban Result, banned bool, err error) {
+func (l *Limiter) takeBoxedBatch(ctx context.Context, rd *round) (allowed bool, ban Result, banned bool, err error) {
 	bs, ok := l.store.(BatchStore)
 	if !ok {
 		return false, Result{}, false, ErrNotAtomic
 	}
 	checks := make([]BatchItem, len(l.boxes))
 	for k, b := range l.boxes {
-		checks[k] = BatchItem{Policy: &b.ban, Key: key}
+		checks[k] = BatchItem{Policy: &b.ban, Key: rd.key}
 	}
-	allowed, bans, err := l.batch(ctx, bs, l.enforce, key, cost, results, checks)
+	allowed, bans, err := l.batch(ctx, bs, l.enforce, rd, checks)
 	if err != nil {
 		return false, Result{}, false, err
 	}

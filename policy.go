@@ -80,8 +80,15 @@ type Policy struct {
 	// Name identifies the policy in header fields, problem bodies and
 	// store keys: 1 to 64 of [A-Za-z0-9._-]. Default: "default".
 	Name string
-	// Limit is the rate and capacity.
+	// Limit is the rate and capacity, counted in Unit.
 	Limit Limit
+	// Unit is what the policy counts: "requests", "content-bytes" (the
+	// bytes of response bodies, settled by the Middleware once a response
+	// is complete), or a unit the application names, such as "tokens",
+	// reserved and settled by the application (MiddlewareOptions.Costs,
+	// Settle): 1 to 64 of [a-z0-9._-], starting with a letter. A request
+	// costs each policy in the policy's unit. Default: "requests".
+	Unit string
 	// LimitFor, if set, gives each key (as Take gets it: KeyByAPIKey's
 	// is a hash) its own limit, read at every decision: a plan table, a
 	// per-customer override; where it returns false, Limit applies. It
@@ -138,6 +145,12 @@ func (p *Policy) periodEnd(now int64) int64 {
 	return end.UnixNano()
 }
 
+// The units of the IETF draft's registry that a Policy may count.
+const (
+	requests     = "requests"      // the default: a request costs 1, or MiddlewareOptions.Cost
+	contentBytes = "content-bytes" // the bytes of response bodies
+)
+
 // globalKey is the key under which a Global policy keeps its one bucket.
 const globalKey = "*"
 
@@ -146,8 +159,14 @@ func (p Policy) validate() (Policy, error) {
 	if p.Name == "" {
 		p.Name = "default"
 	}
+	if p.Unit == "" {
+		p.Unit = requests
+	}
 	if !validName(p.Name) {
 		return p, fmt.Errorf("ratelimit: policy name %q: want 1 to 64 characters from [A-Za-z0-9._-]", p.Name)
+	}
+	if !validUnit(p.Unit) {
+		return p, fmt.Errorf("ratelimit: policy %q: unit %q: want 1 to 64 characters from [a-z0-9._-], starting with a letter", p.Name, p.Unit)
 	}
 	if int(p.Algorithm) >= len(algorithmNames) {
 		return p, fmt.Errorf("ratelimit: policy %q: unknown algorithm %d", p.Name, p.Algorithm)
@@ -225,6 +244,21 @@ func validName(s string) bool {
 	}
 	for _, c := range []byte(s) {
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validUnit reports whether s may name a Policy's Unit: a lower-case
+// letter, then up to 63 of [a-z0-9._-], so that it is a Structured Field
+// String without escapes.
+func validUnit(s string) bool {
+	if len(s) < 1 || len(s) > 64 || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
 			return false
 		}
 	}

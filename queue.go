@@ -12,7 +12,6 @@ import (
 type decision struct {
 	lim    *Limiter
 	key    string
-	cost   int64
 	res    Result
 	err    error
 	queued bool // it holds a place in the shaping queues (enqueue)
@@ -60,7 +59,7 @@ func (m *Middleware) dequeue(d *decision) {
 // into a refusal by the shaping policies that would have queued it, with
 // Retry-After the wait it would have had: its turn.
 func (m *Middleware) refuseQueued(r *http.Request, d *decision) {
-	d.refund(r)
+	d.refund(r, d.lim.allUnits())
 	res := d.res
 	res.Allowed, res.Remaining, res.RetryAfter, res.Delay = false, 0, res.Delay, 0
 	res.ResetAfter = max(res.ResetAfter, res.RetryAfter)

@@ -1,10 +1,14 @@
 package ratelimit
 
-import "time"
+import (
+	"math/bits"
+	"time"
+)
 
 // Result is the outcome of one decision. For a [Limiter] of several
 // policies its fields are the binding policy's: the refusing one with the
-// longest wait, else the one with the fewest tokens left. The zero Result
+// longest wait, else the one with the least left relative to its burst
+// (the first of equals). The zero Result
 // has no Policy.
 type Result struct {
 	// Allowed reports whether the request may proceed.
@@ -34,10 +38,33 @@ type Result struct {
 	// refused (a dry-run one would have). A ban's refusal has the ban's
 	// result alone, its Policy named POLICY/ban. Shared: do not modify it.
 	Results []Result
+
+	cost int64 // what the Limiter asked to spend, in Policy's Unit
 }
 
 // bindsOver reports whether r binds rather than b, of one request's
-// results: a refusal with a longer wait, or else fewer tokens left.
+// results: a refusal with a longer wait, or else less left relative to
+// its quota (Remaining ÷ burst: policies of several units compare).
 func (r Result) bindsOver(b Result) bool {
-	return !r.Allowed && (b.Allowed || r.RetryAfter > b.RetryAfter) || r.Allowed && b.Allowed && r.Remaining < b.Remaining
+	if !r.Allowed {
+		return b.Allowed || r.RetryAfter > b.RetryAfter
+	}
+	return b.Allowed && lessShare(r, b)
+}
+
+// lessShare reports whether r has less left of its burst than b, exactly:
+// r.Remaining × b's burst < b.Remaining × r's burst, in 128 bits.
+func lessShare(r, b Result) bool {
+	rq, bq := burstOf(r), burstOf(b)
+	rh, rl := bits.Mul64(uint64(r.Remaining), uint64(bq))
+	bh, bl := bits.Mul64(uint64(b.Remaining), uint64(rq))
+	return rh < bh || rh == bh && rl < bl
+}
+
+// burstOf returns the burst of r's policy, or 1 without one.
+func burstOf(r Result) int64 {
+	if r.Policy == nil {
+		return 1
+	}
+	return max(r.Policy.Limit.burst, 1)
 }

@@ -1,30 +1,29 @@
 package ratelimit
 
-// How an admitted request's cost is settled once its real cost is known:
-// by its handler (Settle), or by its response (MiddlewareOptions.CountIf,
-// MiddlewareOptions.CountBytes).
+// How an admitted request's costs are settled once they are known: by its
+// handler (Settle), or by its response (MiddlewareOptions.CountIf, and the
+// policies counting "content-bytes").
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync/atomic"
 )
 
 // settlement is an admitted request's decision, in its context with
-// MiddlewareOptions.ResultInContext, and the state of its cost: open until
-// the handler settles it or the response is complete.
+// MiddlewareOptions.ResultInContext, and the state of its costs: the set
+// of units settled (bit u: the limiter's units[u]), and whether the
+// response is complete, after which nothing more is settled.
 type settlement struct {
 	d     decision
-	state atomic.Int32
+	state atomic.Uint64
 }
 
-const (
-	costOpen int32 = iota
-	costSettled
-	costComplete
-)
+// complete is the bit of a settlement's state that the response has set.
+const completeBit = 1 << 63
 
 // resultKey is the context key of the *settlement that ResultFrom and
 // Settle read.
@@ -39,65 +38,73 @@ func ResultFrom(ctx context.Context) (Result, bool) {
 	return Result{}, false
 }
 
-// Settle sets the real cost of the admitted request whose context ctx is,
-// under a Middleware with MiddlewareOptions.ResultInContext: less than it
-// reserved gives the difference back, more takes the rest even past empty
-// (see [Limiter.Charge]). An admitted request costs at least 1: a cost of
-// 0 settles at 1. It does nothing and returns an error for a negative
-// cost, a request already settled, one whose response is complete, or a
-// ctx without a decision.
-func Settle(ctx context.Context, cost int64) error {
+// Settle sets the real cost in unit ("requests", or the application's,
+// such as "tokens") of the admitted request whose context ctx is, under a
+// Middleware with MiddlewareOptions.ResultInContext: for each policy
+// counting unit, less than it reserved gives the difference back, more
+// takes the rest even past empty (see [Limiter.Charge]). An admitted
+// request costs at least 1: a cost of 0 settles at 1. It does nothing and
+// returns an error for a negative cost, a unit no policy of the request
+// counts or "content-bytes" (the response settles it), a unit already
+// settled, a request whose response is complete, or a ctx without a
+// decision.
+func Settle(ctx context.Context, unit string, cost int64) error {
 	s, ok := ctx.Value(resultKey{}).(*settlement)
-	switch {
-	case !ok:
+	if !ok {
 		return errors.New("ratelimit: Settle: no decision in the context; set MiddlewareOptions.ResultInContext")
-	case cost < 0:
-		return fmt.Errorf("ratelimit: Settle: negative cost %d", cost)
-	case !s.state.CompareAndSwap(costOpen, costSettled):
-		if s.state.Load() == costSettled {
-			return fmt.Errorf("ratelimit: Settle(%d): the request's cost is settled already", cost)
-		}
-		return fmt.Errorf("ratelimit: Settle(%d): the response is complete", cost)
 	}
-	return s.d.settle(context.WithoutCancel(ctx), cost)
-}
-
-// settle makes cost, at least 1, the cost of d, which reserved d.cost.
-func (d *decision) settle(ctx context.Context, cost int64) error {
-	cost = max(cost, 1)
+	u := slices.Index(s.d.lim.units, unit)
 	switch {
-	case cost < d.cost:
-		return d.lim.Refund(ctx, d.key, d.cost-cost, d.res)
-	case cost > d.cost:
-		return d.lim.Charge(ctx, d.key, cost-d.cost, d.res)
+	case cost < 0:
+		return fmt.Errorf("ratelimit: Settle: negative cost %d of %s", cost, unit)
+	case u < 0:
+		return fmt.Errorf("ratelimit: Settle: no policy of the request counts the unit %q (its units: %q)", unit, s.d.lim.units)
+	case unit == contentBytes:
+		return fmt.Errorf("ratelimit: Settle(%q, %d): the response settles its bytes", unit, cost)
 	}
-	return nil
+	bit := uint64(1) << u
+	switch old := s.state.Or(bit); {
+	case old&completeBit != 0:
+		return fmt.Errorf("ratelimit: Settle(%q, %d): the response is complete", unit, cost)
+	case old&bit != 0:
+		return fmt.Errorf("ratelimit: Settle(%q, %d): the request's cost in %s is settled already", unit, cost, unit)
+	}
+	return s.d.lim.adjust(context.WithoutCancel(ctx), "Settle", s.d.key, s.d.res, bit, max(cost, 1))
 }
 
-// refund gives back all that d spent, after the request turned out not to
-// count (MiddlewareOptions.CountIf) or could not run, even if r's context
-// has ended.
-func (d *decision) refund(r *http.Request) {
-	_ = d.lim.Refund(context.WithoutCancel(r.Context()), d.key, d.cost, d.res)
+// refund gives back, even if r's context has ended, all that d spent in
+// the units of the set units: the request turned out not to count
+// (MiddlewareOptions.CountIf) or could not run.
+func (d *decision) refund(r *http.Request, units uint64) {
+	_ = d.lim.adjust(context.WithoutCancel(r.Context()), "Refund", d.key, d.res, units, 0)
 }
 
-// run runs next for the admitted request of d and settles its cost when
-// the response is complete, unless its handler did (Settle): nothing when
-// next's status does not count (MiddlewareOptions.CountIf) or next panics
-// with CountIf; with MiddlewareOptions.CountBytes, the bytes written (at
+// allUnits is the set of every unit of l.
+func (l *Limiter) allUnits() uint64 { return 1<<len(l.units) - 1 }
+
+// run runs next for the admitted request of d and settles its costs when
+// the response is complete, in the units its handler did not (Settle):
+// nothing when next's status does not count (MiddlewareOptions.CountIf)
+// or next panics with CountIf; in "content-bytes", the bytes written (at
 // least 1), or what it reserved when next took the connection over
 // (written < 0). A store's error settling only loses that give-back or
 // charge: the response is out.
 func (m *Middleware) run(r *http.Request, next func(*http.Request) (int, int64), d *decision) {
-	var state *atomic.Int32 // nil: no Settle can race the response's settlement
+	var state *atomic.Uint64 // nil: no Settle can race the response's settlement
 	if m.cfg.ResultInContext {
 		s := &settlement{d: *d}
 		d, state = &s.d, &s.state
 		r = r.WithContext(context.WithValue(r.Context(), resultKey{}, s))
 	}
-	// complete ends the request's settlement and reports whether it is the
-	// response's to make.
-	complete := func() bool { return state == nil || state.Swap(costComplete) == costOpen }
+	// complete ends the request's settlement and returns the units that
+	// are the response's to settle.
+	complete := func() uint64 {
+		all := d.lim.allUnits()
+		if state == nil {
+			return all
+		}
+		return all &^ state.Or(completeBit)
+	}
 	if !m.CountsResponses() {
 		defer complete()
 		next(r)
@@ -105,19 +112,20 @@ func (m *Middleware) run(r *http.Request, next func(*http.Request) (int, int64),
 	}
 	done := false
 	defer func() {
-		if !done && complete() && m.cfg.CountIf != nil {
-			d.refund(r) // next panicked
+		if !done {
+			if units := complete(); m.cfg.CountIf != nil {
+				d.refund(r, units) // next panicked
+			}
 		}
 	}()
 	status, written := next(r)
 	done = true
-	if !complete() {
+	units := complete()
+	if m.cfg.CountIf != nil && !m.cfg.CountIf(status) {
+		d.refund(r, units)
 		return
 	}
-	switch {
-	case m.cfg.CountIf != nil && !m.cfg.CountIf(status):
-		d.refund(r)
-	case m.cfg.CountBytes && written >= 0:
-		_ = d.settle(context.WithoutCancel(r.Context()), written)
+	if u := slices.Index(d.lim.units, contentBytes); u >= 0 && units&(1<<u) != 0 && written >= 0 {
+		_ = d.lim.adjust(context.WithoutCancel(r.Context()), "Settle", d.key, d.res, 1<<u, max(written, 1))
 	}
 }

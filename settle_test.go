@@ -21,7 +21,7 @@ func settling(t *testing.T, limit ratelimit.Limit, opts *ratelimit.MiddlewareOpt
 		err = nil
 		if v := r.Header.Get("X-Settle"); v != "" {
 			cost, _ := strconv.ParseInt(v, 10, 64)
-			err = ratelimit.Settle(r.Context(), cost)
+			err = ratelimit.Settle(r.Context(), "requests", cost)
 		}
 		w.Write([]byte("ok"))
 	}})
@@ -82,7 +82,7 @@ func TestSettleIsExact(t *testing.T) {
 func TestSettleErrors(t *testing.T) {
 	h, err := settling(t, ratelimit.PerSecond(10), &ratelimit.MiddlewareOptions{ResultInContext: true})
 	h.get("a", "X-Settle", "-1")
-	assert.EqualError(t, *err, "ratelimit: Settle: negative cost -1")
+	assert.EqualError(t, *err, "ratelimit: Settle: negative cost -1 of requests")
 	left, _ := h.look("a")
 	assert.Equal(t, int64(9), left, "a refused settlement changes nothing")
 
@@ -90,41 +90,73 @@ func TestSettleErrors(t *testing.T) {
 	h = newHarness(t, setup{limit: ratelimit.PerSecond(10), opts: &ratelimit.MiddlewareOptions{ResultInContext: true},
 		next: func(w http.ResponseWriter, r *http.Request) {
 			ctx = r.Context()
-			require.NoError(t, ratelimit.Settle(ctx, 3))
-			assert.EqualError(t, ratelimit.Settle(ctx, 1), "ratelimit: Settle(1): the request's cost is settled already")
+			require.NoError(t, ratelimit.Settle(ctx, "requests", 3))
+			assert.EqualError(t, ratelimit.Settle(ctx, "requests", 1), "ratelimit: Settle(\"requests\", 1): the request's cost in requests is settled already")
 		}})
 	h.get("a")
 	left, _ = h.look("a")
 	assert.Equal(t, int64(7), left, "the first settlement holds")
-	assert.EqualError(t, ratelimit.Settle(ctx, 1), "ratelimit: Settle(1): the response is complete")
+	assert.EqualError(t, ratelimit.Settle(ctx, "requests", 1), "ratelimit: Settle(\"requests\", 1): the response is complete")
 
 	h = newHarness(t, setup{limit: ratelimit.PerSecond(10), opts: &ratelimit.MiddlewareOptions{ResultInContext: true},
 		next: func(w http.ResponseWriter, r *http.Request) { ctx = r.Context() }})
 	h.get("a")
-	assert.EqualError(t, ratelimit.Settle(ctx, 5), "ratelimit: Settle(5): the response is complete")
+	assert.EqualError(t, ratelimit.Settle(ctx, "requests", 5), "ratelimit: Settle(\"requests\", 5): the response is complete")
 	left, _ = h.look("a")
 	assert.Equal(t, int64(9), left, "nothing settled after the response")
 
-	assert.EqualError(t, ratelimit.Settle(context.Background(), 1), "ratelimit: Settle: no decision in the context; set MiddlewareOptions.ResultInContext")
+	assert.EqualError(t, ratelimit.Settle(context.Background(), "requests", 1), "ratelimit: Settle: no decision in the context; set MiddlewareOptions.ResultInContext")
 }
 
-// A handler's settlement comes before the response's: CountIf and
-// CountBytes settle only what the handler did not.
+// A handler's settlement comes before the response's: CountIf settles only
+// the units the handler did not, and the response settles content-bytes.
 func TestSettleBeforeTheResponse(t *testing.T) {
-	h, err := settling(t, ratelimit.Per(100, time.Minute), &ratelimit.MiddlewareOptions{ResultInContext: true, CountBytes: true,
-		CountIf: func(status int) bool { return status < 400 }})
-	h.get("a", "X-Settle", "10")
-	require.NoError(t, *err)
-	left, _ := h.look("a")
-	assert.Equal(t, int64(90), left, "the handler's 10, not the 2 bytes written")
+	var err, bytesErr, unknownErr error
+	h := newHarness(t, setup{policies: []ratelimit.Policy{
+		{Name: "calls", Limit: ratelimit.Per(100, time.Minute)},
+		{Name: "bytes", Limit: ratelimit.Per(100, time.Minute), Unit: "content-bytes"},
+		{Name: "tokens", Limit: ratelimit.Per(100, time.Minute), Unit: "tokens"},
+	}, opts: &ratelimit.MiddlewareOptions{ResultInContext: true, CountIf: func(status int) bool { return status < 400 },
+		Costs: map[string]func(*http.Request) (int64, error){"tokens": func(*http.Request) (int64, error) { return 20, nil }}},
+		next: func(w http.ResponseWriter, r *http.Request) {
+			bytesErr = ratelimit.Settle(r.Context(), "content-bytes", 1)
+			unknownErr = ratelimit.Settle(r.Context(), "credits", 1)
+			err = ratelimit.Settle(r.Context(), "tokens", 7)
+			if err == nil {
+				err = ratelimit.Settle(r.Context(), "requests", 10)
+			}
+			if r.Header.Get("X-Fail") != "" {
+				w.WriteHeader(http.StatusBadGateway)
+			}
+			w.Write([]byte("ok"))
+		}})
 	h.get("a")
-	left, _ = h.look("a")
-	assert.Equal(t, int64(88), left, "the 2 bytes of the body")
+	require.NoError(t, err)
+	assert.EqualError(t, bytesErr, `ratelimit: Settle("content-bytes", 1): the response settles its bytes`)
+	assert.EqualError(t, unknownErr, `ratelimit: Settle: no policy of the request counts the unit "credits" (its units: ["requests" "content-bytes" "tokens"])`)
+	assert.Equal(t, map[string]int64{"calls": 90, "bytes": 98, "tokens": 93}, h.lookAll("a"),
+		"the handler's 10 requests and 7 tokens, the 2 bytes of the body")
+	h.get("a", "X-Fail", "1")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int64{"calls": 80, "bytes": 98, "tokens": 86}, h.lookAll("a"),
+		"a 502 does not count: its bytes go back, the units its handler settled stay")
+}
+
+// lookAll returns what key's bucket holds under each of h's policies.
+func (h *harness) lookAll(key string) map[string]int64 {
+	h.t.Helper()
+	res, err := h.lim.Take(context.Background(), key, 0)
+	require.NoError(h.t, err)
+	left := map[string]int64{}
+	for _, r := range res.Results {
+		left[r.Policy.Name] = r.Remaining
+	}
+	return left
 }
 
 func TestCountBytesOfAStatusThatDoesNotCount(t *testing.T) {
-	h := newHarness(t, setup{limit: ratelimit.Per(100, time.Minute), opts: &ratelimit.MiddlewareOptions{CountBytes: true,
-		CountIf: func(status int) bool { return status < 400 }},
+	h := newHarness(t, setup{policies: []ratelimit.Policy{{Limit: ratelimit.Per(100, time.Minute), Unit: "content-bytes"}},
+		opts: &ratelimit.MiddlewareOptions{CountIf: func(status int) bool { return status < 400 }},
 		next: func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusNotFound)
 			w.Write([]byte("not found"))
@@ -142,7 +174,7 @@ func TestCountBytesOfAStatusThatDoesNotCount(t *testing.T) {
 // 100 000 a debt bounded at one burst let through.
 func TestCountBytesOverTenMinutes(t *testing.T) {
 	body := make([]byte, 10_000)
-	h := newHarness(t, setup{limit: ratelimit.Per(1000, time.Minute), opts: &ratelimit.MiddlewareOptions{CountBytes: true},
+	h := newHarness(t, setup{policies: []ratelimit.Policy{{Limit: ratelimit.Per(1000, time.Minute), Unit: "content-bytes"}},
 		next: func(w http.ResponseWriter, r *http.Request) { w.Write(body) }})
 	served := 0
 	for range 6000 {

@@ -25,6 +25,7 @@ import (
 // setup describes the limiter of a test, one for each side.
 type setup struct {
 	limit ratelimit.Limit
+	unit  string // of the policy; "": requests
 	opts  *ratelimit.MiddlewareOptions
 	store ratelimit.Store // nil: a memorystore for each side
 }
@@ -74,23 +75,24 @@ func newFixture(t *testing.T, nh NewHandler, s setup) *fixture {
 
 func newSide(t *testing.T, s setup, build func(*ratelimit.Limiter, http.Handler) http.Handler) *side {
 	t.Helper()
-	l := newLimiter(t, s.store, s.limit)
+	l := newLimiter(t, s.store, s.limit, s.unit)
 	sd := &side{entered: make(chan struct{}, 1), release: make(chan struct{}, 1)}
 	sd.srv = httptest.NewServer(build(l, next(sd)))
 	t.Cleanup(sd.srv.Close)
 	return sd
 }
 
-// newLimiter returns a limiter of one policy, "per-key", of limit l, on
-// store, or on a memorystore whose clock never moves if store is nil.
-func newLimiter(t *testing.T, store ratelimit.Store, l ratelimit.Limit) *ratelimit.Limiter {
+// newLimiter returns a limiter of one policy, "per-key", of limit l in
+// unit, on store, or on a memorystore whose clock never moves if store is
+// nil.
+func newLimiter(t *testing.T, store ratelimit.Store, l ratelimit.Limit, unit string) *ratelimit.Limiter {
 	t.Helper()
 	if store == nil {
 		ms, err := memorystore.New(&memorystore.Options{Clock: new(fakeclock.Clock).Now})
 		require.NoError(t, err)
 		store = ms
 	}
-	lim, err := ratelimit.New(store, ratelimit.Policy{Name: "per-key", Limit: l})
+	lim, err := ratelimit.New(store, ratelimit.Policy{Name: "per-key", Limit: l, Unit: unit})
 	require.NoError(t, err)
 	return lim
 }
@@ -158,7 +160,7 @@ func next(sd *side) http.Handler {
 		if n, ok := strings.CutPrefix(r.URL.Path, "/settle/"); ok {
 			cost, _ := strconv.ParseInt(n, 10, 64)
 			settled := "ok"
-			if err := ratelimit.Settle(r.Context(), cost); err != nil {
+			if err := ratelimit.Settle(r.Context(), "requests", cost); err != nil {
 				settled = err.Error()
 			}
 			w.Header().Set("X-Settle", settled)

@@ -166,7 +166,7 @@ func testByValue(t *testing.T, k Keys) {
 // authenticated by an earlier handler, and anonymous clients behind a
 // trusted proxy.
 func testKeysInEngine(t *testing.T, k Keys) {
-	e := k.Engine(t, []string{"10.0.0.0/8"}, newLimiter(t, nil, ratelimit.Per(2, time.Minute)), newLimiter(t, nil, ratelimit.Per(1, time.Minute)))
+	e := k.Engine(t, []string{"10.0.0.0/8"}, newLimiter(t, nil, ratelimit.Per(2, time.Minute), ""), newLimiter(t, nil, ratelimit.Per(1, time.Minute), ""))
 	require.NotNil(t, e, "Engine returned nil")
 	get := func(path, user, remoteAddr, xff string) int {
 		r := httptest.NewRequest(http.MethodGet, path, nil)

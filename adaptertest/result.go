@@ -34,7 +34,7 @@ func testSettle(t *testing.T, nh NewHandler) {
 	}{
 		{"/settle/4", "ok", `"per-key";r=5`}, // 10 − 4, − 1 for the request that looks
 		{"/settle/0", "ok", `"per-key";r=3`}, // settled at 1: 5 − 1, − 1
-		{"/settle/-1", "ratelimit: Settle: negative cost -1", `"per-key";r=1`},
+		{"/settle/-1", "ratelimit: Settle: negative cost -1 of requests", `"per-key";r=1`},
 	} {
 		r := f.send(request{path: step.path, client: "alice"})
 		assertNextRan(t, request{path: step.path, client: "alice"}, r)

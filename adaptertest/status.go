@@ -59,13 +59,13 @@ func testAborted(t *testing.T, nh NewHandler) {
 	assert.EqualValues(t, 4, f.adapter.calls.Load(), "three panics that wrote nothing were given back; the begun download counted")
 }
 
-// testCountBytes: with CountBytes a request costs the bytes of its body,
+// testCountBytes: a policy of content-bytes costs a request the bytes of its body,
 // which the adapter must count as they are written, and at least 1 (an
 // empty body, HEAD); a handler that takes the connection over (Hijack)
 // keeps what it reserved, which the adapter must tell the core (next's
 // written < 0); RateLimit-Policy says the quota counts bytes.
 func testCountBytes(t *testing.T, nh NewHandler) {
-	f := newFixture(t, nh, setup{limit: ratelimit.Per(100, time.Minute), opts: &ratelimit.MiddlewareOptions{CountBytes: true}})
+	f := newFixture(t, nh, setup{limit: ratelimit.Per(100, time.Minute), unit: "content-bytes"})
 	r := f.send(request{client: "alice", path: "/bytes/30"})
 	assert.Len(t, r.Body, 30, "the body of /bytes/30")
 	assert.Equal(t, `"per-key";q=100;qu="content-bytes";w=60`, r.Header.Get("RateLimit-Policy"))
@@ -81,8 +81,8 @@ func testCountBytes(t *testing.T, nh NewHandler) {
 
 	// A hijacked connection's bytes are not the middleware's to see: the
 	// request keeps the 10 it reserved, however much it wrote.
-	f = newFixture(t, nh, setup{limit: ratelimit.Per(100, time.Minute), opts: &ratelimit.MiddlewareOptions{CountBytes: true,
-		Cost: func(*http.Request) (int64, error) { return 10, nil }}})
+	f = newFixture(t, nh, setup{limit: ratelimit.Per(100, time.Minute), unit: "content-bytes", opts: &ratelimit.MiddlewareOptions{
+		Costs: map[string]func(*http.Request) (int64, error){"content-bytes": func(*http.Request) (int64, error) { return 10, nil }}}})
 	for range 3 {
 		r = f.send(request{client: "bob", path: "/hijack/1000"})
 		assert.Len(t, r.Body, 1000, "the body written on the hijacked connection")

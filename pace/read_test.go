@@ -359,7 +359,7 @@ func TestReadMiddlewarePolicies(t *testing.T) {
 	assert.Equal(t, pace.Quota{Policy: "daily", Remaining: 2, Reset: 24 * time.Hour, Limit: 3, Window: 24 * time.Hour, Unit: "requests"}, got)
 
 	// A quota of bytes with some left binds no request; ReadAll has it.
-	h = limited(t, clock.Now, &ratelimit.MiddlewareOptions{CountBytes: true}, ratelimit.Policy{Name: "bandwidth", Limit: ratelimit.Per(1000, time.Minute)})
+	h = limited(t, clock.Now, nil, ratelimit.Policy{Name: "bandwidth", Limit: ratelimit.Per(1000, time.Minute), Unit: "content-bytes"})
 	w = httptest.NewRecorder()
 	h.ServeHTTP(w, apiRequest())
 	got, ok = pace.Read(wire(w.Header()), clock.Now())

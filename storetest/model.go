@@ -270,7 +270,7 @@ func (m *modelRun) start(key string, cost int64) *mRequest {
 			f := <-q.finish
 			var err error
 			if f.settle {
-				err = ratelimit.Settle(r.Context(), f.cost)
+				err = ratelimit.Settle(r.Context(), "requests", f.cost)
 			}
 			q.done <- err
 			return f.status, 0

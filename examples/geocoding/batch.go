@@ -117,7 +117,7 @@ func geocodeBatch(logger *slog.Logger) http.HandlerFunc {
 			}
 		}
 		cost := max(int64(len(found)), 1) // Contract 1: a batch that finds nothing costs one
-		if err := ratelimit.Settle(r.Context(), cost); err != nil {
+		if err := ratelimit.Settle(r.Context(), "requests", cost); err != nil {
 			logger.Warn("geocoding: a batch's unused tokens could not be given back", "names", len(b.names), "found", len(found), "err", err)
 		}
 		writeJSON(w, http.StatusOK, "application/json", found)

@@ -118,7 +118,7 @@ func complete(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	in, out := tokens(string(prompt)), int64(len(answer))
-	if err := ratelimit.Settle(r.Context(), in+out); err != nil {
+	if err := ratelimit.Settle(r.Context(), "requests", in+out); err != nil {
 		slog.Error("llm: the request's cost is not settled", "err", err)
 	}
 	fmt.Fprintf(w, "\n\n[%d tokens: %d of prompt, %d of answer; %d reserved]\n", in+out, in, out, 4*in)
