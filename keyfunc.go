@@ -59,6 +59,19 @@ func KeyByAPIKey(header string) KeyFunc {
 	}
 }
 
+// KeyOfAPIKey returns the key that KeyByAPIKey(header) gives a request
+// whose field header holds apiKey: the key Policy.LimitFor sees, by which
+// a table of plans is indexed when it is loaded, so that neither the table
+// nor the store holds the secret. For Authorization, apiKey is the whole
+// value, scheme included ("Bearer t").
+func KeyOfAPIKey(header, apiKey string) string {
+	v := strings.TrimSpace(apiKey)
+	if http.CanonicalHeaderKey(strings.TrimSpace(header)) == "Authorization" {
+		v = canonicalAuthorization(v)
+	}
+	return clientkey.Hash("ak:", v)
+}
+
 // canonicalAuthorization returns the one spelling of the Authorization
 // field value v, which has no surrounding whitespace: the scheme in lower
 // case, one space, and the credentials, outside quoted strings without the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
 )
@@ -83,4 +84,22 @@ func TestKeyByAPIKeyAuthorizationOneBucket(t *testing.T) {
 		codes = append(codes, h.get("", "Authorization", v).Code)
 	}
 	assert.Equal(t, []int{200, 200, 429, 429}, codes)
+}
+
+// KeyOfAPIKey gives the key KeyByAPIKey finds in a request, for each
+// header and spelling it accepts, and another for another API key.
+func TestKeyOfAPIKey(t *testing.T) {
+	for _, tc := range []struct{ header, sent, given string }{
+		{"X-API-Key", "secret-1", "secret-1"},
+		{"x-api-key", " secret-1 ", "secret-1"},
+		{"Authorization", "BEARER  tok", "Bearer tok"},
+		{"authorization", "Bearer tok", "bearer tok"},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set(tc.header, tc.sent)
+		key, err := ratelimit.KeyByAPIKey(tc.header)(r)
+		require.NoError(t, err)
+		assert.Equal(t, key, ratelimit.KeyOfAPIKey(tc.header, tc.given), "KeyOfAPIKey(%q, %q)", tc.header, tc.given)
+		assert.NotEqual(t, key, ratelimit.KeyOfAPIKey(tc.header, tc.given+"x"))
+	}
 }
