@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -23,15 +24,16 @@ import (
 // tokens joins it.
 //
 // Requests go through a Middleware (ResultInContext, CountIf) of three
-// policies: "rate", a token bucket whose limit each key takes from a table
-// (Policy.LimitFor) that the test changes, up and down; "daily", a
-// calendar quota whose count the table gives too; and "global", one
-// bucket for every key, whose refusals make the other policies give back
-// what they took. A request is held open by its handler, and finishes at
-// once or later: counted as it reserved, not counted (a 500 that CountIf
-// does not count: its whole cost back), or settled (ratelimit.Settle) at
-// a cost below, equal to or above its reservation, 0 and costs near the
-// int64 limit included. Between requests the clock moves (across
+// policies in two units: "rate", a token bucket of requests whose limit
+// each key takes from a table (Policy.LimitFor) that the test changes, up
+// and down; "daily", a calendar quota of tokens (MiddlewareOptions.Costs)
+// whose count the table gives too; and "global", one bucket of requests
+// for every key, whose refusals make the other policies give back what
+// they took. A request reserves its own cost in each unit, is held open
+// by its handler, and finishes at once or later: each unit counted as it
+// reserved, or settled (ratelimit.Settle) at a cost below, equal to or
+// above its reservation, 0 and costs near the int64 limit included; a 500
+// that CountIf does not count gives back the units not settled. Between requests the clock moves (across
 // midnights too), keys are reset, their limits change, and the service is
 // redeployed with its daily quota in another time zone.
 //
@@ -126,7 +128,7 @@ type mEvent struct {
 // mRequest is a request admitted and held open by its handler.
 type mRequest struct {
 	key      string
-	cost     int64
+	cost     [3]int64 // under each policy: its unit's
 	at       int64
 	d        *deployment
 	res      ratelimit.Result
@@ -138,12 +140,19 @@ type mRequest struct {
 }
 
 // mFinish is how a request finishes: with its status (500 does not
-// count), settled at cost first if settle.
+// count), each unit (requests, tokens) settled at cost first if settle.
 type mFinish struct {
 	status int
-	settle bool
-	cost   int64
+	settle [2]bool
+	cost   [2]int64
 }
+
+// modelUnits are the units of the model's policies, and unitOf the index
+// in it of each policy's.
+var (
+	modelUnits = [2]string{"requests", "tokens"}
+	unitOf     = [3]int{0, 1, 0}
+)
 
 func newModel(t *testing.T, c *Clock, s ratelimit.Store, seed uint64, exact bool) *modelRun {
 	m := &modelRun{t: t, c: c, rng: rand.New(rand.NewPCG(seed, 35)), exact: exact,
@@ -156,7 +165,7 @@ func newModel(t *testing.T, c *Clock, s ratelimit.Store, seed uint64, exact bool
 		loc := zone(t, name)
 		lim, err := ratelimit.New(s,
 			ratelimit.Policy{Name: m.names[0], Limit: modelRates[0], LimitFor: m.rateFor},
-			ratelimit.Policy{Name: m.names[1], Limit: ratelimit.Daily(modelQuotas[0], loc), LimitFor: func(key string) (ratelimit.Limit, bool) {
+			ratelimit.Policy{Name: m.names[1], Limit: ratelimit.Daily(modelQuotas[0], loc), Unit: "tokens", LimitFor: func(key string) (ratelimit.Limit, bool) {
 				return ratelimit.Daily(m.plan(key).quota, loc), true
 			}},
 			ratelimit.Policy{Name: m.names[2], Limit: ratelimit.Per(20, time.Second).WithBurst(10), Global: true},
@@ -167,6 +176,9 @@ func newModel(t *testing.T, c *Clock, s ratelimit.Store, seed uint64, exact bool
 				ResultInContext: true,
 				Headers:         ratelimit.HeadersNone,
 				Cost:            func(r *http.Request) (int64, error) { return strconv.ParseInt(r.Header.Get("X-Cost"), 10, 64) },
+				Costs: map[string]func(*http.Request) (int64, error){
+					"tokens": func(r *http.Request) (int64, error) { return strconv.ParseInt(r.Header.Get("X-Tokens"), 10, 64) },
+				},
 				CountIf:         func(status int) bool { return status < 500 },
 				Observe:         func(_ *http.Request, ev ratelimit.Event) { m.event = ev },
 			})
@@ -221,7 +233,7 @@ func (m *modelRun) run(n int) (decisions int) {
 		key := modelKeys[m.rng.IntN(len(modelKeys))]
 		switch r := m.rng.IntN(100); {
 		case r < 55:
-			q := m.start(key, 1+m.rng.Int64N(3))
+			q := m.start(key, 1+m.rng.Int64N(3), 1+m.rng.Int64N(4))
 			decisions++
 			if q != nil && m.rng.IntN(2) == 0 {
 				m.finish(q, true) // at once
@@ -250,17 +262,19 @@ func (m *modelRun) run(n int) (decisions int) {
 	return decisions
 }
 
-// start sends a request of key reserving cost through the deployment in
-// force, checks each policy's decision, and returns the request if it was
-// admitted (held open by its handler) or nil.
-func (m *modelRun) start(key string, cost int64) *mRequest {
+// start sends a request of key reserving cost requests and tokens tokens
+// through the deployment in force, checks each policy's decision, and
+// returns the request if it was admitted (held open by its handler) or
+// nil.
+func (m *modelRun) start(key string, cost, tokens int64) *mRequest {
 	d := m.deploys[m.current]
 	now := m.c.Now().UnixNano()
-	q := &mRequest{key: key, cost: cost, at: now, d: d, finish: make(chan mFinish), done: make(chan error, 1)}
+	q := &mRequest{key: key, cost: [3]int64{cost, tokens, cost}, at: now, d: d, finish: make(chan mFinish), done: make(chan error, 1)}
 	admitted := make(chan struct{})
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.Header.Set("X-Key", key)
 	r.Header.Set("X-Cost", strconv.FormatInt(cost, 10))
+	r.Header.Set("X-Tokens", strconv.FormatInt(tokens, 10))
 	returned := make(chan struct{})
 	q.returned = returned
 	go func() {
@@ -269,8 +283,10 @@ func (m *modelRun) start(key string, cost int64) *mRequest {
 			close(admitted)
 			f := <-q.finish
 			var err error
-			if f.settle {
-				err = ratelimit.Settle(r.Context(), "requests", f.cost)
+			for u, settle := range f.settle {
+				if settle && err == nil {
+					err = ratelimit.Settle(r.Context(), modelUnits[u], f.cost[u])
+				}
 			}
 			q.done <- err
 			return f.status, 0
@@ -281,12 +297,12 @@ func (m *modelRun) start(key string, cost int64) *mRequest {
 	case <-returned:
 	}
 	ev := m.event
-	require.NoError(m.t, ev.Err, "Take(%q, %d)", key, cost)
+	require.NoError(m.t, ev.Err, "Take(%q, %d, %d tokens)", key, cost, tokens)
 	q.res = ev.Result
-	require.Len(m.t, q.res.Results, 3, "Take(%q, %d): a result per policy", key, cost)
+	require.Len(m.t, q.res.Results, 3, "Take(%q, %d, %d tokens): a result per policy", key, cost, tokens)
 
 	// Each policy decides on its bucket at now; the request is admitted
-	// only if all allow, and then each bucket takes cost.
+	// only if all allow, and then each bucket takes its unit's cost.
 	type want struct {
 		allowed                 bool
 		remaining, retry, reset int64
@@ -301,12 +317,12 @@ func (m *modelRun) start(key string, cost int64) *mRequest {
 			b.upper, b.exact = 0, true // full, whatever was given back
 		}
 		w := &wants[i]
-		w.allowed, w.remaining, w.retry, w.reset, w.next = decide(l, b.upper, now, cost)
+		w.allowed, w.remaining, w.retry, w.reset, w.next = decide(l, b.upper, now, q.cost[i])
 		w.exact = b.exact
 		all = all && w.allowed
 	}
 	for i, got := range q.res.Results {
-		w, what := wants[i], fmt.Sprintf("%s: Take(%q, %d) under %v at %v", got.Policy.Name, key, cost, got.Policy.Limit, time.Unix(0, now).UTC())
+		w, what := wants[i], fmt.Sprintf("%s: Take(%q, %d) under %v at %v", got.Policy.Name, key, q.cost[i], got.Policy.Limit, time.Unix(0, now).UTC())
 		g := [4]int64{b2i(got.Allowed), got.Remaining, int64(got.RetryAfter), int64(got.ResetAfter)}
 		switch {
 		case !m.exact:
@@ -325,7 +341,7 @@ func (m *modelRun) start(key string, cost int64) *mRequest {
 		}
 	}
 	if m.exact && wants[0].exact && wants[1].exact && wants[2].exact && q.res.Allowed != all {
-		m.fail("Take(%q, %d) at %v: allowed %v, the model says %v", key, cost, time.Unix(0, now).UTC(), q.res.Allowed, all)
+		m.fail("Take(%q, %v) at %v: allowed %v, the model says %v", key, q.cost, time.Unix(0, now).UTC(), q.res.Allowed, all)
 	}
 	if !q.res.Allowed {
 		for i := range 3 {
@@ -348,17 +364,17 @@ func (m *modelRun) start(key string, cost int64) *mRequest {
 	for i := range 3 {
 		b, l := m.bucket(i, key), m.limit(d, i, key)
 		if !q.res.Results[i].Allowed {
-			m.fail("Take(%q, %d): admitted, but %s refused", key, cost, q.res.Results[i].Policy.Name)
+			m.fail("Take(%q, %v): admitted, but %s refused", key, q.cost, q.res.Results[i].Policy.Name)
 		}
 		next := wants[i].next
 		if !wants[i].allowed {
 			// the store admitted where a bucket that got nothing back
 			// refuses: its own got back more; the history will tell.
 			iv, v := stepOf(l, now)
-			next = max(b.upper, v) + cost*iv
+			next = max(b.upper, v) + q.cost[i]*iv
 		}
 		b.upper = next
-		e := &mEvent{at: now, limit: l, cost: cost, what: fmt.Sprintf("take %d of %q", cost, key)}
+		e := &mEvent{at: now, limit: l, cost: q.cost[i], what: fmt.Sprintf("take %d of %q", q.cost[i], key)}
 		b.log = append(b.log, e)
 		q.takes, q.buckets = append(q.takes, e), append(q.buckets, b)
 	}
@@ -372,34 +388,40 @@ func (m *modelRun) finish(q *mRequest, atOnce bool) {
 	if atOnce {
 		m.open = m.open[:len(m.open)-1]
 	}
-	var f mFinish
-	counted := q.cost
-	switch r := m.rng.IntN(10); {
-	case r < 3:
-		f = mFinish{status: http.StatusOK}
-	case r < 5:
-		f, counted = mFinish{status: http.StatusInternalServerError}, 0
-	default:
-		costs := []int64{0, 1, q.cost - 1, q.cost + 1, q.cost + 5, 40, 1000, math.MaxInt64, 1 << 62, math.MaxInt64 - 1}
-		f = mFinish{status: http.StatusOK, settle: true, cost: costs[m.rng.IntN(len(costs))]}
-		counted = max(f.cost, 1)
+	f := mFinish{status: http.StatusOK}
+	if m.rng.IntN(10) < 3 {
+		f.status = http.StatusInternalServerError
+	}
+	for u := range f.settle {
+		if m.rng.IntN(10) < 5 {
+			reserved := q.cost[slices.Index(unitOf[:], u)]
+			costs := []int64{0, 1, reserved - 1, reserved + 1, reserved + 5, 40, 1000, math.MaxInt64, 1 << 62, math.MaxInt64 - 1}
+			f.settle[u], f.cost[u] = true, costs[m.rng.IntN(len(costs))]
+		}
 	}
 	q.finish <- f
-	require.NoError(m.t, <-q.done, "Settle(%d) of Take(%q, %d)", f.cost, q.key, q.cost)
+	require.NoError(m.t, <-q.done, "Settle(%v) of Take(%q, %v)", f, q.key, q.cost)
 	<-q.returned
 	now := m.c.Now().UnixNano()
 	for i, b := range q.buckets {
-		e := q.takes[i]
-		e.cost = min(counted, q.cost)
+		e, u := q.takes[i], unitOf[i]
+		counted := q.cost[i]
 		switch {
-		case counted > q.cost:
+		case f.settle[u]:
+			counted = max(f.cost[u], 1)
+		case f.status == http.StatusInternalServerError:
+			counted = 0
+		}
+		e.cost = min(counted, q.cost[i])
+		switch {
+		case counted > q.cost[i]:
 			l := m.limit(q.d, i, q.key) // a charge is of the limit in force
-			b.upper = owe(l, b.upper, now, counted-q.cost)
-			b.log = append(b.log, &mEvent{at: now, limit: l, cost: counted - q.cost, charge: true, what: fmt.Sprintf("charge %d of %q", counted-q.cost, q.key)})
-		case counted < q.cost && atOnce && !b.lossy:
+			b.upper = owe(l, b.upper, now, counted-q.cost[i])
+			b.log = append(b.log, &mEvent{at: now, limit: l, cost: counted - q.cost[i], charge: true, what: fmt.Sprintf("charge %d of %q", counted-q.cost[i], q.key)})
+		case counted < q.cost[i] && atOnce && !b.lossy:
 			iv, v := stepOf(e.limit, now)
-			b.upper -= min((q.cost-counted)*iv, b.upper-v)
-		case counted < q.cost:
+			b.upper -= min((q.cost[i]-counted)*iv, b.upper-v)
+		case counted < q.cost[i]:
 			b.exact = false // what comes back of a request held open is the store's to bound
 		}
 	}
