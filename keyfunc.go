@@ -63,7 +63,8 @@ func KeyByAPIKey(header string) KeyFunc {
 // whose field header holds apiKey: the key Policy.LimitFor sees, by which
 // a table of plans is indexed when it is loaded, so that neither the table
 // nor the store holds the secret. For Authorization, apiKey is the whole
-// value, scheme included ("Bearer t").
+// value, scheme included ("Bearer t"). An empty apiKey gives a key that no
+// request gets: KeyByAPIKey refuses such requests.
 func KeyOfAPIKey(header, apiKey string) string {
 	v := strings.TrimSpace(apiKey)
 	if http.CanonicalHeaderKey(strings.TrimSpace(header)) == "Authorization" {

@@ -234,10 +234,14 @@ func checkCost(p *Policy, cost int64) error {
 		return &clientkey.Error{Err: fmt.Errorf("%w: negative cost %d", ErrBadRequest, cost), Kind: clientkey.KindCost,
 			Detail: "the request's cost, " + strconv.FormatInt(cost, 10) + ", is negative"}
 	case cost > p.Limit.burst:
+		what := "cost"
+		if p.Unit != requests && p.Unit != "" {
+			what = "cost in " + p.Unit
+		}
 		return &clientkey.Error{
-			Err:    fmt.Errorf("%w: %w: cost %d, policy %q has burst %d", ErrBadRequest, errCostExceedsBurst, cost, p.Name, p.Limit.burst),
+			Err:    fmt.Errorf("%w: %w: %s %d, policy %q has burst %d", ErrBadRequest, errCostExceedsBurst, what, cost, p.Name, p.Limit.burst),
 			Kind:   clientkey.KindCostAboveBurst,
-			Detail: fmt.Sprintf("the request's cost, %d, is above the burst of policy %q, %d", cost, p.Name, p.Limit.burst),
+			Detail: fmt.Sprintf("the request's %s, %d, is above the burst of policy %q, %d", what, cost, p.Name, p.Limit.burst),
 		}
 	}
 	return nil

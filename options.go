@@ -67,8 +67,9 @@ type MiddlewareOptions struct {
 	ClientIP *IPOptions
 	// CountIf makes only the responses whose status it accepts spend the
 	// budget: a spent budget still refuses, and a request whose status does
-	// not count gets its cost back (status >= 400: a login guard). Default:
-	// every request counts.
+	// not count gets back its cost in every unit its handler did not
+	// settle but "content-bytes", whose bytes were sent (status >= 400: a
+	// login guard). Default: every request counts.
 	CountIf func(status int) bool
 	// MaxInFlight and MaxInFlightTotal limit the requests running at once,
 	// per key and in all; one over either is refused with 429 and the

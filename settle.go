@@ -85,10 +85,11 @@ func (l *Limiter) allUnits() uint64 { return 1<<len(l.units) - 1 }
 // run runs next for the admitted request of d and settles its costs when
 // the response is complete, in the units its handler did not (Settle):
 // nothing when next's status does not count (MiddlewareOptions.CountIf)
-// or next panics with CountIf; in "content-bytes", the bytes written (at
-// least 1), or what it reserved when next took the connection over
-// (written < 0). A store's error settling only loses that give-back or
-// charge: the response is out.
+// or next panics with CountIf; in "content-bytes", whatever the status,
+// the bytes of the body sent (at least 1; none for HEAD), or what it
+// reserved when next took the connection over (written < 0) or panicked.
+// A store's error settling only loses that give-back or charge: the
+// response is out.
 func (m *Middleware) run(r *http.Request, next func(*http.Request) (int, int64), d *decision) {
 	var state *atomic.Uint64 // nil: no Settle can race the response's settlement
 	if m.cfg.ResultInContext {
@@ -110,10 +111,14 @@ func (m *Middleware) run(r *http.Request, next func(*http.Request) (int, int64),
 		next(r)
 		return
 	}
+	var bytes uint64 // the set of the unit content-bytes, if the limiter has it
+	if u := slices.Index(d.lim.units, contentBytes); u >= 0 {
+		bytes = 1 << u
+	}
 	done := false
 	defer func() {
 		if !done {
-			if units := complete(); m.cfg.CountIf != nil {
+			if units := complete() &^ bytes; m.cfg.CountIf != nil {
 				d.refund(r, units) // next panicked
 			}
 		}
@@ -122,10 +127,12 @@ func (m *Middleware) run(r *http.Request, next func(*http.Request) (int, int64),
 	done = true
 	units := complete()
 	if m.cfg.CountIf != nil && !m.cfg.CountIf(status) {
-		d.refund(r, units)
-		return
+		d.refund(r, units&^bytes)
 	}
-	if u := slices.Index(d.lim.units, contentBytes); u >= 0 && units&(1<<u) != 0 && written >= 0 {
-		_ = d.lim.adjust(context.WithoutCancel(r.Context()), "Settle", d.key, d.res, 1<<u, max(written, 1))
+	if r.Method == http.MethodHead {
+		written = min(written, 0) // net/http sends no body, whatever the handler wrote
+	}
+	if units&bytes != 0 && written >= 0 {
+		_ = d.lim.adjust(context.WithoutCancel(r.Context()), "Settle", d.key, d.res, bytes, max(written, 1))
 	}
 }

@@ -138,8 +138,8 @@ func TestSettleBeforeTheResponse(t *testing.T) {
 		"the handler's 10 requests and 7 tokens, the 2 bytes of the body")
 	h.get("a", "X-Fail", "1")
 	require.NoError(t, err)
-	assert.Equal(t, map[string]int64{"calls": 80, "bytes": 98, "tokens": 86}, h.lookAll("a"),
-		"a 502 does not count: its bytes go back, the units its handler settled stay")
+	assert.Equal(t, map[string]int64{"calls": 80, "bytes": 96, "tokens": 86}, h.lookAll("a"),
+		"a 502 does not count, yet the units its handler settled stay, and its 2 bytes were sent")
 }
 
 // lookAll returns what key's bucket holds under each of h's policies.
@@ -154,6 +154,7 @@ func (h *harness) lookAll(key string) map[string]int64 {
 	return left
 }
 
+// Bytes sent are charged whatever CountIf says of the status.
 func TestCountBytesOfAStatusThatDoesNotCount(t *testing.T) {
 	h := newHarness(t, setup{policies: []ratelimit.Policy{{Limit: ratelimit.Per(100, time.Minute), Unit: "content-bytes"}},
 		opts: &ratelimit.MiddlewareOptions{CountIf: func(status int) bool { return status < 400 }},
@@ -163,7 +164,7 @@ func TestCountBytesOfAStatusThatDoesNotCount(t *testing.T) {
 		}})
 	h.get("a")
 	left, _ := h.look("a")
-	assert.Equal(t, int64(100), left, "a 404 does not count, whatever its size")
+	assert.Equal(t, int64(91), left, "a 404 that does not count is charged the 9 bytes it sent")
 }
 
 // TestCountBytesOverTenMinutes: at 1 000 bytes a minute (a burst of 1 000),

@@ -59,11 +59,12 @@ func testAborted(t *testing.T, nh NewHandler) {
 	assert.EqualValues(t, 4, f.adapter.calls.Load(), "three panics that wrote nothing were given back; the begun download counted")
 }
 
-// testCountBytes: a policy of content-bytes costs a request the bytes of its body,
-// which the adapter must count as they are written, and at least 1 (an
-// empty body, HEAD); a handler that takes the connection over (Hijack)
-// keeps what it reserved, which the adapter must tell the core (next's
-// written < 0); RateLimit-Policy says the quota counts bytes.
+// testCountBytes: a policy of content-bytes costs a request the bytes of
+// its body, which the adapter must count as they are written, and at least
+// 1 (an empty body, HEAD, whose body net/http drops); a handler that takes
+// the connection over (Hijack) keeps what it reserved, which the adapter
+// must tell the core (next's written < 0); RateLimit-Policy says the quota
+// counts bytes.
 func testCountBytes(t *testing.T, nh NewHandler) {
 	f := newFixture(t, nh, setup{limit: ratelimit.Per(100, time.Minute), unit: "content-bytes"})
 	r := f.send(request{client: "alice", path: "/bytes/30"})
@@ -73,10 +74,11 @@ func testCountBytes(t *testing.T, nh NewHandler) {
 	// 30 bytes spent; this request reserves 1 more and writes 0.
 	r = f.send(request{client: "alice", path: "/bytes/0"})
 	assert.Equal(t, `"per-key";r=69;t=1`, r.Header.Get("RateLimit"), "the 30 bytes written were charged")
-	r = f.send(request{client: "alice", path: "/bytes/0", method: http.MethodHead})
+	r = f.send(request{client: "alice", path: "/bytes/50", method: http.MethodHead})
 	assert.Contains(t, r.Header.Get("RateLimit"), `"per-key";r=68;`, "a body of 0 costs 1")
+	assert.Empty(t, r.Body, "no body is sent for HEAD")
 	r = f.send(request{client: "alice", path: "/bytes/68"})
-	assert.Contains(t, r.Header.Get("RateLimit"), `"per-key";r=67;`, "a HEAD costs 1")
+	assert.Contains(t, r.Header.Get("RateLimit"), `"per-key";r=67;`, "a HEAD costs 1, whatever its handler writes")
 	assertStopped(t, f.send(request{client: "alice"}), http.StatusTooManyRequests)
 
 	// A hijacked connection's bytes are not the middleware's to see: the

@@ -88,9 +88,13 @@ func (s *statusWriter) begun() (int, bool) { return s.status, s.written }
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // Flush keeps streaming handlers (which assert http.Flusher) working.
-func (s *statusWriter) Flush() {
+func (s *statusWriter) Flush() { _ = s.FlushError() }
+
+// FlushError is Flush with the underlying writer's error, for
+// http.ResponseController, so that a handler learns that its client left.
+func (s *statusWriter) FlushError() error {
 	s.written = true
-	_ = http.NewResponseController(s.ResponseWriter).Flush()
+	return http.NewResponseController(s.ResponseWriter).Flush()
 }
 
 // Hijack keeps handlers that take over the connection (which assert

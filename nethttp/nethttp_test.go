@@ -199,3 +199,23 @@ func TestCountIfKeepsHijacker(t *testing.T) {
 	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
 	assert.ErrorIs(t, <-hijackErr, http.ErrNotSupported, "a recorder cannot be hijacked")
 }
+
+// flushFailer is a ResponseWriter whose client has left: flushing fails.
+type flushFailer struct{ *httptest.ResponseRecorder }
+
+func (flushFailer) FlushError() error { return errors.New("client gone") }
+
+// A streaming handler behind a Middleware that counts responses learns,
+// through http.ResponseController, that its client has left.
+func TestFlushErrorReachesTheHandler(t *testing.T) {
+	m, err := ratelimit.NewMiddleware(newLimiter(t, ratelimit.Per(2, time.Minute)),
+		func(*http.Request) (string, error) { return "k", nil }, &ratelimit.MiddlewareOptions{CountIf: func(int) bool { return true }})
+	require.NoError(t, err)
+	var flushed error
+	h := Wrap(m)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("a word"))
+		flushed = http.NewResponseController(w).Flush()
+	}))
+	h.ServeHTTP(flushFailer{httptest.NewRecorder()}, httptest.NewRequest(http.MethodGet, "/", nil))
+	assert.EqualError(t, flushed, "client gone")
+}

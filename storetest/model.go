@@ -179,8 +179,8 @@ func newModel(t *testing.T, c *Clock, s ratelimit.Store, seed uint64, exact bool
 				Costs: map[string]func(*http.Request) (int64, error){
 					"tokens": func(r *http.Request) (int64, error) { return strconv.ParseInt(r.Header.Get("X-Tokens"), 10, 64) },
 				},
-				CountIf:         func(status int) bool { return status < 500 },
-				Observe:         func(_ *http.Request, ev ratelimit.Event) { m.event = ev },
+				CountIf: func(status int) bool { return status < 500 },
+				Observe: func(_ *http.Request, ev ratelimit.Event) { m.event = ev },
 			})
 		require.NoError(t, err)
 		m.deploys = append(m.deploys, &deployment{loc: loc, lim: lim, mw: mw})

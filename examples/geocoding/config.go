@@ -48,6 +48,7 @@ type config struct {
 	block, safe    string
 	adminToken     string
 	daily, monthly int64  // -daily, -monthly: calendar quotas, 0 for none
+	dailyBytes     int64  // -daily-bytes: a daily quota of response bytes, 0 for none
 	tz             string // -tz: the time zone of the quotas' days and months
 	plans          string // -plans: the file of the plans per API key
 
@@ -99,7 +100,8 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.StringVar(&cfg.adminToken, "admin-token", "", "bearer `token` of POST /admin/reset?key=KEY (none: no admin endpoint)")
 	fs.Int64Var(&cfg.daily, "daily", 0, "requests per calendar day for each client, on top of -rate (0: no daily quota)")
 	fs.Int64Var(&cfg.monthly, "monthly", 0, "requests per calendar month for each client, on top of -rate (0: no monthly quota)")
-	fs.StringVar(&cfg.tz, "tz", "UTC", "the time `zone` of the days and months of -daily and -monthly, an IANA name such as Europe/Paris")
+	fs.Int64Var(&cfg.dailyBytes, "daily-bytes", 0, "bytes of response bodies per calendar day for each client, on top of -rate, -daily and -monthly (0: no quota of bytes)")
+	fs.StringVar(&cfg.tz, "tz", "UTC", "the time `zone` of the days and months of -daily, -monthly and -daily-bytes, an IANA name such as Europe/Paris")
 	fs.StringVar(&cfg.plans, "plans", "", "JSON `file` of limits per API key, {\"KEY\": {\"rate\": R, \"burst\": B, \"daily\": D, \"monthly\": M}}, reread when it changes and on SIGHUP")
 	return fs
 }
@@ -184,11 +186,11 @@ func (c *config) check() error {
 		invalid("ban-within", c.banWithin.String(), "want a positive duration with -ban-after above 1")
 	}
 	for _, q := range []struct {
-		flag string
-		n    int64
-	}{{"daily", c.daily}, {"monthly", c.monthly}} {
+		flag, unit string
+		n          int64
+	}{{"daily", "requests", c.daily}, {"monthly", "requests", c.monthly}, {"daily-bytes", "bytes", c.dailyBytes}} {
 		if q.n < 0 || q.n > maxQuota {
-			invalid(q.flag, strconv.FormatInt(q.n, 10), fmt.Sprintf("want a quota of 1 to %d requests, or 0 for none", int64(maxQuota)))
+			invalid(q.flag, strconv.FormatInt(q.n, 10), fmt.Sprintf("want a quota of 1 to %d %s, or 0 for none", int64(maxQuota), q.unit))
 		}
 	}
 	if _, err := time.LoadLocation(c.tz); err != nil {

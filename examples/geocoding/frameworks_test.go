@@ -116,6 +116,7 @@ func TestFrameworksAnswerAlike(t *testing.T) {
 		{"leaky-shape", []string{"-algorithm", "leaky-shape", "-rate", "1000", "-burst", "5"}, script},
 		{"ip behind a proxy", []string{"-key", "ip", "-trusted-proxies", "127.0.0.0/8", "-rate", "1", "-burst", "2"}, ipScript},
 		{"count failed", []string{"-count", "failed", "-rate", "1", "-burst", "2"}, script},
+		{"daily bytes", []string{"-daily-bytes", "500", "-tz", "Europe/Paris"}, script}, // alice and bob cross it
 		{"skip path", []string{"-skip-path", "/geocode", "-rate", "1", "-burst", "2"}, script},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -71,10 +71,7 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 		return nil, nil, err
 	}
 	if plans != nil {
-		reader := &planReader{path: cfg.plans, def: ls.defaults(cfg), check: ls.checkRate,
-			keyOf: func(apiKey string) (string, error) {
-				return key(clientRequest(context.Background(), func(c *http.Request) { c.Header.Set(apiKeyHeader, apiKey) }))
-			}}
+		reader := &planReader{path: cfg.plans, def: ls.defaults(cfg), check: ls.checkRate}
 		stop, err := watchPlans(reader, plans, cfg.planPoll, logger)
 		if err != nil {
 			cleanup()

@@ -9,9 +9,10 @@ import (
 	"github.com/tokenfair/ratelimit"
 )
 
-// quotas is a set of calendar quotas that a key may have: the server has a
-// limiter for each set it needs, so that a key without a daily quota has no
-// "daily" policy at all.
+// quotas is a set of calendar quotas of requests that a key may have: the
+// server has a limiter for each set it needs, so that a key without a daily
+// quota has no "daily" policy at all. (The quota of bytes, -daily-bytes, is
+// no plan's: every limiter has it, or none.)
 type quotas uint8
 
 const (
@@ -22,10 +23,10 @@ const (
 
 // limiters are the server's limiters, which share one store: one for each
 // set of calendar quotas, with the rate policy of -rate and -burst before
-// the quotas and the global one of -global-rate after them. Without -plans
-// only the limiter of the flags' quotas is built; with it, all four, and
-// a key's plan picks its limiter, while each policy's LimitFor gives the
-// key the plan's limits.
+// the quotas, and after them the quota of bytes of -daily-bytes and the
+// global policy of -global-rate. Without -plans only the limiter of the
+// flags' quotas is built; with it, all four, and a key's plan picks its
+// limiter, while each policy's LimitFor gives the key the plan's limits.
 type limiters struct {
 	of    [allQuotas + 1]*ratelimit.Limiter // by set of quotas; nil when not built
 	flags quotas                            // those of -daily and -monthly
@@ -102,14 +103,17 @@ func (ls *limiters) checkRate(l ratelimit.Limit) error {
 }
 
 // policies are the server's policies: the per-client rate and calendar
-// quotas, and the global limit (nil without -global-rate).
+// quotas of requests, the per-client daily quota of bytes (nil without
+// -daily-bytes), and the global limit (nil without -global-rate).
 type policies struct {
 	rate, daily, monthly ratelimit.Policy
+	dailyBytes           *ratelimit.Policy
 	global               *ratelimit.Policy
 	loc                  *time.Location // of the quotas, -tz
 }
 
-// with returns the policies of a limiter for keys with the quotas q.
+// with returns the policies of a limiter for keys with the quotas q, and
+// the quota of bytes whatever q.
 func (ps *policies) with(q quotas) []ratelimit.Policy {
 	list := []ratelimit.Policy{ps.rate}
 	if q&dailyQuota != 0 {
@@ -118,6 +122,9 @@ func (ps *policies) with(q quotas) []ratelimit.Policy {
 	if q&monthlyQuota != 0 {
 		list = append(list, ps.monthly)
 	}
+	if ps.dailyBytes != nil {
+		list = append(list, *ps.dailyBytes)
+	}
 	if ps.global != nil {
 		list = append(list, *ps.global)
 	}
@@ -125,10 +132,13 @@ func (ps *policies) with(q quotas) []ratelimit.Policy {
 }
 
 // newPolicies returns the per-client policies of -rate and -burst, -daily
-// and -monthly, and with -global-rate the global one. With plans, the
-// per-client policies give each key its plan's limits; a quota that no
-// flag sets is then only for the keys whose plan has it, and its policy's
-// own Limit a placeholder for a key whose plan changed under its request.
+// and -monthly, with -daily-bytes the quota of bytes, and with -global-rate
+// the global one. With plans, the per-client policies of requests give
+// each key its plan's limits; a quota that no flag sets is then only for
+// the keys whose plan has it, and its policy's own Limit a placeholder for
+// a key whose plan changed under its request. The quota of bytes counts
+// "content-bytes": the Middleware reserves a byte of each request and
+// charges it the bytes of its response's body once written.
 func newPolicies(cfg config, plans *planTable) (*policies, error) {
 	limit, err := limitOf(cfg.rate, cfg.burst)
 	if err != nil {
@@ -149,6 +159,9 @@ func newPolicies(cfg config, plans *planTable) (*policies, error) {
 			Penalty: ratelimit.Penalty{After: cfg.banAfter, Within: cfg.banWithin, For: cfg.banFor}},
 		daily:   ratelimit.Policy{Name: "daily", Limit: ratelimit.Daily(quota(cfg.daily), loc), DryRun: cfg.dryRun},
 		monthly: ratelimit.Policy{Name: "monthly", Limit: ratelimit.Monthly(quota(cfg.monthly), loc), DryRun: cfg.dryRun},
+	}
+	if n := cfg.dailyBytes; n > 0 {
+		ps.dailyBytes = &ratelimit.Policy{Name: "daily-bytes", Unit: "content-bytes", Limit: ratelimit.Daily(n, loc), DryRun: cfg.dryRun}
 	}
 	if room := time.Duration(limit.Burst()) * limit.Interval(); cfg.algorithm == ratelimit.LeakyShape && room > maxShapingWait {
 		ps.rate.MaxDelay = maxShapingWait // a longer wait could not be answered

@@ -67,6 +67,11 @@
 // The batch reserves a token per name, of the rate and of each quota, and
 // keeps one per place found: here two.
 //
+// To cap what each key downloads too, at a megabyte of response bodies a
+// day (RateLimit-Policy then lists "daily-bytes";q=1000000;qu="content-bytes"):
+//
+//	go run ./examples/geocoding -daily 2500 -daily-bytes 1000000
+//
 // # Endpoints
 //
 //   - GET /geocode?q=NAME: 200 with {"query","name","lat","lon"} for a known
@@ -135,14 +140,25 @@
 //	                 00:00 in -tz, on top of -rate (policy "daily") [0: none]
 //	-monthly         requests per calendar month, resetting at 00:00 on the
 //	                 1st (policy "monthly") [0: none]
+//	-daily-bytes     bytes of response bodies per calendar day for each
+//	                 client, resetting at 00:00 in -tz, on top of -rate,
+//	                 -daily and -monthly (policy "daily-bytes", listed with
+//	                 qu="content-bytes") [0: none]: each request reserves a
+//	                 byte and, once answered, is charged the bytes of its
+//	                 body, whatever its status (an empty body, as a HEAD's,
+//	                 costs 1; a 429 of the limiter's, nothing); a request
+//	                 passes while a byte is left, and the response that
+//	                 crosses the quota is charged in full, whatever -count
+//	                 says of its requests
 //	-tz              IANA time zone of the days and months [UTC]
 //	-plans           JSON file of limits per API key [none]:
 //	                 {"KEY": {"rate": R, "burst": B, "daily": D, "monthly": M}},
 //	                 every field optional (missing: the flag's value; daily
-//	                 or monthly 0: none); read again within a second of a
-//	                 change and on SIGHUP; an invalid file is refused whole,
-//	                 naming its line: at start-up with the exit status 2,
-//	                 later in the log, keeping the plans last read
+//	                 or monthly 0: none; -daily-bytes is every key's); read
+//	                 again within a second of a change and on SIGHUP; an
+//	                 invalid file is refused whole, naming its line: at
+//	                 start-up with the exit status 2, later in the log,
+//	                 keeping the plans last read
 //
 // Invalid values are refused with a message naming the flag, and the exit
 // status 2.
@@ -285,6 +301,9 @@ func quotaAttrs(cfg config) []any {
 	}
 	if cfg.monthly > 0 {
 		attrs = append(attrs, "monthly", cfg.monthly)
+	}
+	if cfg.dailyBytes > 0 {
+		attrs = append(attrs, "daily-bytes", cfg.dailyBytes)
 	}
 	if cfg.plans != "" {
 		attrs = append(attrs, "plans", cfg.plans)

@@ -529,6 +529,7 @@ func TestFlagDefaults(t *testing.T) {
 		"ipv6-prefix":        "0",
 		"daily":              "0",
 		"monthly":            "0",
+		"daily-bytes":        "0",
 		"tz":                 "UTC",
 		"plans":              "",
 	}
@@ -594,6 +595,9 @@ func TestRunInvalidFlags(t *testing.T) {
 		{[]string{"-daily", "100", "-tz", "Europe/Pariss"}, "geocoding: -tz Europe/Pariss: unknown time zone"},
 		{[]string{"-daily", "-1"}, "geocoding: -daily -1: want a quota of 1 to 1000000000000 requests, or 0 for none"},
 		{[]string{"-monthly", "1000000000001"}, "geocoding: -monthly 1000000000001: want a quota of 1 to 1000000000000 requests, or 0 for none"},
+		{[]string{"-daily-bytes", "-1"}, "geocoding: -daily-bytes -1: want a quota of 1 to 1000000000000 bytes, or 0 for none"},
+		{[]string{"-daily-bytes", "1000000000001"}, "geocoding: -daily-bytes 1000000000001: want a quota of 1 to 1000000000000 bytes, or 0 for none"},
+		{[]string{"-daily-bytes", "1e6"}, `invalid value "1e6" for flag -daily-bytes`},
 		{[]string{"-plans", "plans.json", "-key", "ip"}, "geocoding: -plans plans.json: needs -key api-key: its keys are API keys"},
 		{[]string{"-plans", "/nonexistent/plans.json"}, "geocoding: -plans: open /nonexistent/plans.json: no such file or directory"},
 		{[]string{"-nosuchflag"}, "flag provided but not defined: -nosuchflag"},

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -80,9 +81,6 @@ const maxPlansSize = 16 << 20
 type planReader struct {
 	path string
 	def  planDefaults
-	// keyOf returns the limiter's key of an API key, as the server's key
-	// function finds it in X-API-Key.
-	keyOf func(apiKey string) (string, error)
 	// check reports why the rate policy cannot apply a plan's rate.
 	check func(ratelimit.Limit) error
 }
@@ -114,6 +112,17 @@ func (pr *planReader) read() (map[string]*plan, os.FileInfo, error) {
 	return plans, fi, nil
 }
 
+// planKey returns the limiter's key of apiKey: the key that the server's
+// key function, KeyByAPIKey(X-API-Key), finds in a request carrying it
+// (-plans needs -key api-key). An API key that is empty, or only white
+// space, is none: such a request is answered 401.
+func planKey(apiKey string) (string, error) {
+	if strings.TrimSpace(apiKey) == "" {
+		return "", fmt.Errorf("an %s field holding it is empty", apiKeyHeader)
+	}
+	return ratelimit.KeyOfAPIKey(apiKeyHeader, apiKey), nil
+}
+
 // planFields are the fields of a plan, as the file writes them.
 var planFields = map[string]bool{"rate": true, "burst": true, "daily": true, "monthly": true}
 
@@ -143,7 +152,7 @@ func (pr *planReader) parse(data []byte) (map[string]*plan, error) {
 			return nil, p.errorf("key %q: already given at line %d", apiKey, at)
 		}
 		lines[apiKey] = p.line()
-		key, err := pr.keyOf(apiKey)
+		key, err := planKey(apiKey)
 		if err != nil {
 			return nil, p.errorf("key %q: not an API key: %v", apiKey, err)
 		}

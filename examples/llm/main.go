@@ -1,30 +1,36 @@
-// Command llm is an LLM-style endpoint behind the rate limiter, whose cost
-// is the tokens it reads and writes, known only once it has answered: each
-// request reserves an estimate from the length of its prompt, streams a
-// made-up answer, then settles the tokens it used with ratelimit.Settle.
-// An answer shorter than the estimate gives the rest back; a longer one
-// takes the rest past empty, and the key's next requests wait until that
-// debt is repaid, all of it.
+// Command llm is a model API behind the rate limiter, metered as model APIs
+// are, with three policies per API key, each named as its flag:
+//
+//   - rpm: 60 requests a minute;
+//   - itpm: 1000 input-tokens a minute, the tokens of the prompt;
+//   - otpd: 2000 output-tokens a day, from 00:00 UTC, reserved at the
+//     request's max_tokens (256 when it has none), the most it may be
+//     answered, and settled with ratelimit.Settle when the answer ends, at
+//     the tokens written: the rest comes back.
+//
+// One decision reserves all three, or nothing when one refuses. The input
+// tokens are known before the answer, so they need no settlement. A token
+// is a word. The made-up model answers twice as many words as the prompt
+// has, or 60 to a prompt that starts with "explain", cut at max_tokens, a
+// word every -pace (100ms).
 //
 //	go run ./examples/llm
-//	curl -N -H 'X-API-Key: demo' --data 'what is a token bucket' localhost:8081/v1/complete
-//	curl -N -H 'X-API-Key: demo' --data 'explain the leaky bucket' localhost:8081/v1/complete
-//	curl -i -H 'X-API-Key: demo' --data 'and now' localhost:8081/v1/complete
+//	curl -i -N -H 'X-API-Key: demo' -d '{"prompt": "what is a token bucket", "max_tokens": 100}' localhost:8081/v1/completions
+//	curl -N -H 'X-API-Key: demo' -d '{"prompt": "explain the leaky bucket"}' localhost:8081/v1/completions
+//	curl -i -H 'X-API-Key: demo' -d '{"prompt": "hi", "max_tokens": 5000}' localhost:8081/v1/completions
 //
-// A token is a word of the prompt or the answer. Each API key earns 5
-// tokens a second and holds 50 at most (-rate, -burst). A prompt of n
-// tokens reserves 4n: itself and an answer up to three times as long. The
-// made-up model answers with twice as many words as the prompt has, but
-// with 60 to a prompt that starts with "explain": the first request above
-// spends 15 of the 20 it reserves (35 left), the second 64 of 16, which
-// leaves the key 29 tokens in debt, so that the third, which needs 8, is
-// refused with Retry-After: 8 (37 tokens at 5 a second, less those earned
-// between the commands).
+// The first lists the policies in RateLimit-Policy, reserves 1 request, 5
+// input tokens and 100 output tokens, writes 10 words and gives 90 output
+// tokens back. The second reserves 256 and writes 60: press Ctrl-C midway
+// and it is charged the words it was sent. The third is answered 400: no
+// day holds 5000 output tokens. A max_tokens that a day holds but today no
+// longer does is answered 429, with Retry-After until midnight UTC.
 package main
 
 import (
 	"bytes"
-	"errors"
+	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -41,10 +47,16 @@ import (
 
 func main() {
 	addr := flag.String("addr", ":8081", "listen `address`")
-	rate := flag.Int64("rate", 5, "tokens earned per second by each API key")
-	burst := flag.Int64("burst", 50, "the most tokens an API key holds")
+	rpm := flag.Int64("rpm", 60, "requests a minute per API key")
+	itpm := flag.Int64("itpm", 1000, "input tokens a minute per API key")
+	otpd := flag.Int64("otpd", 2000, "output tokens a day (UTC) per API key")
+	pace := flag.Duration("pace", 100*time.Millisecond, "the model's time per word")
 	flag.Parse()
-	h, err := newHandler(*rate, *burst, nil)
+	limiter, err := newLimiter(*rpm, *itpm, *otpd, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	h, err := newHandler(limiter, nil, &model{pace: every(*pace)})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -53,23 +65,29 @@ func main() {
 	log.Fatal(srv.ListenAndServe())
 }
 
-// maxPrompt bounds a prompt, in bytes.
-const maxPrompt = 64 << 10
-
-// newHandler returns the endpoint POST /v1/complete, limited to rate
-// tokens a second and burst at most per API key, by clock (nil: the
-// system's).
-func newHandler(rate, burst int64, clock func() time.Time) (http.Handler, error) {
+// newLimiter returns the three meters of each API key: rpm requests and
+// itpm input tokens a minute, and otpd output tokens a day, from 00:00
+// UTC, on a store that reads clock (nil: the system's).
+func newLimiter(rpm, itpm, otpd int64, clock func() time.Time) (*ratelimit.Limiter, error) {
 	store, err := memorystore.New(&memorystore.Options{Clock: clock})
 	if err != nil {
 		return nil, err
 	}
-	limiter, err := ratelimit.New(store, ratelimit.Policy{Name: "tokens", Limit: ratelimit.PerSecond(rate).WithBurst(burst)})
-	if err != nil {
-		return nil, err
-	}
-	mw, err := ratelimit.NewMiddleware(limiter, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{
-		Cost:            estimate,
+	return ratelimit.New(store,
+		ratelimit.Policy{Name: "rpm", Limit: ratelimit.Per(rpm, time.Minute)},
+		ratelimit.Policy{Name: "itpm", Limit: ratelimit.Per(itpm, time.Minute), Unit: "input-tokens"},
+		ratelimit.Policy{Name: "otpd", Limit: ratelimit.Daily(otpd, time.UTC), Unit: "output-tokens"},
+	)
+}
+
+// newHandler returns the endpoint POST /v1/completions of m, limited per
+// API key by l, whose store reads clock (nil: the system's).
+func newHandler(l *ratelimit.Limiter, clock func() time.Time, m *model) (http.Handler, error) {
+	mw, err := ratelimit.NewMiddleware(l, ratelimit.KeyByAPIKey("X-API-Key"), &ratelimit.MiddlewareOptions{
+		Costs: map[string]func(*http.Request) (int64, error){
+			"input-tokens":  promptTokens,
+			"output-tokens": maxTokens,
+		},
 		ResultInContext: true, // for Settle
 		Clock:           clock,
 	})
@@ -77,51 +95,129 @@ func newHandler(rate, burst int64, clock func() time.Time) (http.Handler, error)
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /v1/complete", nethttp.Wrap(mw)(http.HandlerFunc(complete)))
+	mux.Handle("POST /v1/completions", nethttp.Wrap(mw)(http.HandlerFunc(m.complete)))
 	return mux, nil
 }
 
-// estimate is the cost the Middleware reserves for r: four tokens per
-// token of its prompt. It reads the prompt and leaves it in r.Body for
-// the handler.
-func estimate(r *http.Request) (int64, error) {
-	prompt, err := io.ReadAll(io.LimitReader(r.Body, maxPrompt+1))
+// completion is a request's body.
+type completion struct {
+	Prompt    string `json:"prompt"`
+	MaxTokens int64  `json:"max_tokens"` // 0: defaultMaxTokens
+}
+
+// maxBody bounds a request's body, in bytes.
+const maxBody = 64 << 10
+
+// defaultMaxTokens is the max_tokens of a request without one.
+const defaultMaxTokens = 256
+
+// readCompletion decodes the body of r and leaves it in r.Body for the next
+// reader: each cost function and the handler decode it in turn.
+func readCompletion(r *http.Request) (completion, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	switch {
 	case err != nil:
-		return 0, err
-	case len(prompt) > maxPrompt:
-		return 0, fmt.Errorf("a prompt of more than %d bytes", maxPrompt)
+		return completion{}, err
+	case len(body) > maxBody:
+		return completion{}, fmt.Errorf("a body of more than %d bytes", maxBody)
 	}
-	r.Body = io.NopCloser(bytes.NewReader(prompt))
-	n := tokens(string(prompt))
-	if n == 0 {
-		return 0, errors.New("an empty prompt")
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var c completion
+	if err := json.Unmarshal(body, &c); err != nil {
+		return completion{}, err
 	}
-	return 4 * n, nil
+	if c.MaxTokens == 0 {
+		c.MaxTokens = defaultMaxTokens
+	}
+	return c, nil
+}
+
+// promptTokens is what r reserves of input-tokens: the tokens of its
+// prompt. The Middleware answers 400 to an empty prompt, whose cost is 0.
+func promptTokens(r *http.Request) (int64, error) {
+	c, err := readCompletion(r)
+	return tokens(c.Prompt), err
+}
+
+// maxTokens is what r reserves of output-tokens: its max_tokens. The
+// Middleware answers 400 to a negative one, or one above a day's budget.
+func maxTokens(r *http.Request) (int64, error) {
+	c, err := readCompletion(r)
+	return c.MaxTokens, err
 }
 
 // tokens counts the tokens of s: its words.
 func tokens(s string) int64 { return int64(len(strings.Fields(s))) }
 
-// complete streams the made-up answer to the prompt of r, a word at a
-// time, then settles the request's cost at the tokens of the prompt and
-// of the answer, and writes them last.
-func complete(w http.ResponseWriter, r *http.Request) {
-	prompt, _ := io.ReadAll(r.Body) // estimate read it all
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	flusher, _ := w.(http.Flusher)
-	answer := answer(string(prompt))
-	for _, word := range answer {
-		io.WriteString(w, word+" ")
-		if flusher != nil {
-			flusher.Flush()
+// model is the made-up model behind the endpoint. The zero model answers
+// without a pause.
+type model struct {
+	// pace, if set, is awaited before each word; the answer stops where it
+	// fails: the model's time per word, or a test's steps.
+	pace func(ctx context.Context) error
+	// answered, if set, is told the words of each answer once they are
+	// settled: a test's look.
+	answered func(written int64)
+}
+
+// every returns a pace of d a word, which fails when its context ends;
+// nil for 0.
+func every(d time.Duration) func(context.Context) error {
+	if d <= 0 {
+		return nil
+	}
+	return func(ctx context.Context) error {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
-	in, out := tokens(string(prompt)), int64(len(answer))
-	if err := ratelimit.Settle(r.Context(), "requests", in+out); err != nil {
-		slog.Error("llm: the request's cost is not settled", "err", err)
+}
+
+// complete streams the made-up answer to the request's prompt, cut at its
+// max_tokens, then settles its output tokens at the words written, fewer
+// when the client leaves, and ends a whole answer with the request's usage.
+func (m *model) complete(w http.ResponseWriter, r *http.Request) {
+	c, _ := readCompletion(r) // the cost functions decoded it already
+	words := answer(c.Prompt)
+	if int64(len(words)) > c.MaxTokens {
+		words = words[:c.MaxTokens]
 	}
-	fmt.Fprintf(w, "\n\n[%d tokens: %d of prompt, %d of answer; %d reserved]\n", in+out, in, out, 4*in)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	written := m.stream(r.Context(), w, words)
+	if err := ratelimit.Settle(r.Context(), "output-tokens", written); err != nil {
+		slog.Error("llm: the output tokens are not settled", "err", err)
+	}
+	if m.answered != nil {
+		m.answered(written)
+	}
+	if written == int64(len(words)) {
+		fmt.Fprintf(w, "\n\n[input tokens: %d, output tokens: %d of %d]\n", tokens(c.Prompt), written, c.MaxTokens)
+	}
+}
+
+// stream writes words to w, each flushed on its own, and returns how many
+// it wrote before they ran out, ctx ended, the pace failed or a write
+// did.
+func (m *model) stream(ctx context.Context, w http.ResponseWriter, words []string) (written int64) {
+	rc := http.NewResponseController(w)
+	for _, word := range words {
+		if ctx.Err() != nil || m.pace != nil && m.pace(ctx) != nil {
+			break
+		}
+		if _, err := io.WriteString(w, word+" "); err != nil {
+			break
+		}
+		if err := rc.Flush(); err != nil {
+			break
+		}
+		written++
+	}
+	return written
 }
 
 // vocabulary is what the made-up model says.
