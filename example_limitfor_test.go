@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"sync/atomic"
 	"time"
 
@@ -43,4 +44,21 @@ func ExamplePolicy_limitFor() {
 	// gold: 100/min remaining 90
 	// free: 10/min remaining 9
 	// gold: 20/min remaining 18
+}
+
+// A plan table indexed, as it is loaded, by the key that each API key's
+// requests get, so that LimitFor finds a request's plan and neither the
+// table nor the store holds an API key.
+func ExampleKeyOfAPIKey() {
+	byAPIKey := map[string]ratelimit.Limit{"sk-gold-7Hq2": ratelimit.Per(100, time.Minute)} // read from a file
+	plans := map[string]ratelimit.Limit{}
+	for apiKey, l := range byAPIKey {
+		plans[ratelimit.KeyOfAPIKey("X-API-Key", apiKey)] = l
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("X-API-Key", "sk-gold-7Hq2")
+	key, _ := ratelimit.KeyByAPIKey("X-API-Key")(r)
+	fmt.Println(plans[key])
+	// Output:
+	// 100/min
 }
