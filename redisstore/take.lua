@@ -13,8 +13,8 @@
 -- A bucket's value is its state, the time "s:n" at which it is full again,
 -- then, when tokens were given back to it, ";" and its credit "s:n", the
 -- span given back since the bucket was last forgotten, and for each of the
--- last takes given back (NL at most) "/" and its until and what was given
--- back of it, "s:n:s:n" (see "refund"); and with leases outstanding (see
+-- takes given back (NL at most, the closest kept as one) "/" and its until
+-- and what was given back of it, "s:n:s:n" (see "refund"); and with leases outstanding (see
 -- below) ":L:E:" and K pairs, the rooms of the last K epochs, newest first.
 --
 -- Credit. A give-back credits only what its take still costs the bucket:
@@ -104,7 +104,7 @@ local G = 1000000000
 -- the farthest time an int64 of nanoseconds holds, 2^63 - 1, a pair
 local MAXS, MAXN = 9223372036, 854775807
 local K = 4 -- the epochs a lease's room is kept
-local NL = 4 -- the takes given back that a bucket remembers
+local NL = 8 -- the takes given back that a bucket remembers
 
 -- Redis expires keys on its own clock. A key decided on the caller's clock
 -- (Options.Clock) is kept this many ms longer than its information lasts,
@@ -308,7 +308,7 @@ end
 
 -- refund gives back inc of the take whose Result.Until is t, but no more
 -- than what the take still costs, t - credit + later - now, and remembers
--- it in place of the take with the smallest until.
+-- it among the takes given back (NL at most: see below).
 local function refund(st, incS, incN, tS, tN, nowS, nowN)
   local later = st.later or {}
   local uS, uN = sub(tS, tN, st.cS, st.cN)
@@ -325,13 +325,29 @@ local function refund(st, incS, incN, tS, tN, nowS, nowN)
   end
   incS, incN = giveBack(st, incS, incN)
   if positive(incS, incN) then
-    local keep = {}
+    local keep = {{tS, tN, incS, incN}}
     for q = 1, #later, 4 do
       keep[#keep + 1] = {later[q], later[q + 1], later[q + 2], later[q + 3]}
     end
-    table.sort(keep, function(x, y) return not le(x[1], x[2], y[1], y[2]) end)
-    later = {tS, tN, incS, incN}
-    for q = 1, math.min(#keep, NL - 1) do
+    table.sort(keep, function(x, y) return le(x[1], x[2], y[1], y[2]) and not le(y[1], y[2], x[1], x[2]) end)
+    if #keep > NL then
+      -- The two takes whose untils are closest are kept as one, at the
+      -- smaller until: the takes between them get back less, never more.
+      local m, gS, gN = 1, sub(keep[2][1], keep[2][2], keep[1][1], keep[1][2])
+      for q = 2, #keep - 1 do
+        local dS, dN = sub(keep[q + 1][1], keep[q + 1][2], keep[q][1], keep[q][2])
+        if not le(gS, gN, dS, dN) then
+          m, gS, gN = q, dS, dN
+        end
+      end
+      keep[m][3], keep[m][4] = add(keep[m][3], keep[m][4], keep[m + 1][3], keep[m + 1][4])
+      if le(MAXS, MAXN, keep[m][3], keep[m][4]) then
+        keep[m][3], keep[m][4] = MAXS, MAXN
+      end
+      table.remove(keep, m + 1)
+    end
+    later = {}
+    for q = 1, #keep do
       for r = 1, 4 do
         later[#later + 1] = keep[q][r]
       end

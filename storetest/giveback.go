@@ -100,7 +100,9 @@ func testGiveBack(t *testing.T, c *Clock, s ratelimit.Store) {
 // testGiveBacksOverlap: three requests of one key are open at once and
 // none counts; whatever the order they finish in, the bucket is full
 // again, as if none had come. A store that counts what was given back of
-// a later take against an earlier one gives back less.
+// a later take against an earlier one gives back less. Eight requests
+// given back in the order they came, or the reverse, get back all they
+// ask too.
 func testGiveBacksOverlap(t *testing.T, c *Clock, s ratelimit.Store) {
 	rs, ok := s.(ratelimit.RefundStore)
 	if !ok {
@@ -122,6 +124,25 @@ func testGiveBacksOverlap(t *testing.T, c *Clock, s ratelimit.Store) {
 		}
 		res := take(t, s, p, key, 0)
 		require.Equal(t, int64(10), res.Remaining, "finished in the order %v: the bucket is full again", order)
+	}
+	// Eight streams of one key, more than a bucket remembers one by one,
+	// each settled at 1 of the 3 it reserved, last first or first first:
+	// each gets back its 2 (the streams of a model API end in any order).
+	p = policy("overlap8", ratelimit.PerSecond(5).WithBurst(24))
+	for i, reverse := range []bool{true, false} {
+		key := fmt.Sprint("e", i)
+		var took [8]ratelimit.Result
+		for k := range took {
+			took[k] = take(t, s, p, key, 3)
+			require.True(t, took[k].Allowed)
+		}
+		for k := range took {
+			if reverse {
+				k = len(took) - 1 - k
+			}
+			require.NoError(t, rs.Refund(context.Background(), p, key, 2, took[k]))
+		}
+		assert.Equal(t, int64(24-8), take(t, s, p, key, 0).Remaining, "eight settled at 1, the last first: %v", reverse)
 	}
 }
 

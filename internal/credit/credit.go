@@ -1,7 +1,8 @@
 // Package credit keeps, for the memory store, what a bucket needs beside
 // its state to give tokens back exactly (ratelimit.RefundStore): its
 // credit, the span given back to it, and the span given back per take for
-// the few takes given back last. take.lua keeps the same for Redis.
+// up to eight takes given back (the closest kept as one past eight).
+// take.lua keeps the same for Redis.
 package credit
 
 import (
@@ -16,14 +17,16 @@ type Bucket struct {
 	// Credit is the span given back to the bucket since it was last
 	// forgotten; a take's Result has Until = its next state + Credit.
 	Credit int64
-	// The last takes given back, by their Until, and what was given back of
+	// The takes given back, by their Until, and what was given back of
 	// each: a take's give-back must not count what was given back of the
-	// takes after it, which did not move it. Forgetting one only makes the
-	// give-backs of earlier takes smaller (never larger).
+	// takes after it, which did not move it. Past n takes, the two whose
+	// Untils are closest are kept as one, at the smaller Until: that only
+	// makes the give-backs of the takes between them smaller (never
+	// larger).
 	until, give [n]int64
 }
 
-const n = 4
+const n = 8
 
 // later returns the span given back of the takes after the one whose Until
 // is until.
@@ -31,27 +34,45 @@ func (b *Bucket) later(until int64) int64 {
 	var sum int64
 	for i := range n {
 		if b.until[i] > until {
-			sum += b.give[i]
+			sum = algo.Add(sum, b.give[i])
 		}
 	}
 	return sum
 }
 
 // remember records that give was given back of the take whose Until is
-// until, at now, in place of a take whose Until has passed (no take before
-// it can still be given back anything) or else of the one with the
-// smallest Until, which is forgotten.
+// until, at now. It forgets the takes whose Until has passed (no take
+// before them can still be given back anything); when n takes remain, it
+// keeps the two whose Untils are closest as one, at the smaller Until.
 func (b *Bucket) remember(until, give, now int64) {
-	at := 0
+	var u, g [n + 1]int64
+	k := 0
 	for i := range n {
-		if b.until[i] <= now {
-			b.until[i], b.give[i] = 0, 0
-		}
-		if b.until[i] < b.until[at] {
-			at = i
+		if b.until[i] > now {
+			u[k], g[k] = b.until[i], b.give[i]
+			k++
 		}
 	}
-	b.until[at], b.give[at] = until, give
+	u[k], g[k] = until, give
+	k++
+	for i := k - 1; i > 0 && u[i] < u[i-1]; i-- { // by Until
+		u[i], u[i-1], g[i], g[i-1] = u[i-1], u[i], g[i-1], g[i]
+	}
+	if k > n {
+		m := 0 // merge m and m+1
+		for i := 1; i < n; i++ {
+			if u[i+1]-u[i] < u[m+1]-u[m] {
+				m = i
+			}
+		}
+		g[m] = algo.Add(g[m], g[m+1])
+		copy(u[m+1:], u[m+2:])
+		copy(g[m+1:], g[m+2:])
+		k--
+	}
+	b.until, b.give = [n]int64{}, [n]int64{}
+	copy(b.until[:], u[:k])
+	copy(b.give[:], g[:k])
 }
 
 // full makes the bucket, full since state, full at now: its credit shrinks

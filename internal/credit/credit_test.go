@@ -2,6 +2,7 @@ package credit
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 
@@ -32,16 +33,37 @@ func TestRefund(t *testing.T) {
 	}
 }
 
-func TestRememberKeepsTheLatest(t *testing.T) {
+func TestRememberMergesTheClosest(t *testing.T) {
 	const now = int64(1e18)
 	var b Bucket
-	for i := range int64(6) {
+	for i := range int64(n + 2) {
 		b.remember(now+100*(i+1), 10, now)
 	}
-	assert.Equal(t, int64(40), b.later(now), "four kept")
-	assert.Equal(t, int64(20), b.later(now+450), "the latest two after now+450")
-	b.remember(now+1000, 5, now+550) // the takes whose Until has passed go first
-	assert.Equal(t, int64(15), b.later(now+550))
+	assert.Equal(t, int64(10*(n+2)), b.later(now), "every give-back kept, two pairs as one")
+	assert.Equal(t, int64(20), b.later(now+100*n+50), "the last two, exactly")
+	assert.Equal(t, int64(10*n), b.later(now+150), "of the n+1 after now+150, the first kept with its neighbour before it: less, never more")
+	b.remember(now+100*(n+5), 5, now+100*n+50) // the takes whose Until has passed go first
+	assert.Equal(t, int64(25), b.later(now+100*n+50))
+}
+
+// Takes of one frozen instant given back last first or first first, more
+// than n of them, get back all they ask: the takes after each stay
+// counted.
+func TestRefundManyOverlapping(t *testing.T) {
+	const now, iv, k = int64(1e18), int64(100), int64(n + 2)
+	p := &ratelimit.Policy{Name: "p", Limit: ratelimit.Per(10*k, time.Duration(10*k*iv))}
+	orders := [][]int64{make([]int64, k), make([]int64, k)}
+	for i := range k {
+		orders[0][i], orders[1][i] = k-i, i+1 // last first, first first
+	}
+	for _, order := range orders {
+		var b Bucket
+		state := now + 10*k*iv // k takes of 10, Untils now+10iv … now+10k·iv
+		for _, j := range order {
+			state = b.Refund(p, state, now, 9, now+10*j*iv)
+		}
+		assert.Equal(t, now+k*iv, state, "given back in the order %v", order)
+	}
 }
 
 func TestFullBucketForgetsTheTakes(t *testing.T) {
