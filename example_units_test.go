@@ -35,7 +35,7 @@ func ExampleLimiter_TakeUnits() {
 	took, _ := limiter.TakeUnits(ctx, "alice", map[string]int64{"input-tokens": 120, "output-tokens": 800})
 	fmt.Print("reserved:")
 	left()
-	_ = limiter.Settle(ctx, "alice", "output-tokens", 150, took) // the stream wrote 150
+	_ = limiter.Settle(ctx, "alice", "output-tokens", 800, 150, took) // the stream wrote 150 of 800
 	fmt.Print("settled: ")
 	left()
 	res, _ := limiter.TakeUnits(ctx, "alice", map[string]int64{"input-tokens": 10, "output-tokens": 900})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -105,13 +104,11 @@ func bucketKey(p *Policy, key string) string {
 }
 
 // take has the store decide key under p. A Result a store built without
-// its Policy gets the one it was asked about, and every Result the cost
-// it was decided for.
+// its Policy gets the one it was asked about.
 func (l *Limiter) take(ctx context.Context, p *Policy, key string, cost int64) (res Result, err error) {
 	if res, err = l.store.Take(ctx, p, bucketKey(p, key), cost); err == nil && res.Policy == nil {
 		res.Policy = p
 	}
-	res.cost = cost
 	return res, err
 }
 
@@ -132,7 +129,6 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int64) (res Result,
 	if res.Policy == nil {
 		res.Policy = p
 	}
-	res.cost = cost
 	return res, nil
 }
 
@@ -158,7 +154,8 @@ func (l *Limiter) TakeUnits(ctx context.Context, key string, costs map[string]in
 }
 
 // round is one request's decision under a Limiter's policies: its key,
-// what each policy is to spend, and, once decided, each one's result.
+// what each policy is to spend, and, once decided, each one's result (an
+// allowed one spent its policy's cost).
 type round struct {
 	key     string
 	cost    int64   // every policy's cost, without costs
@@ -302,14 +299,14 @@ func (l *Limiter) takeAll(ctx context.Context, idx []int, rd *round) (bool, erro
 	for k, i := range idx {
 		res, err := l.take(ctx, rd.results[i].Policy, rd.key, rd.costOf(l, i))
 		if err != nil {
-			l.giveBackAll(ctx, idx[:k], rd.key, rd.results)
+			l.giveBackAll(ctx, idx[:k], rd)
 			return false, err
 		}
 		rd.results[i] = res
 		all = all && res.Allowed
 	}
 	if !all {
-		l.giveBackAll(ctx, idx, rd.key, rd.results)
+		l.giveBackAll(ctx, idx, rd)
 	}
 	return all, nil
 }
@@ -335,24 +332,22 @@ func (l *Limiter) batch(ctx context.Context, bs BatchStore, idx []int, rd *round
 		if out[k].Policy == nil {
 			out[k].Policy = rd.results[i].Policy
 		}
-		out[k].cost = reqs[k].Cost
 		rd.results[i] = out[k]
 		all = all && out[k].Allowed
 	}
 	return all, out[len(idx):], nil
 }
 
-// giveBack gives back, through rs, at most cost of what each of the
-// results of the policies at idx spent, where it allowed; nothing where a
-// fallback decided (it never spent from the store). A failure to give
-// back only leaves a bucket emptier than it should be (never fuller); the
-// first is returned.
-func (l *Limiter) giveBack(ctx context.Context, rs RefundStore, idx []int, key string, cost int64, results []Result) error {
+// giveBack gives back through rs, under the policies at idx whose results
+// allowed, rd's cost of each; nothing where a fallback decided (it never
+// spent from the store). A failure to give back only leaves a bucket
+// emptier than it should be (never fuller); the first is returned.
+func (l *Limiter) giveBack(ctx context.Context, rs RefundStore, idx []int, rd *round) error {
 	var first error
 	for _, i := range idx {
-		r := results[i]
-		if c := min(cost, r.cost); c > 0 && r.Allowed && !r.Degraded && c <= r.Policy.Limit.burst {
-			if err := rs.Refund(ctx, r.Policy, bucketKey(r.Policy, key), c, r); err != nil && first == nil {
+		r := rd.results[i]
+		if c := rd.costOf(l, i); c > 0 && r.Allowed && !r.Degraded && c <= r.Policy.Limit.burst {
+			if err := rs.Refund(ctx, r.Policy, bucketKey(r.Policy, rd.key), c, r); err != nil && first == nil {
 				first = err
 			}
 		}
@@ -360,19 +355,20 @@ func (l *Limiter) giveBack(ctx context.Context, rs RefundStore, idx []int, key s
 	return first
 }
 
-// giveBackAll gives back, regardless of ctx's cancellation, all that the
-// allowed results among idx spent: a request refused by another policy.
-func (l *Limiter) giveBackAll(ctx context.Context, idx []int, key string, results []Result) {
+// giveBackAll gives back, regardless of ctx's cancellation, what the
+// allowed results of rd among idx spent: a request refused by another
+// policy.
+func (l *Limiter) giveBackAll(ctx context.Context, idx []int, rd *round) {
 	if rs, ok := l.store.(RefundStore); ok {
-		_ = l.giveBack(context.WithoutCancel(ctx), rs, idx, key, math.MaxInt64, results)
+		_ = l.giveBack(context.WithoutCancel(ctx), rs, idx, rd)
 	}
 }
 
-// Refund gives back cost of what took, an allowed Result of this Limiter's
-// Take or TakeUnits for key, spent under each policy (at most what each
-// spent), as x/time/rate's Reservation.Cancel does. The Refunds of one
-// took must add up to at most what it spent, under the key Take was
-// given: the Result cannot tell. It does nothing for cost ≤ 0, a refused
+// Refund gives back cost tokens of took, an allowed Result of this
+// Limiter's Take for key, under each policy, as x/time/rate's
+// Reservation.Cancel does. The Refunds of one took must add up to at most
+// what it spent under each policy, under the key Take was given: the
+// Result cannot tell (of TakeUnits, whose costs differ, use Settle). It does nothing for cost ≤ 0, a refused
 // or degraded took, or a store that is no [RefundStore]; its errors wrap
 // ErrMissingKey (empty key) or ErrStore, or name the policy of a took of
 // another Limiter.
@@ -382,7 +378,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, cost int64, took Resul
 	if err != nil || !ok || cost <= 0 || results == nil {
 		return err
 	}
-	if err := l.giveBack(ctx, rs, l.all, key, cost, results); err != nil {
+	if err := l.giveBack(ctx, rs, l.all, &round{key: key, cost: cost, results: results}); err != nil {
 		return storeError(err)
 	}
 	return nil
@@ -426,12 +422,13 @@ func (l *Limiter) charge(ctx context.Context, i int, key string, cost int64, too
 }
 
 // Settle sets what took, an allowed Result of this Limiter's Take or
-// TakeUnits for key, costs in unit, once that is known: each policy that
-// counts unit gives back what it spent above cost, or takes the rest even
-// past empty, as Charge does. An admitted request costs at least 1: a cost
-// of 0 settles at 1. Settle each unit of a took once. It returns an error
-// for a negative cost or a unit no policy counts, and Refund's errors.
-func (l *Limiter) Settle(ctx context.Context, key, unit string, cost int64, took Result) error {
+// TakeUnits for key that reserved reserved of unit, costs in unit, once
+// that is known: each policy that counts unit gives back what it spent
+// above cost, or takes the rest even past empty, as Charge does. An
+// admitted request costs at least 1: a cost of 0 settles at 1. Settle
+// each unit of a took once. It returns an error for a negative cost or a
+// unit no policy counts, and Refund's errors.
+func (l *Limiter) Settle(ctx context.Context, key, unit string, reserved, cost int64, took Result) error {
 	u := slices.Index(l.units, unit)
 	switch {
 	case u < 0:
@@ -439,15 +436,15 @@ func (l *Limiter) Settle(ctx context.Context, key, unit string, cost int64, took
 	case cost < 0:
 		return fmt.Errorf("ratelimit: Settle: negative cost %d of %s", cost, unit)
 	}
-	return l.adjust(ctx, "Settle", key, took, 1<<u, max(cost, 1))
+	return l.adjust(ctx, "Settle", &round{key: key, cost: reserved}, took, 1<<u, max(cost, 1))
 }
 
-// adjust makes cost the cost of took for key under the policies whose
-// units are in the set units (bit u: l.units[u]): each gives back what it
-// spent above cost, or takes the rest past empty. A cost of 0 gives back
-// all: the request did not count.
-func (l *Limiter) adjust(ctx context.Context, op, key string, took Result, units uint64, cost int64) error {
-	results, err := l.spent(op, key, took, true)
+// adjust makes cost the cost of took, which reserved what rd says, under
+// the policies whose units are in the set units (bit u: l.units[u]): each
+// gives back what it reserved above cost, or takes the rest past empty. A
+// cost of 0 gives back all: the request did not count.
+func (l *Limiter) adjust(ctx context.Context, op string, rd *round, took Result, units uint64, cost int64) error {
+	results, err := l.spent(op, rd.key, took, true)
 	if err != nil {
 		return err
 	}
@@ -457,11 +454,11 @@ func (l *Limiter) adjust(ctx context.Context, op, key string, took Result, units
 		if units&(1<<l.unitOf[i]) == 0 || !r.Allowed {
 			continue
 		}
-		switch {
-		case cost < r.cost && rs != nil:
-			err = l.giveBack(ctx, rs, []int{i}, key, r.cost-cost, results)
-		case cost > r.cost:
-			err = l.charge(ctx, i, key, cost-r.cost, r)
+		switch reserved := rd.costOf(l, i); {
+		case cost < reserved && rs != nil:
+			err = l.giveBack(ctx, rs, []int{i}, &round{key: rd.key, cost: reserved - cost, results: results})
+		case cost > reserved:
+			err = l.charge(ctx, i, rd.key, cost-reserved, r)
 		}
 		if err != nil && first == nil {
 			first = storeError(err)

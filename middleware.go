@@ -248,18 +248,19 @@ func (m *Middleware) decide(r *http.Request) (d decision) {
 				return d
 			}
 		}
+		d.cost = cost
 		d.res, d.err = d.lim.Take(r.Context(), key, cost) // it refuses an empty key and a cost above a burst
 		return d
 	}
-	rd := round{key: key, costs: make([]int64, len(units))}
+	d.costs = make([]int64, len(units))
 	for u, unit := range units {
 		if unit == requests {
-			rd.costs[u] = cost
-		} else if rd.costs[u], d.err = m.cost(r, unit, m.cfg.Costs[unit]); d.err != nil {
+			d.costs[u] = cost
+		} else if d.costs[u], d.err = m.cost(r, unit, m.cfg.Costs[unit]); d.err != nil {
 			return d
 		}
 	}
-	d.res, d.err = d.lim.takeRound(r.Context(), &rd)
+	d.res, d.err = d.lim.takeRound(r.Context(), &round{key: key, costs: d.costs})
 	return d
 }
 

@@ -8,10 +8,12 @@ import (
 )
 
 // decision is what Handle learned of a request: the limiter that decided
-// it, its key and cost, and the result or the error.
+// it, its key and costs, and the result or the error.
 type decision struct {
 	lim    *Limiter
 	key    string
+	cost   int64   // what it reserved in each unit, unless costs
+	costs  []int64 // what it reserved in each unit of lim, or nil
 	res    Result
 	err    error
 	queued bool // it holds a place in the shaping queues (enqueue)
@@ -103,3 +105,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return context.Cause(ctx)
 	}
 }
+
+// reserved returns what d reserved, for the settlement of its costs.
+func (d *decision) reserved() *round { return &round{key: d.key, cost: d.cost, costs: d.costs} }

@@ -38,8 +38,6 @@ type Result struct {
 	// refused (a dry-run one would have). A ban's refusal has the ban's
 	// result alone, its Policy named POLICY/ban. Shared: do not modify it.
 	Results []Result
-
-	cost int64 // what the Limiter asked to spend, in Policy's Unit
 }
 
 // bindsOver reports whether r binds rather than b, of one request's

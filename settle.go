@@ -69,14 +69,14 @@ func Settle(ctx context.Context, unit string, cost int64) error {
 	case old&bit != 0:
 		return fmt.Errorf("ratelimit: Settle(%q, %d): the request's cost in %s is settled already", unit, cost, unit)
 	}
-	return s.d.lim.adjust(context.WithoutCancel(ctx), "Settle", s.d.key, s.d.res, bit, max(cost, 1))
+	return s.d.lim.adjust(context.WithoutCancel(ctx), "Settle", s.d.reserved(), s.d.res, bit, max(cost, 1))
 }
 
 // refund gives back, even if r's context has ended, all that d spent in
 // the units of the set units: the request turned out not to count
 // (MiddlewareOptions.CountIf) or could not run.
 func (d *decision) refund(r *http.Request, units uint64) {
-	_ = d.lim.adjust(context.WithoutCancel(r.Context()), "Refund", d.key, d.res, units, 0)
+	_ = d.lim.adjust(context.WithoutCancel(r.Context()), "Refund", d.reserved(), d.res, units, 0)
 }
 
 // allUnits is the set of every unit of l.
@@ -133,6 +133,6 @@ func (m *Middleware) run(r *http.Request, next func(*http.Request) (int, int64),
 		written = min(written, 0) // net/http sends no body, whatever the handler wrote
 	}
 	if units&bytes != 0 && written >= 0 {
-		_ = d.lim.adjust(context.WithoutCancel(r.Context()), "Settle", d.key, d.res, bytes, max(written, 1))
+		_ = d.lim.adjust(context.WithoutCancel(r.Context()), "Settle", d.reserved(), d.res, bytes, max(written, 1))
 	}
 }

@@ -54,30 +54,22 @@ func TestTakeUnits(t *testing.T) {
 	assert.Equal(t, []int64{9, 40, 999}, remaining(t, lim, "k"))
 }
 
-// Settle sets one unit's cost: the others keep what they reserved. Refund
-// gives back at most what each policy reserved, so that a give-back in
-// one unit never banks in another.
+// Settle sets one unit's cost: the others keep what they reserved.
 func TestSettleOneUnit(t *testing.T) {
 	ctx := context.Background()
 	lim := meters(t)
 	took, err := lim.TakeUnits(ctx, "k", map[string]int64{"requests": 5, "tokens": 60})
 	require.NoError(t, err)
 	require.True(t, took.Allowed)
-	require.NoError(t, lim.Settle(ctx, "k", "tokens", 25, took))
+	require.NoError(t, lim.Settle(ctx, "k", "tokens", 60, 25, took))
 	assert.Equal(t, []int64{5, 75, 999}, remaining(t, lim, "k"), "35 tokens back, nothing else")
-	require.NoError(t, lim.Settle(ctx, "k", "content-bytes", 301, took))
+	require.NoError(t, lim.Settle(ctx, "k", "content-bytes", 1, 301, took))
 	assert.Equal(t, []int64{5, 75, 699}, remaining(t, lim, "k"), "300 more bytes")
-	require.NoError(t, lim.Settle(ctx, "k", "requests", 0, took))
+	require.NoError(t, lim.Settle(ctx, "k", "requests", 5, 0, took))
 	assert.Equal(t, []int64{9, 75, 699}, remaining(t, lim, "k"), "a cost of 0 settles at 1")
 
-	took, err = lim.TakeUnits(ctx, "k", map[string]int64{"tokens": 70})
-	require.NoError(t, err)
-	require.True(t, took.Allowed)
-	require.NoError(t, lim.Refund(ctx, "k", 70, took))
-	assert.Equal(t, []int64{9, 75, 699}, remaining(t, lim, "k"), "each policy gets back what it took: 1 request, 70 tokens, 1 byte")
-
-	assert.EqualError(t, lim.Settle(ctx, "k", "credits", 1, took), `ratelimit: Settle: no policy counts the unit "credits" (the units: ["requests" "tokens" "content-bytes"])`)
-	assert.EqualError(t, lim.Settle(ctx, "k", "tokens", -1, took), "ratelimit: Settle: negative cost -1 of tokens")
+	assert.EqualError(t, lim.Settle(ctx, "k", "credits", 1, 1, took), `ratelimit: Settle: no policy counts the unit "credits" (the units: ["requests" "tokens" "content-bytes"])`)
+	assert.EqualError(t, lim.Settle(ctx, "k", "tokens", 60, -1, took), "ratelimit: Settle: negative cost -1 of tokens")
 }
 
 // The binding policy of an admitted request has the least left relative to
@@ -141,4 +133,27 @@ func TestCostsChecked(t *testing.T) {
 	}
 	_, err := ratelimit.New(new(memorystore.Store), ratelimit.Policy{Limit: ratelimit.PerSecond(1), Unit: "Bytes"})
 	assert.EqualError(t, err, `ratelimit: policy "default": unit "Bytes": want 1 to 64 characters from [a-z0-9._-], starting with a letter`)
+}
+
+// On a store that cannot decide the policies together (a Redis Cluster
+// with a global policy), a refusal by one unit gives back what each other
+// policy took, in its own unit: nothing is spent in any.
+func TestTakeUnitsOneAtATime(t *testing.T) {
+	ctx := context.Background()
+	store, err := memorystore.New(&memorystore.Options{Clock: new(storetest.Clock).Now})
+	require.NoError(t, err)
+	na := &notAtomicStore{Store: store}
+	lim, err := ratelimit.New(na,
+		ratelimit.Policy{Name: "calls", Limit: ratelimit.Per(10, time.Minute)},
+		ratelimit.Policy{Name: "bytes", Limit: ratelimit.Per(1000, time.Minute), Unit: "content-bytes"},
+		ratelimit.Policy{Name: "tokens", Limit: ratelimit.Per(100, time.Minute), Unit: "tokens"})
+	require.NoError(t, err)
+	res, err := lim.TakeUnits(ctx, "k", map[string]int64{"content-bytes": 400, "tokens": 60})
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	res, err = lim.TakeUnits(ctx, "k", map[string]int64{"requests": 3, "content-bytes": 500, "tokens": 41})
+	require.NoError(t, err)
+	assert.False(t, res.Allowed, "41 tokens of 40")
+	assert.Equal(t, []int64{9, 600, 40}, remaining(t, lim, "k"), "the 3 requests and 500 bytes taken before the refusal went back")
+	assert.Positive(t, na.batches.Load(), "TakeAll was asked, and said ErrNotAtomic")
 }
