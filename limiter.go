@@ -137,18 +137,22 @@ func (l *Limiter) Take(ctx context.Context, key string, cost int64) (res Result,
 // nothing. It also returns an error for a unit of costs that no policy
 // counts.
 func (l *Limiter) TakeUnits(ctx context.Context, key string, costs map[string]int64) (Result, error) {
-	for u := range costs {
-		if !slices.Contains(l.units, u) {
-			return Result{}, fmt.Errorf("ratelimit: TakeUnits: no policy counts the unit %q (the units: %q)", u, l.units)
-		}
-	}
-	byUnit := make([]int64, len(l.units))
+	byUnit, found := make([]int64, len(l.units)), 0
 	for u, name := range l.units {
 		c, ok := costs[name]
-		if !ok {
+		if ok {
+			found++
+		} else {
 			c = 1
 		}
 		byUnit[u] = c
+	}
+	if found < len(costs) {
+		for u := range costs {
+			if !slices.Contains(l.units, u) {
+				return Result{}, fmt.Errorf("ratelimit: TakeUnits: no policy counts the unit %q (the units: %q)", u, l.units)
+			}
+		}
 	}
 	return l.takeRound(ctx, &round{key: key, costs: byUnit})
 }

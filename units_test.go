@@ -157,3 +157,36 @@ func TestTakeUnitsOneAtATime(t *testing.T) {
 	assert.Equal(t, []int64{9, 600, 40}, remaining(t, lim, "k"), "the 3 requests and 500 bytes taken before the refusal went back")
 	assert.Positive(t, na.batches.Load(), "TakeAll was asked, and said ErrNotAtomic")
 }
+
+// BenchmarkTakeUnits is one decision of three policies: of one unit (Take,
+// the same cost to each), and of three (TakeUnits, a cost for each).
+func BenchmarkTakeUnits(b *testing.B) {
+	store, err := memorystore.New(nil)
+	require.NoError(b, err)
+	ctx := context.Background()
+	run := func(b *testing.B, units [3]string, take func(*ratelimit.Limiter) (ratelimit.Result, error)) {
+		lim, err := ratelimit.New(store,
+			ratelimit.Policy{Name: "a" + units[0], Limit: benchLimit, Unit: units[0]},
+			ratelimit.Policy{Name: "b" + units[1], Limit: benchLimit, Unit: units[1]},
+			ratelimit.Policy{Name: "c" + units[2], Limit: benchLimit, Unit: units[2]})
+		require.NoError(b, err)
+		b.ReportAllocs()
+		allowed := 0
+		for b.Loop() {
+			if res, _ := take(lim); res.Allowed {
+				allowed++
+			}
+		}
+		if allowed != b.N {
+			b.Fatalf("allowed %d of %d", allowed, b.N)
+		}
+	}
+	b.Run("one-unit", func(b *testing.B) {
+		run(b, [3]string{"requests", "requests", "requests"}, func(l *ratelimit.Limiter) (ratelimit.Result, error) { return l.Take(ctx, "k", 1) })
+	})
+	b.Run("three-units", func(b *testing.B) {
+		run(b, [3]string{"requests", "tokens", "content-bytes"}, func(l *ratelimit.Limiter) (ratelimit.Result, error) {
+			return l.TakeUnits(ctx, "k", map[string]int64{"tokens": 700, "content-bytes": 1})
+		})
+	})
+}
