@@ -22,7 +22,7 @@ type settlement struct {
 	state atomic.Uint64
 }
 
-// complete is the bit of a settlement's state that the response has set.
+// completeBit is the bit of a settlement's state that the response sets.
 const completeBit = 1 << 63
 
 // resultKey is the context key of the *settlement that ResultFrom and
