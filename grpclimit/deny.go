@@ -1,0 +1,237 @@
+package grpclimit
+
+// How the HTTP middleware answers an RPC that it refuses or cannot
+// decide: in the caller's protocol, Connect, gRPC or gRPC-Web, from the
+// request's header alone.
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+// OnDeny answers a refused RPC in the caller's protocol, for
+// ratelimit.MiddlewareOptions.OnDeny of a Middleware in front of Connect,
+// gRPC or gRPC-Web handlers (connect-go's, or grpc-go's served over
+// net/http), with every adapter (nethttp, ginlimit, echolimit) alike. The
+// status is RESOURCE_EXHAUSTED with a google.rpc.RetryInfo of the wait,
+// rounded up to the millisecond, and a google.rpc.QuotaFailure naming the
+// refusing policies:
+//   - gRPC and gRPC-Web: HTTP 200, trailers-only, the status in the header
+//     fields grpc-status, grpc-message and grpc-status-details-bin, and
+//     grpc-retry-pushback-ms, the wait in milliseconds (-1 past five
+//     minutes, a spent calendar quota);
+//   - Connect: HTTP 429 and a Connect error body for a unary call, an
+//     end-of-stream message for a streaming one.
+//
+// The protocol is read from Content-Type as connect-go reads it; a request
+// in none of the RPC protocols is answered as a Connect unary call, as
+// connect-go's ErrorWriter answers it. The rate-limit header fields and
+// Retry-After that the Middleware set are kept. OnDeny never reads the
+// request's body, and on HTTP/1.x it closes the connection of a request
+// whose body may still be on its way, so that the answer goes out at once.
+func OnDeny(w http.ResponseWriter, r *http.Request, res ratelimit.Result) {
+	writeStatus(w, r, refusal(res), pushback(res.RetryAfter))
+}
+
+// OnError answers, in the caller's protocol, an RPC that could not be
+// decided, for MiddlewareOptions.OnError: unauthenticated for
+// ratelimit.ErrMissingKey, invalid_argument for ErrBadRequest, unavailable
+// with a RetryInfo of 1 s for ErrStore and ErrWaitAbandoned, internal
+// otherwise, never the error's text. It answers as OnDeny does, and with
+// Retry-After: 1 and grpc-retry-pushback-ms: 1000 when unavailable.
+func OnError(w http.ResponseWriter, r *http.Request, err error) {
+	st, retry := failure(err), ""
+	if st.Code() == codes.Unavailable {
+		w.Header().Set("Retry-After", "1")
+		retry = pushback(time.Second)
+	}
+	writeStatus(w, r, st, retry)
+}
+
+// writeStatus answers r with st, and the pushback retry unless it is "",
+// in the protocol of r.
+func writeStatus(w http.ResponseWriter, r *http.Request, st *status.Status, retry string) {
+	h := w.Header()
+	if r.ProtoMajor == 1 && r.ContentLength != 0 {
+		// net/http reads up to 256 KiB of an unread HTTP/1.x body before
+		// it sends the answer, unless the connection is to be closed.
+		h.Set("Connection", "close")
+	}
+	kind, contentType := protocolOf(r)
+	switch kind {
+	case grpcProtocol:
+		h.Set("Content-Type", contentType)
+		writeTrailersOnly(h, st, retry)
+		w.WriteHeader(http.StatusOK) // and no body: headers that end the stream
+	case connectStream:
+		b, _ := json.Marshal(endStream{Error: wireErrorOf(st)})
+		msg := make([]byte, 5, 5+len(b))
+		msg[0] = endStreamFlag
+		binary.BigEndian.PutUint32(msg[1:], uint32(len(b)))
+		msg = append(msg, b...)
+		h.Set("Content-Type", contentType)
+		h.Set("Content-Length", strconv.Itoa(len(msg)))
+		w.WriteHeader(http.StatusOK)
+		w.Write(msg)
+	default:
+		b, _ := json.Marshal(wireErrorOf(st))
+		h.Set("Content-Type", "application/json")
+		h.Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(connectHTTPStatus(st.Code()))
+		w.Write(b)
+	}
+}
+
+// protocol is the RPC protocol of a request.
+type protocol uint8
+
+const (
+	connectUnary  protocol = iota // and any request in no RPC protocol
+	connectStream                 // a Connect streaming call
+	grpcProtocol                  // gRPC, and gRPC-Web, whose trailers-only answer is the same
+)
+
+// protocolOf returns the protocol of r and its media type, lower case,
+// without parameters, as connect-go tells them: application/grpc[+codec]
+// and application/grpc-web[-text][+codec] are gRPC's,
+// application/connect+codec is Connect streaming, and the rest Connect
+// unary.
+func protocolOf(r *http.Request) (protocol, string) {
+	ct := r.Header.Get("Content-Type")
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	ct = strings.ToLower(strings.TrimSpace(ct))
+	rest, ok := strings.CutPrefix(ct, "application/")
+	switch {
+	case !ok:
+		return connectUnary, ct
+	case isGRPC(rest, "grpc"), isGRPC(rest, "grpc-web"), isGRPC(rest, "grpc-web-text"):
+		return grpcProtocol, ct
+	case strings.HasPrefix(rest, "connect+"):
+		return connectStream, ct
+	}
+	return connectUnary, ct
+}
+
+// isGRPC reports whether subtype is base or base+codec.
+func isGRPC(subtype, base string) bool {
+	rest, ok := strings.CutPrefix(subtype, base)
+	return ok && (rest == "" || rest[0] == '+')
+}
+
+// writeTrailersOnly sets the header fields of a trailers-only gRPC answer
+// of st, with the pushback retry unless it is "".
+func writeTrailersOnly(h http.Header, st *status.Status, retry string) {
+	h.Set("Grpc-Status", strconv.Itoa(int(st.Code())))
+	h.Set("Grpc-Message", percentEncode(st.Message()))
+	if len(st.Details()) > 0 {
+		if b, err := proto.Marshal(st.Proto()); err == nil {
+			h.Set("Grpc-Status-Details-Bin", base64.RawStdEncoding.EncodeToString(b))
+		}
+	}
+	if retry != "" {
+		h.Set("Grpc-Retry-Pushback-Ms", retry)
+	}
+}
+
+// percentEncode escapes msg for grpc-message: the bytes outside printable
+// ASCII, and '%', as %XX.
+func percentEncode(msg string) string {
+	const hex = "0123456789ABCDEF"
+	var b []byte
+	for i := 0; i < len(msg); i++ {
+		c := msg[i]
+		if c >= ' ' && c <= '~' && c != '%' {
+			if b != nil {
+				b = append(b, c)
+			}
+			continue
+		}
+		if b == nil {
+			b = append(make([]byte, 0, len(msg)+16), msg[:i]...)
+		}
+		b = append(b, '%', hex[c>>4], hex[c&15])
+	}
+	if b == nil {
+		return msg
+	}
+	return string(b)
+}
+
+// endStreamFlag marks the end-of-stream message of a Connect stream.
+const endStreamFlag = 0x02
+
+// endStream is the end-of-stream message of a Connect stream.
+type endStream struct {
+	Error *wireError `json:"error"`
+}
+
+// wireError is a Connect error as JSON.
+type wireError struct {
+	Code    string       `json:"code"`
+	Message string       `json:"message,omitempty"`
+	Details []wireDetail `json:"details,omitempty"`
+}
+
+// wireDetail is a detail of a Connect error: the detail's message type,
+// without type.googleapis.com/, and its binary form in base64, unpadded.
+type wireDetail struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
+// wireErrorOf returns st as a Connect error.
+func wireErrorOf(st *status.Status) *wireError {
+	e := &wireError{Code: connectCode(st.Code()), Message: st.Message()}
+	for _, d := range st.Proto().GetDetails() {
+		url := d.GetTypeUrl()
+		e.Details = append(e.Details, wireDetail{
+			Type:  url[strings.LastIndexByte(url, '/')+1:],
+			Value: base64.RawStdEncoding.EncodeToString(d.GetValue()),
+		})
+	}
+	return e
+}
+
+// connectCode returns the Connect name of the codes this file answers.
+func connectCode(c codes.Code) string {
+	switch c {
+	case codes.ResourceExhausted:
+		return "resource_exhausted"
+	case codes.Unavailable:
+		return "unavailable"
+	case codes.Unauthenticated:
+		return "unauthenticated"
+	case codes.InvalidArgument:
+		return "invalid_argument"
+	}
+	return "internal"
+}
+
+// connectHTTPStatus returns the HTTP status of a Connect unary error of
+// code c, of the codes this file answers.
+func connectHTTPStatus(c codes.Code) int {
+	switch c {
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,9 @@
+// Package grpclimit puts the limits of a ratelimit.Limiter on RPC
+// services: interceptors for grpc-go servers, and refusals in the
+// caller's protocol (Connect, gRPC, gRPC-Web) for RPC routes behind the
+// HTTP middleware. A refusal is RESOURCE_EXHAUSTED with the retry hints
+// that stock clients read: a google.rpc.RetryInfo and a
+// google.rpc.QuotaFailure in the status details, and the
+// grpc-retry-pushback-ms trailer that grpc-go's retry policy reads.
+// docs/grpc.md shows the setup.
+package grpclimit

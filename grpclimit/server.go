@@ -1,0 +1,408 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/tokenfair/ratelimit"
+)
+
+// Server limits the calls of a grpc.Server with a ratelimit.Middleware:
+// each unary call, and each message a stream receives, is decided as the
+// HTTP request made of it would be (see [NewServer]), so keys, costs,
+// policies and options work as over HTTP, and one Limiter holds one quota
+// per key across HTTP and gRPC. A Server is safe for concurrent use.
+//
+// A refused call ends with RESOURCE_EXHAUSTED, a RetryInfo of the wait
+// (rounded up to the millisecond), a QuotaFailure naming the refusing
+// policies, and the trailer grpc-retry-pushback-ms (-1, no retry, past
+// five minutes). A call that cannot be decided ends as the Middleware's
+// OnError would answer it, in gRPC codes and with a fixed message, never
+// the error's text: ErrMissingKey is UNAUTHENTICATED, ErrBadRequest
+// INVALID_ARGUMENT, ErrStore and ErrWaitAbandoned UNAVAILABLE with a
+// RetryInfo and a pushback of a second, any other error INTERNAL; a client
+// that MiddlewareOptions.Block lists is PERMISSION_DENIED. Every answer
+// carries the Middleware's rate-limit header fields as metadata, their
+// names in lower case (ratelimit-policy and ratelimit with HeadersIETF):
+// in the headers of an admitted call, in the trailers of a refusal.
+//
+// In a stream, opening costs nothing, and each message is decided when the
+// handler receives it: it waits its turn under a LeakyShape policy, counts
+// as a 200 response as soon as the handler has it, and holds an in-flight
+// slot only while it is decided. A refused message, or one that cannot be
+// decided, ends the stream: RecvMsg returns the refusal, and the stream
+// ends with it whatever its handler returns. The first admitted message's
+// metadata goes in the stream's headers, the last decision's in its
+// trailers. A stream's context carries no decision: ratelimit.ResultFrom
+// and ratelimit.Settle are for unary calls.
+type Server struct {
+	m *ratelimit.Middleware
+}
+
+// NewServer returns a Server that limits calls with l, keyed by key (a
+// ratelimit.KeyFunc run on the request made of each call) and configured
+// by opts as a Middleware is (nil: the defaults). It returns an error
+// naming the value at fault, including for opts.OnDeny and opts.OnError: a
+// Server answers in gRPC status codes, so these HTTP answerers are refused.
+//
+// The request made of a call is a POST whose URL path is the full method
+// ("/pkg.Service/Method"), whose Header is the incoming metadata with each
+// name canonicalised (ratelimit.KeyByAPIKey("X-API-Key") reads x-api-key;
+// ratelimit.KeyByIP reads x-forwarded-for only from its TrustedProxies),
+// whose RemoteAddr is the peer's address, and whose context is the call's,
+// with the request message for [Message]. The key function, Cost, Costs,
+// Skip and LimiterFor see it; Observe is told of each decision.
+//
+// An admitted unary call runs its handler with the context of the request
+// that the Middleware passes on (so ResultFrom and Settle work with
+// ResultInContext), and MiddlewareOptions.CountIf sees the HTTP status of
+// the handler's code: OK 200; InvalidArgument, FailedPrecondition,
+// OutOfRange 400; Unauthenticated 401; PermissionDenied 403; NotFound 404;
+// AlreadyExists, Aborted 409; ResourceExhausted 429; Canceled 499;
+// Unimplemented 501; Unavailable 503; DeadlineExceeded 504; any other code
+// 500. A login guard counts only failed logins with
+// CountIf: func(s int) bool { return s == 401 }.
+func NewServer(l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.MiddlewareOptions) (*Server, error) {
+	var o ratelimit.MiddlewareOptions
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case o.OnDeny != nil:
+		return nil, errors.New("grpclimit: NewServer: MiddlewareOptions.OnDeny is set, but a Server answers refusals with a gRPC status of its own: leave it nil")
+	case o.OnError != nil:
+		return nil, errors.New("grpclimit: NewServer: MiddlewareOptions.OnError is set, but a Server answers errors with gRPC status codes of its own: leave it nil")
+	}
+	o.OnDeny, o.OnError = keepRefusal, keepError
+	m, err := ratelimit.NewMiddleware(l, key, &o)
+	if err != nil {
+		return nil, fmt.Errorf("grpclimit: NewServer: %w", err)
+	}
+	return &Server{m: m}, nil
+}
+
+// UnaryInterceptor returns the interceptor that limits the unary calls of
+// a grpc.Server: grpc.NewServer(grpc.ChainUnaryInterceptor(s.UnaryInterceptor())).
+// Chain it before any interceptor that sets header metadata: grpc-go's
+// retry policy retries only a refusal answered with trailers alone.
+func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor { return s.unary }
+
+// StreamInterceptor returns the interceptor that limits the messages the
+// streams of a grpc.Server receive: grpc.NewServer(grpc.ChainStreamInterceptor(s.StreamInterceptor())).
+func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor { return s.stream }
+
+func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	var (
+		resp     any
+		err      error
+		admitted bool
+	)
+	c := new(call)
+	s.m.Handle(&c.answer, c.request(ctx, info.FullMethod, req), func(r *http.Request) (int, int64) {
+		admitted = true
+		if md := c.metadata(); md != nil {
+			_ = grpc.SetHeader(ctx, md) // merged with the handler's; it fails only once headers are sent
+		}
+		resp, err = handler(r.Context(), req)
+		return httpStatus(err), 0
+	})
+	if admitted {
+		return resp, err
+	}
+	st, md := c.status()
+	_ = grpc.SetTrailer(ctx, md)
+	return nil, st.Err()
+}
+
+func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ms := &meteredStream{ServerStream: ss, m: s.m, method: info.FullMethod}
+	err := handler(srv, ms)
+	if ms.trailer != nil {
+		ss.SetTrailer(ms.trailer)
+	}
+	if ms.ended != nil {
+		return ms.ended
+	}
+	return err
+}
+
+// meteredStream is a stream whose received messages a Middleware decides.
+// Its fields are used by the goroutine that receives, and after the
+// handler has returned.
+type meteredStream struct {
+	grpc.ServerStream
+	m       *ratelimit.Middleware
+	method  string
+	ended   error       // the refusal or error that ended the stream
+	trailer metadata.MD // the last decision's metadata
+	headed  bool        // the first decision's metadata was set in the headers
+}
+
+// RecvMsg receives the next message and returns once the Middleware
+// admits it, or the refusal that ends the stream.
+func (ms *meteredStream) RecvMsg(msg any) error {
+	if ms.ended != nil {
+		return ms.ended
+	}
+	if err := ms.ServerStream.RecvMsg(msg); err != nil {
+		return err
+	}
+	c := new(call)
+	admitted := false
+	ms.m.Handle(&c.answer, c.request(ms.Context(), ms.method, msg), func(*http.Request) (int, int64) {
+		admitted = true
+		return http.StatusOK, 0
+	})
+	if !admitted {
+		var st *status.Status
+		st, ms.trailer = c.status()
+		ms.ended = st.Err()
+		return ms.ended
+	}
+	if md := c.metadata(); md != nil {
+		if !ms.headed {
+			ms.headed = ms.ServerStream.SetHeader(md) == nil
+		}
+		ms.trailer = md
+	}
+	return nil
+}
+
+// messageKey is the context key of the message that Message returns.
+type messageKey struct{}
+
+// Message returns the request message whose call (or stream message) is
+// being decided, from the context of the request that the Middleware's
+// Cost, Costs, Skip, LimiterFor and key functions receive (and that an
+// admitted unary call's handler receives, which has the message anyway);
+// nil otherwise.
+func Message(ctx context.Context) any { return ctx.Value(messageKey{}) }
+
+// call is one decision: the request made of a unary call or of a stream
+// message, and the answer the Middleware gives it, in one allocation.
+type call struct {
+	answer
+	url url.URL
+	req http.Request
+}
+
+// request returns the HTTP request made of a call of method whose message
+// msg is being decided, in ctx, the call's context (see NewServer).
+func (c *call) request(ctx context.Context, method string, msg any) *http.Request {
+	// The incoming metadata, copied: it becomes the request's Header, each
+	// name canonicalised in place (a name met again is canonical already).
+	md, _ := metadata.FromIncomingContext(ctx)
+	h := http.Header(md)
+	for k, v := range md {
+		if ck := canonicalKey(k); ck != k {
+			delete(h, k)
+			h[ck] = v
+		}
+	}
+	c.url.Path = method
+	c.req = http.Request{
+		Method:        http.MethodPost,
+		URL:           &c.url,
+		RequestURI:    method,
+		Proto:         "HTTP/2.0",
+		ProtoMajor:    2,
+		Header:        h,
+		Body:          http.NoBody,
+		ContentLength: -1,
+	}
+	if a := h[":authority"]; len(a) == 1 {
+		c.req.Host = a[0]
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		c.req.RemoteAddr = p.Addr.String()
+	}
+	return c.req.WithContext(context.WithValue(ctx, messageKey{}, msg))
+}
+
+// canonicalKey returns http.CanonicalHeaderKey(k) of a metadata key k,
+// without allocating for the usual ones.
+func canonicalKey(k string) string {
+	switch k {
+	case "x-api-key":
+		return "X-Api-Key"
+	case "authorization":
+		return "Authorization"
+	case "x-forwarded-for":
+		return "X-Forwarded-For"
+	case "user-agent":
+		return "User-Agent"
+	case "content-type":
+		return "Content-Type"
+	case "grpc-accept-encoding":
+		return "Grpc-Accept-Encoding"
+	case "grpc-timeout":
+		return "Grpc-Timeout"
+	case "te":
+		return "Te"
+	}
+	return http.CanonicalHeaderKey(k)
+}
+
+// httpStatus returns the HTTP status that MiddlewareOptions.CountIf sees
+// of a unary handler that returned err (see NewServer).
+func httpStatus(err error) int {
+	if err == nil {
+		return http.StatusOK
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		st = status.FromContextError(err) // as grpc-go answers such an error
+	}
+	switch st.Code() {
+	case codes.OK:
+		return http.StatusOK
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+		return http.StatusBadRequest
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.AlreadyExists, codes.Aborted:
+		return http.StatusConflict
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
+	case codes.Canceled:
+		return 499 // nginx's Client Closed Request, as grpc-gateway maps it
+	case codes.Unimplemented:
+		return http.StatusNotImplemented
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// answer is the http.ResponseWriter of one decision: it keeps the header
+// fields the Middleware sets and what it answered, when the call may not
+// proceed, for status to tell in gRPC terms. Bodies are dropped.
+type answer struct {
+	header  http.Header
+	code    int // of the answer the Middleware wrote itself (403 for Block)
+	denied  bool
+	refused ratelimit.Result // OnDeny's, if denied
+	err     error            // OnError's
+}
+
+func (a *answer) Header() http.Header {
+	if a.header == nil {
+		a.header = make(http.Header, 4)
+	}
+	return a.header
+}
+
+func (a *answer) WriteHeader(code int) {
+	if a.code == 0 {
+		a.code = code
+	}
+}
+
+func (a *answer) Write(b []byte) (int, error) {
+	a.WriteHeader(http.StatusOK)
+	return len(b), nil
+}
+
+// keepRefusal is the Server's MiddlewareOptions.OnDeny: it keeps the refusal.
+func keepRefusal(w http.ResponseWriter, _ *http.Request, res ratelimit.Result) {
+	if a, ok := w.(*answer); ok {
+		a.denied, a.refused = true, res
+	}
+}
+
+// keepError is the Server's MiddlewareOptions.OnError: it keeps the error.
+func keepError(w http.ResponseWriter, _ *http.Request, err error) {
+	if a, ok := w.(*answer); ok {
+		a.err = err
+	}
+}
+
+// The metadata names of the answers.
+const (
+	pushbackKey = "grpc-retry-pushback-ms"
+	policyMD    = "ratelimit-policy"
+	quotaMD     = "ratelimit"
+)
+
+// metadata turns the header that the Middleware set into metadata, and
+// returns it: the rate-limit fields, their names in lower case, and
+// nothing else; nil when there are none. Call it once, when the Middleware
+// has set every field.
+func (a *answer) metadata() metadata.MD {
+	md := metadata.MD(a.header)
+	a.header = nil
+	for k, v := range md {
+		name := ""
+		switch k {
+		case "RateLimit-Policy", "Ratelimit-Policy", policyMD:
+			name = policyMD
+		case "RateLimit", "Ratelimit", quotaMD:
+			name = quotaMD
+		case "RateLimit-Limit", "Ratelimit-Limit", "ratelimit-limit":
+			name = "ratelimit-limit"
+		case "RateLimit-Remaining", "Ratelimit-Remaining", "ratelimit-remaining":
+			name = "ratelimit-remaining"
+		case "RateLimit-Reset", "Ratelimit-Reset", "ratelimit-reset":
+			name = "ratelimit-reset"
+		case "X-RateLimit-Limit", "X-Ratelimit-Limit", "x-ratelimit-limit":
+			name = "x-ratelimit-limit"
+		case "X-RateLimit-Remaining", "X-Ratelimit-Remaining", "x-ratelimit-remaining":
+			name = "x-ratelimit-remaining"
+		case "X-RateLimit-Reset", "X-Ratelimit-Reset", "x-ratelimit-reset":
+			name = "x-ratelimit-reset"
+		}
+		if name != k { // a name met again, in lower case, is kept
+			delete(md, k)
+			if name != "" {
+				md[name] = v
+			}
+		}
+	}
+	if len(md) == 0 {
+		return nil
+	}
+	return md
+}
+
+// status returns the status and the trailer metadata of a call that a
+// did not admit.
+func (a *answer) status() (*status.Status, metadata.MD) {
+	md := a.metadata()
+	var st *status.Status
+	var wait time.Duration
+	switch {
+	case a.denied:
+		st, wait = refusal(a.refused), a.refused.RetryAfter
+	case a.err != nil:
+		st = failure(a.err)
+		if st.Code() != codes.Unavailable {
+			return st, md
+		}
+		wait = time.Second // unavailable's RetryInfo
+	case a.code == http.StatusForbidden:
+		return status.New(codes.PermissionDenied, "ratelimit: the client's address is blocked"), md
+	default:
+		return status.New(codes.Internal, "ratelimit: the call could not be limited"), md
+	}
+	if md == nil {
+		md = make(metadata.MD, 1)
+	}
+	md[pushbackKey] = []string{pushback(wait)}
+	return st, md
+}
