@@ -1,8 +1,9 @@
 module github.com/tokenfair/ratelimit/examples
 
-go 1.25.0
+go 1.26.0
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/gin-gonic/gin v1.11.0
 	github.com/labstack/echo/v4 v4.15.1
 	github.com/prometheus/client_golang v1.23.2
@@ -11,10 +12,14 @@ require (
 	github.com/tokenfair/ratelimit v0.1.0
 	github.com/tokenfair/ratelimit/echolimit v0.1.0
 	github.com/tokenfair/ratelimit/ginlimit v0.1.0
+	github.com/tokenfair/ratelimit/grpclimit v0.1.0
 	github.com/tokenfair/ratelimit/metrics v0.1.0
 	github.com/tokenfair/ratelimit/redisstore v0.1.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/time v0.14.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -54,20 +59,20 @@ require (
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/arch v0.20.0 // indirect
-	golang.org/x/crypto v0.46.0 // indirect
-	golang.org/x/mod v0.30.0 // indirect
-	golang.org/x/net v0.48.0 // indirect
-	golang.org/x/sync v0.19.0 // indirect
-	golang.org/x/sys v0.39.0 // indirect
-	golang.org/x/text v0.32.0 // indirect
-	golang.org/x/tools v0.39.0 // indirect
-	google.golang.org/protobuf v1.36.9 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/mod v0.41.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	golang.org/x/tools v0.49.0 // indirect
 )
 
 replace (
 	github.com/tokenfair/ratelimit => ../
 	github.com/tokenfair/ratelimit/echolimit => ../echolimit
 	github.com/tokenfair/ratelimit/ginlimit => ../ginlimit
+	github.com/tokenfair/ratelimit/grpclimit => ../grpclimit
 	github.com/tokenfair/ratelimit/metrics => ../metrics
 	github.com/tokenfair/ratelimit/redisstore => ../redisstore
 )

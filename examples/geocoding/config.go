@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,6 +52,7 @@ type config struct {
 	dailyBytes     int64  // -daily-bytes: a daily quota of response bytes, 0 for none
 	tz             string // -tz: the time zone of the quotas' days and months
 	plans          string // -plans: the file of the plans per API key
+	grpcAddr       string // -grpc-addr: the gRPC listener's address, "" for none
 
 	// clock, when not nil, is the time source of the stores and of the
 	// header fields instead of the system's clock. Only tests set it; main
@@ -102,6 +104,7 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.Int64Var(&cfg.monthly, "monthly", 0, "requests per calendar month for each client, on top of -rate (0: no monthly quota)")
 	fs.Int64Var(&cfg.dailyBytes, "daily-bytes", 0, "bytes of response bodies per calendar day for each client, on top of -rate, -daily and -monthly (0: no quota of bytes)")
 	fs.StringVar(&cfg.tz, "tz", "UTC", "the time `zone` of the days and months of -daily, -monthly and -daily-bytes, an IANA name such as Europe/Paris")
+	fs.StringVar(&cfg.grpcAddr, "grpc-addr", "", "listen `address` of the gRPC server of geocoding.v1.Geocoder, plaintext HTTP/2, such as :9090 (none: no gRPC listener)")
 	fs.StringVar(&cfg.plans, "plans", "", "JSON `file` of limits per API key, {\"KEY\": {\"rate\": R, \"burst\": B, \"daily\": D, \"monthly\": M}}, reread when it changes and on SIGHUP")
 	return fs
 }
@@ -196,10 +199,31 @@ func (c *config) check() error {
 	if _, err := time.LoadLocation(c.tz); err != nil {
 		invalid("tz", c.tz, "unknown time zone; want an IANA name such as Europe/Paris, or UTC")
 	}
+	if a := c.grpcAddr; a != "" {
+		if err := checkListenAddr(a); err != nil {
+			invalid("grpc-addr", a, err.Error())
+		} else if a == c.addr && !strings.HasSuffix(a, ":0") { // port 0 is any free port
+			invalid("grpc-addr", a, "the address of -addr, whose port serves Connect, gRPC and gRPC-Web already; want another")
+		}
+	}
 	if c.plans != "" && c.key != "api-key" {
 		invalid("plans", c.plans, "needs -key api-key: its keys are API keys")
 	}
 	return errors.Join(errs...)
+}
+
+// checkListenAddr reports why addr is not a TCP address to listen on,
+// host:port, with a port number or a service name (the host may be empty,
+// for every interface); it looks nothing up but the service name.
+func checkListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("want host:port, such as :9090 or 127.0.0.1:9090")
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("want a port number from 0 to 65535 after the colon, not %q", port)
+	}
+	return nil
 }
 
 // maxQuota is the largest calendar quota, the library's.

@@ -13,9 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/failover"
+	"github.com/tokenfair/ratelimit/grpclimit"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/metrics"
 	"github.com/tokenfair/ratelimit/redisstore"
@@ -24,17 +26,40 @@ import (
 // apiKeyHeader is the request header field that carries the API key.
 const apiKeyHeader = "X-API-Key"
 
-// newHandler returns the server's handler and a function that releases what
-// it holds (the stores and the Redis client). /healthz and /metrics are
-// answered before the limiter; every other request goes through it. cfg
-// must have passed check; newHandler reports invalid rates, bursts,
-// trusted proxies and address lists, naming the flag, and an invalid
-// -plans file, naming its line. The function stops the -plans watcher too.
+// servers are what the demo serves, over one set of limiters and one key
+// function: the HTTP handler and, with -grpc-addr, the gRPC server.
+type servers struct {
+	http http.Handler
+	grpc *grpc.Server // nil without -grpc-addr
+	// close releases what they hold: the stores, the Redis client and
+	// the -plans watcher; it stops the gRPC server too, at once.
+	close func()
+}
+
+// newHandler returns the HTTP handler of newServers(cfg) and the function
+// that releases what it holds.
 func newHandler(cfg config) (http.Handler, func(), error) {
+	s, err := newServers(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.http, s.close, nil
+}
+
+// newServers returns the server's HTTP handler and, with -grpc-addr, its
+// gRPC server. /healthz and /metrics are answered before the limiter;
+// every other request, RPC and stream message goes through it: the RPCs,
+// over HTTP (Connect, gRPC, gRPC-Web) or gRPC, are decided by Middlewares
+// of their own with the options, limiters and key of /geocode, so that a
+// client has one quota everywhere, but answered in the caller's protocol.
+// cfg must have passed check; newServers reports invalid rates, bursts,
+// trusted proxies and address lists, naming the flag, and an invalid
+// -plans file, naming its line.
+func newServers(cfg config) (servers, error) {
 	reg := prometheus.NewRegistry()
 	m, err := metrics.New(reg)
 	if err != nil {
-		return nil, nil, err
+		return servers{}, err
 	}
 	// The library's warnings go to the server's log (slog.Default) and are
 	// counted in ratelimit_warnings_total.
@@ -45,7 +70,7 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 	clientIP := &ratelimit.IPOptions{TrustedProxies: strings.Split(cfg.trustedProxies, ","), IPv6Prefix: cfg.ipv6Prefix, Logger: logger}
 	byIP, err := ratelimit.KeyByIP(clientIP)
 	if err != nil {
-		return nil, nil, fmt.Errorf("-trusted-proxies: %w", err)
+		return servers{}, fmt.Errorf("-trusted-proxies: %w", err)
 	}
 	var key ratelimit.KeyFunc
 	switch cfg.key {
@@ -54,12 +79,12 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 	case "ip":
 		key = byIP
 	default:
-		return nil, nil, fmt.Errorf("-key %s: want api-key or ip", cfg.key)
+		return servers{}, fmt.Errorf("-key %s: want api-key or ip", cfg.key)
 	}
 
 	store, cleanup, err := newStore(cfg, m)
 	if err != nil {
-		return nil, nil, err
+		return servers{}, err
 	}
 	var plans *planTable
 	if cfg.plans != "" {
@@ -68,14 +93,14 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 	ls, err := newLimiters(cfg, store, key, plans)
 	if err != nil {
 		cleanup()
-		return nil, nil, err
+		return servers{}, err
 	}
 	if plans != nil {
 		reader := &planReader{path: cfg.plans, def: ls.defaults(cfg), check: ls.checkRate}
 		stop, err := watchPlans(reader, plans, cfg.planPoll, logger)
 		if err != nil {
 			cleanup()
-			return nil, nil, err
+			return servers{}, err
 		}
 		closeStore := cleanup
 		cleanup = func() { stop(); closeStore() }
@@ -99,24 +124,43 @@ func newHandler(cfg config) (http.Handler, func(), error) {
 	mw, err := ratelimit.NewMiddleware(ls.own(), key, opts)
 	if err != nil { // after check, only -block and -safe can be wrong
 		cleanup()
-		return nil, nil, fmt.Errorf("-block, -safe: %w", err)
+		return servers{}, fmt.Errorf("-block, -safe: %w", err)
 	}
 
-	router, err := newRouter(cfg.framework, mw, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), geocodeBatch(logger))
+	// The Connect route's Middleware answers in the caller's protocol.
+	rpcOpts := *opts
+	rpcOpts.OnDeny, rpcOpts.OnError = grpclimit.OnDeny, grpclimit.OnError
+	rpcMW, err := ratelimit.NewMiddleware(ls.own(), key, &rpcOpts)
 	if err != nil {
 		cleanup()
-		return nil, nil, err
+		return servers{}, fmt.Errorf("-block, -safe: %w", err)
+	}
+
+	rpc := rpcRoute{mw: rpcMW, h: newConnectHandler()}
+	router, err := newRouter(cfg.framework, mw, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), geocodeBatch(logger), rpc)
+	if err != nil {
+		cleanup()
+		return servers{}, err
 	}
 	guard, err := newAdminGuard(cfg.clock, byIP, logger)
 	if err != nil {
 		cleanup()
-		return nil, nil, err
+		return servers{}, err
 	}
 	if router, err = withAdmin(router, cfg.adminToken, ls.all(), cfg.key, key, guard, logger); err != nil {
 		cleanup()
-		return nil, nil, err
+		return servers{}, err
 	}
-	return withBatches(router), cleanup, nil
+	s := servers{http: withBatches(router), close: cleanup}
+	if cfg.grpcAddr != "" {
+		gs, err := newGRPCServer(ls.own(), key, *opts)
+		if err != nil {
+			cleanup()
+			return servers{}, err
+		}
+		s.grpc, s.close = gs, func() { gs.Stop(); cleanup() }
+	}
+	return s, nil
 }
 
 // limitFlags returns the flags that set the limits and the penalty box,

@@ -72,6 +72,22 @@
 //
 //	go run ./examples/geocoding -daily 2500 -daily-bytes 1000000
 //
+// To serve gRPC as well, on its own port, with the same limits (one quota
+// per key, whichever way a client comes), and call it with grpcurl, which
+// needs no .proto file since reflection is on:
+//
+//	go run ./examples/geocoding -grpc-addr :9090
+//	grpcurl -plaintext localhost:9090 list
+//	grpcurl -plaintext -H 'x-api-key: demo' -d '"paris"' localhost:9090 geocoding.v1.Geocoder/Geocode
+//	grpcurl -plaintext -H 'x-api-key: demo' -d '"paris" "tokyo"' localhost:9090 geocoding.v1.Geocoder/GeocodeStream
+//
+// The HTTP port answers Geocode too, with or without -grpc-addr, for
+// Connect, gRPC and gRPC-Web clients; in the Connect protocol, it is a
+// POST of JSON:
+//
+//	curl -s -H 'X-API-Key: demo' -H 'Content-Type: application/json' -d '"paris"' localhost:8080/geocoding.v1.Geocoder/Geocode
+//	{"lat":48.8566,"lon":2.3522,"name":"Paris"}
+//
 // # Endpoints
 //
 //   - GET /geocode?q=NAME: 200 with {"query","name","lat","lon"} for a known
@@ -83,6 +99,14 @@
 //     token is taken); 200 with a JSON array of the results of GET /geocode
 //     for the places found, in order. It is admitted only if every policy
 //     of the key holds a token per name, and charged one per place found.
+//   - POST /geocoding.v1.Geocoder/Geocode: the gRPC method below, for the
+//     Connect, gRPC (HTTP/2 without TLS, h2c) and gRPC-Web protocols. It is
+//     limited as /geocode is, in the same buckets, but a refusal is
+//     answered in the caller's protocol, before the body is read: Connect
+//     gets 429 with a Connect error, resource_exhausted, gRPC and gRPC-Web
+//     a trailers-only grpc-status 8 (RESOURCE_EXHAUSTED); both carry a
+//     google.rpc.RetryInfo and a google.rpc.QuotaFailure, and gRPC's the
+//     grpc-retry-pushback-ms trailer.
 //   - GET /healthz: 200 "ok", never limited.
 //   - POST /admin/reset?key=KEY with Authorization: Bearer TOKEN, only with
 //     -admin-token TOKEN: forgets the client's state under every per-client
@@ -94,6 +118,32 @@
 //
 // Every request except /healthz and the admin endpoint goes through the
 // limiter, including those that end in 404 or 405.
+//
+// # gRPC
+//
+// With -grpc-addr, a gRPC server (plaintext HTTP/2) serves the service
+// geocoding.v1.Geocoder, over the protobuf well-known types:
+//
+//   - Geocode(google.protobuf.StringValue) returns (google.protobuf.Struct):
+//     the place's name, lat and lon; NOT_FOUND for an unknown place,
+//     INVALID_ARGUMENT for an empty name. A call costs one token.
+//   - GeocodeStream(stream StringValue) returns (stream Struct): each name
+//     is answered by one message, in order; each costs one token (opening
+//     the stream costs nothing). An unknown or empty name, or a name
+//     refused by the limiter, ends the stream with its status.
+//
+// It shares the HTTP side's limiters, policies and keys: the API key is
+// the metadata x-api-key (missing: UNAUTHENTICATED); with -key ip the
+// client is the peer's address, or through -trusted-proxies the
+// x-forwarded-for metadata. A refusal is RESOURCE_EXHAUSTED with a
+// RetryInfo (the wait, rounded up to the millisecond) and a QuotaFailure
+// naming each refusing policy, and the trailer grpc-retry-pushback-ms, the
+// wait in milliseconds, or -1 past five minutes (a spent -daily or
+// -monthly quota: no automatic retry); every answer's metadata carries
+// ratelimit-policy and ratelimit as the HTTP fields would (per -headers).
+// -on-store-error closed answers UNAVAILABLE with a RetryInfo while the
+// store is down. Server reflection (grpc.reflection.v1 and v1alpha) is on
+// and never limited.
 //
 // # Flags
 //
@@ -136,6 +186,9 @@
 //	-safe            comma-separated CIDRs of clients never limited nor
 //	                 counted, with any -key [none]; -block wins over -safe
 //	-admin-token     bearer token of POST /admin/reset [none: no endpoint]
+//	-grpc-addr       listen address of the gRPC server, plaintext HTTP/2,
+//	                 such as :9090 [none: no gRPC listener]; its calls
+//	                 share the HTTP side's limits (see gRPC above)
 //	-daily           requests per calendar day for each client, resetting at
 //	                 00:00 in -tz, on top of -rate (policy "daily") [0: none]
 //	-monthly         requests per calendar month, resetting at 00:00 on the
@@ -170,10 +223,12 @@
 // answers.
 //
 // The server logs to standard error, naming its store (memory, or redis and
-// the address, never the password) on its start-up line, and shuts down
-// gracefully, within five seconds, on SIGINT or SIGTERM. With -store redis
-// it pings Redis once at start-up; if Redis does not answer, it logs the
-// address and the cause and serves anyway, as -on-store-error says.
+// the address, never the password) and the gRPC address, if any, on its
+// start-up line, and shuts down gracefully, both servers within five
+// seconds, on SIGINT or SIGTERM: a request, call or stream still running
+// then is cut off, and the exit status is 1. With -store redis it pings
+// Redis once at start-up; if Redis does not answer, it logs the address
+// and the cause and serves anyway, as -on-store-error says.
 package main
 
 import (
@@ -223,7 +278,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var cfg config
 	fs := newFlagSet(&cfg)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: go run ./examples/geocoding [flags]\n\nServes GET /geocode?q=NAME and POST /geocode/batch behind the rate limiter.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: go run ./examples/geocoding [flags]\n\nServes GET /geocode?q=NAME, POST /geocode/batch and, for Connect, gRPC and gRPC-Web, geocoding.v1.Geocoder/Geocode behind the rate limiter.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.SetOutput(io.Discard)
@@ -246,12 +301,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		report(stderr, err)
 		return 2
 	}
-	handler, cleanup, err := newHandler(cfg)
+	s, err := newServers(cfg)
 	if err != nil {
 		report(stderr, err)
 		return 2
 	}
-	defer cleanup()
+	defer s.close()
 
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	pingRedis(ctx, cfg, logger)
@@ -260,36 +315,79 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logger.Error("geocoding: cannot listen", "addr", cfg.addr, "err", err)
 		return 1
 	}
-	srv := &http.Server{
+	var grpcLn net.Listener
+	if s.grpc != nil {
+		if grpcLn, err = net.Listen("tcp", cfg.grpcAddr); err != nil {
+			ln.Close()
+			logger.Error("geocoding: cannot listen", "grpc-addr", cfg.grpcAddr, "err", err)
+			return 1
+		}
+	}
+	srv := newHTTPServer(s.http, logger)
+	served := make(chan error, 2) // from each server
+	running := 1
+	go func() { served <- srv.Serve(ln) }()
+	attrs := append(append(storeAttrs(cfg),
+		"key", cfg.key, "rate", cfg.rate, "burst", cfg.burst, "headers", cfg.headers), quotaAttrs(cfg)...)
+	if grpcLn != nil {
+		running++
+		go func() { served <- s.grpc.Serve(grpcLn) }()
+		attrs = append(attrs, "grpc", grpcLn.Addr().String())
+	}
+	logger.Info("geocoding: listening on http://"+ln.Addr().String(), attrs...)
+
+	select {
+	case err := <-served:
+		logger.Error("geocoding: serve failed", "err", err)
+		srv.Close()
+		if s.grpc != nil {
+			s.grpc.Stop()
+		}
+		for range running - 1 {
+			<-served
+		}
+		return 1
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	grpcStopped := make(chan error, 1)
+	go func() { grpcStopped <- stopGRPC(sctx, s.grpc) }()
+	code := 0
+	if err := srv.Shutdown(sctx); err != nil {
+		logger.Error("geocoding: graceful shutdown failed; closing", "err", err)
+		srv.Close()
+		code = 1
+	}
+	if err := <-grpcStopped; err != nil {
+		logger.Error("geocoding: graceful shutdown of the gRPC server failed; closed", "err", err)
+		code = 1
+	}
+	for range running {
+		<-served // http.ErrServerClosed, and nil from the gRPC server
+	}
+	if code == 0 {
+		logger.Info("geocoding: stopped")
+	}
+	return code
+}
+
+// newHTTPServer returns the server of handler, logging to logger. It
+// speaks HTTP/1.1 and HTTP/2 without TLS (h2c, with prior knowledge), for
+// the gRPC clients of the RPC route.
+func newHTTPServer(handler http.Handler, logger *slog.Logger) *http.Server {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	return &http.Server{
 		Handler:           handler,
+		Protocols:         &protocols,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	logger.Info("geocoding: listening on http://"+ln.Addr().String(), append(append(storeAttrs(cfg),
-		"key", cfg.key, "rate", cfg.rate, "burst", cfg.burst, "headers", cfg.headers), quotaAttrs(cfg)...)...)
-
-	select {
-	case err := <-served:
-		logger.Error("geocoding: serve failed", "err", err)
-		return 1
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		logger.Error("geocoding: graceful shutdown failed; closing", "err", err)
-		srv.Close()
-		<-served
-		return 1
-	}
-	<-served // http.ErrServerClosed
-	logger.Info("geocoding: stopped")
-	return 0
 }
 
 // quotaAttrs returns the log attributes of the calendar quotas and the

@@ -532,6 +532,7 @@ func TestFlagDefaults(t *testing.T) {
 		"daily-bytes":        "0",
 		"tz":                 "UTC",
 		"plans":              "",
+		"grpc-addr":          "",
 	}
 	var cfg config
 	fs := newFlagSet(&cfg)

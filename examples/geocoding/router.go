@@ -16,22 +16,23 @@ import (
 
 // newRouter returns the server's routes, served by the framework that
 // -framework names, with every request except /healthz and GET /metrics
-// limited by mw; batch answers POST /geocode/batch. The three routers
-// answer alike: the same handlers write every body, and the limiter's
-// answers are the core's.
-func newRouter(framework string, mw *ratelimit.Middleware, metrics, batch http.Handler) (http.Handler, error) {
+// limited by mw, but those of the RPC route, limited by rpc.mw; batch
+// answers POST /geocode/batch. The three routers answer alike: the same
+// handlers write every body, and the limiter's answers are the core's (on
+// the RPC route, grpclimit's).
+func newRouter(framework string, mw *ratelimit.Middleware, metrics, batch http.Handler, rpc rpcRoute) (http.Handler, error) {
 	switch framework {
 	case "nethttp":
-		return nethttpRouter(mw, metrics, batch), nil
+		return nethttpRouter(mw, metrics, batch, rpc), nil
 	case "gin":
-		return ginRouter(mw, metrics, batch), nil
+		return ginRouter(mw, metrics, batch, rpc), nil
 	case "echo":
-		return echoRouter(mw, metrics, batch), nil
+		return echoRouter(mw, metrics, batch, rpc), nil
 	}
 	return nil, fmt.Errorf("-framework %s: want nethttp, gin or echo", framework)
 }
 
-func nethttpRouter(mw *ratelimit.Middleware, metrics, batch http.Handler) http.Handler {
+func nethttpRouter(mw *ratelimit.Middleware, metrics, batch http.Handler, rpc rpcRoute) http.Handler {
 	api := http.NewServeMux()
 	api.HandleFunc("GET /geocode", geocode)
 	api.HandleFunc("/geocode", methodNotAllowed)
@@ -43,6 +44,7 @@ func nethttpRouter(mw *ratelimit.Middleware, metrics, batch http.Handler) http.H
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.HandleFunc("/healthz", methodNotAllowed)
 	mux.Handle("GET /metrics", metrics)
+	mux.Handle(geocodeProcedure, nethttp.Wrap(rpc.mw)(rpc.h)) // every method: Connect answers 405
 	mux.Handle("/", nethttp.Wrap(mw)(api))
 	return mux
 }
@@ -76,17 +78,22 @@ func wrongMethod(w http.ResponseWriter, r *http.Request) {
 // ginRouter is Gin in release mode, without its redirects (which net/http's
 // router does not make either), every unknown route answered by the same
 // handlers as the net/http router.
-func ginRouter(mw *ratelimit.Middleware, metrics, batch http.Handler) http.Handler {
+func ginRouter(mw *ratelimit.Middleware, metrics, batch http.Handler, rpc rpcRoute) http.Handler {
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
 	e.RedirectTrailingSlash = false
 	e.RedirectFixedPath = false
-	limit := ginlimit.Wrap(mw)
+	limit, limitRPC := ginlimit.Wrap(mw), ginlimit.Wrap(rpc.mw)
 	e.Use(func(c *gin.Context) {
-		if !unlimited(c.Request) {
+		switch {
+		case unlimited(c.Request):
+		case c.Request.URL.Path == geocodeProcedure:
+			limitRPC(c)
+		default:
 			limit(c)
 		}
 	})
+	e.Any(geocodeProcedure, gin.WrapH(rpc.h))
 	for path, h := range map[string]http.Handler{
 		"/healthz": http.HandlerFunc(healthz),
 		"/metrics": metrics,
@@ -111,19 +118,24 @@ func ginRouter(mw *ratelimit.Middleware, metrics, batch http.Handler) http.Handl
 // the net/http router. The limiter writes its answers itself
 // (WriteResponse), so that they are the core's bytes even when Echo's
 // error handler would indent them (a "pretty" query parameter).
-func echoRouter(mw *ratelimit.Middleware, metrics, batch http.Handler) http.Handler {
+func echoRouter(mw *ratelimit.Middleware, metrics, batch http.Handler, rpc rpcRoute) http.Handler {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	limit := echolimit.Wrap(mw, &echolimit.Options{WriteResponse: true})
+	limitRPC := echolimit.Wrap(rpc.mw, &echolimit.Options{WriteResponse: true})
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
-		limited := limit(next)
+		limited, limitedRPC := limit(next), limitRPC(next)
 		return func(c echo.Context) error {
-			if unlimited(c.Request()) {
+			switch {
+			case unlimited(c.Request()):
 				return next(c)
+			case c.Request().URL.Path == geocodeProcedure:
+				return limitedRPC(c)
 			}
 			return limited(c)
 		}
 	})
+	e.Any(geocodeProcedure, echo.WrapHandler(rpc.h))
 	wrong := echo.WrapHandler(http.HandlerFunc(wrongMethod))
 	for path, h := range map[string]http.Handler{
 		"/healthz": http.HandlerFunc(healthz),
