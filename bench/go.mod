@@ -1,12 +1,13 @@
 module github.com/tokenfair/ratelimit/bench
 
-go 1.25.0
+go 1.26.0
 
 require (
 	github.com/didip/tollbooth/v7 v7.0.2
 	github.com/gin-gonic/gin v1.11.0
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
+	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/labstack/echo/v4 v4.15.1
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/sethvargo/go-limiter v0.7.1
@@ -14,9 +15,12 @@ require (
 	github.com/tokenfair/ratelimit v0.1.0
 	github.com/tokenfair/ratelimit/echolimit v0.1.0
 	github.com/tokenfair/ratelimit/ginlimit v0.1.0
+	github.com/tokenfair/ratelimit/grpclimit v0.1.0
 	github.com/tokenfair/ratelimit/redisstore v0.1.0
 	github.com/ulule/limiter/v3 v3.11.2
 	golang.org/x/time v0.14.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -53,19 +57,20 @@ require (
 	go.uber.org/atomic v1.11.0 // indirect
 	go.uber.org/mock v0.5.0 // indirect
 	golang.org/x/arch v0.20.0 // indirect
-	golang.org/x/crypto v0.46.0 // indirect
-	golang.org/x/mod v0.30.0 // indirect
-	golang.org/x/net v0.48.0 // indirect
-	golang.org/x/sync v0.19.0 // indirect
-	golang.org/x/sys v0.39.0 // indirect
-	golang.org/x/text v0.32.0 // indirect
-	golang.org/x/tools v0.39.0 // indirect
-	google.golang.org/protobuf v1.36.9 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/mod v0.41.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	golang.org/x/tools v0.49.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
 )
 
 replace (
 	github.com/tokenfair/ratelimit => ../
 	github.com/tokenfair/ratelimit/echolimit => ../echolimit
 	github.com/tokenfair/ratelimit/ginlimit => ../ginlimit
+	github.com/tokenfair/ratelimit/grpclimit => ../grpclimit
 	github.com/tokenfair/ratelimit/redisstore => ../redisstore
 )
