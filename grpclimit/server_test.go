@@ -934,30 +934,41 @@ func TestMessageOutsideADecision(t *testing.T) {
 	assert.Nil(t, grpclimit.Message(context.Background()))
 }
 
-// BenchmarkUnaryInterceptor is the interceptor's own cost for an admitted
-// call, without a transport: bench/ compares whole calls.
+// BenchmarkUnaryInterceptor is the interceptor's own cost for a call,
+// admitted and refused, without a transport: bench/ compares whole calls.
 func BenchmarkUnaryInterceptor(b *testing.B) {
-	store, err := memorystore.New(nil)
-	require.NoError(b, err)
-	l, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1_000_000_000).WithBurst(1_000_000_000)})
-	require.NoError(b, err)
-	s, err := grpclimit.NewServer(l, byXAPIKey, &ratelimit.MiddlewareOptions{Quiet: true})
-	require.NoError(b, err)
-	intercept := s.UnaryInterceptor()
-	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(
-		":authority", "bufconn", "content-type", "application/grpc", "user-agent", "grpc-go/1.85.0", "x-api-key", "k1"))
-	ctx = grpc.NewContextWithServerTransportStream(ctx, nullTransportStream{})
-	info := &grpc.UnaryServerInfo{FullMethod: "/test.Echo/Echo"}
-	in := wrapperspb.String("Paris")
-	handler := func(context.Context, any) (any, error) { return in, nil }
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if _, err := intercept(ctx, in, info, handler); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	for _, bc := range []struct {
+		name  string
+		limit ratelimit.Limit
+	}{
+		{"allowed", ratelimit.PerSecond(1_000_000_000).WithBurst(1_000_000_000)},
+		{"refused", ratelimit.Per(1, 24*time.Hour)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			store, err := memorystore.New(nil)
+			require.NoError(b, err)
+			l, err := ratelimit.New(store, ratelimit.Policy{Limit: bc.limit})
+			require.NoError(b, err)
+			s, err := grpclimit.NewServer(l, byXAPIKey, &ratelimit.MiddlewareOptions{Quiet: true})
+			require.NoError(b, err)
+			intercept := s.UnaryInterceptor()
+			ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(
+				":authority", "bufconn", "content-type", "application/grpc", "user-agent", "grpc-go/1.85.0", "x-api-key", "k1"))
+			ctx = grpc.NewContextWithServerTransportStream(ctx, nullTransportStream{})
+			info := &grpc.UnaryServerInfo{FullMethod: "/test.Echo/Echo"}
+			in := wrapperspb.String("Paris")
+			handler := func(context.Context, any) (any, error) { return in, nil }
+			_, _ = intercept(ctx, in, info, handler) // the refused one's only token
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := intercept(ctx, in, info, handler); (err != nil) != (bc.name == "refused") {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
 }
 
 // nullTransportStream is where grpc.SetHeader and grpc.SetTrailer put
