@@ -88,7 +88,7 @@ func writeStatus(w http.ResponseWriter, r *http.Request, st *status.Status, retr
 		b, _ := json.Marshal(wireErrorOf(st))
 		h.Set("Content-Type", "application/json")
 		h.Set("Content-Length", strconv.Itoa(len(b)))
-		w.WriteHeader(connectHTTPStatus(st.Code()))
+		w.WriteHeader(statusOfCode(st.Code()))
 		w.Write(b)
 	}
 }
@@ -218,20 +218,4 @@ func connectCode(c codes.Code) string {
 		return "invalid_argument"
 	}
 	return "internal"
-}
-
-// connectHTTPStatus returns the HTTP status of a Connect unary error of
-// code c, of the codes this file answers.
-func connectHTTPStatus(c codes.Code) int {
-	switch c {
-	case codes.ResourceExhausted:
-		return http.StatusTooManyRequests
-	case codes.Unavailable:
-		return http.StatusServiceUnavailable
-	case codes.Unauthenticated:
-		return http.StatusUnauthorized
-	case codes.InvalidArgument:
-		return http.StatusBadRequest
-	}
-	return http.StatusInternalServerError
 }

@@ -263,7 +263,13 @@ func httpStatus(err error) int {
 	if !ok {
 		st = status.FromContextError(err) // as grpc-go answers such an error
 	}
-	switch st.Code() {
+	return statusOfCode(st.Code())
+}
+
+// statusOfCode returns the HTTP status of the gRPC code c (see NewServer),
+// which is also the status of a Connect unary error of c.
+func statusOfCode(c codes.Code) int {
+	switch c {
 	case codes.OK:
 		return http.StatusOK
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
