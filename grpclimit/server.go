@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tokenfair/ratelimit"
 )
@@ -70,7 +71,8 @@ type Server struct {
 // OutOfRange 400; Unauthenticated 401; PermissionDenied 403; NotFound 404;
 // AlreadyExists, Aborted 409; ResourceExhausted 429; Canceled 499;
 // Unimplemented 501; Unavailable 503; DeadlineExceeded 504; any other code
-// 500. A login guard counts only failed logins with
+// 500. The wire size of its answer is the bytes of its body, which a policy
+// of "content-bytes" is charged (a stream message is charged 1). A login guard counts only failed logins with
 // CountIf: func(s int) bool { return s == 401 }.
 func NewServer(l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.MiddlewareOptions) (*Server, error) {
 	var o ratelimit.MiddlewareOptions
@@ -114,7 +116,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 			_ = grpc.SetHeader(ctx, md) // merged with the handler's; it fails only once headers are sent
 		}
 		resp, err = handler(r.Context(), req)
-		return httpStatus(err), 0
+		return httpStatus(err), sizeOf(resp, err)
 	})
 	if admitted {
 		return resp, err
@@ -176,6 +178,17 @@ func (ms *meteredStream) RecvMsg(msg any) error {
 		ms.trailer = md
 	}
 	return nil
+}
+
+// sizeOf returns the bytes of the answer resp of a unary handler that
+// returned err, which a policy of "content-bytes" is charged: the size of
+// the message in the wire format, 0 for an error or a message that is not
+// a protobuf one.
+func sizeOf(resp any, err error) int64 {
+	if m, ok := resp.(proto.Message); ok && err == nil {
+		return int64(proto.Size(m))
+	}
+	return 0
 }
 
 // messageKey is the context key of the message that Message returns.

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -979,3 +980,19 @@ func (nullTransportStream) Method() string               { return "/test.Echo/Ec
 func (nullTransportStream) SetHeader(metadata.MD) error  { return nil }
 func (nullTransportStream) SendHeader(metadata.MD) error { return nil }
 func (nullTransportStream) SetTrailer(metadata.MD) error { return nil }
+
+// A policy of content-bytes charges a unary call the size of its answer
+// in the wire format, so that gRPC is no way around a budget of bytes.
+func TestContentBytesOfAnswer(t *testing.T) {
+	clock := new(storetest.Clock)
+	l := fakeClockLimiter(t, clock, ratelimit.Policy{Name: "bytes", Unit: "content-bytes", Limit: ratelimit.Per(1000, time.Hour)})
+	answer := nameStruct("a name of some length")
+	svc := &echo{handle: func(context.Context, *wrapperspb.StringValue) (*structpb.Struct, error) { return answer, nil }}
+	conn := dialBufconn(t, newLimitedServer(t, svc, l, byXAPIKey, nil), "")
+	for range 3 {
+		require.NoError(t, invokeEcho(t, conn, "Echo", "x", "x-api-key", "k1").err)
+	}
+	res, err := l.Take(context.Background(), ratelimit.KeyOfAPIKey("X-API-Key", "k1"), 0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1000-3*proto.Size(answer)), res.Remaining, "three answers of %d bytes", proto.Size(answer))
+}
