@@ -202,11 +202,22 @@ type messageKey struct{}
 func Message(ctx context.Context) any { return ctx.Value(messageKey{}) }
 
 // call is one decision: the request made of a unary call or of a stream
-// message, and the answer the Middleware gives it, in one allocation.
+// message, the answer the Middleware gives it, and the context of the
+// request, the call's with the message for Message, in one allocation.
 type call struct {
+	context.Context // the call's
+	msg             any
 	answer
 	url url.URL
-	req http.Request
+}
+
+// Value returns the message for messageKey{}, else the call context's
+// value for key.
+func (c *call) Value(key any) any {
+	if key == (messageKey{}) {
+		return c.msg
+	}
+	return c.Context.Value(key)
 }
 
 // request returns the HTTP request made of a call of method whose message
@@ -222,8 +233,9 @@ func (c *call) request(ctx context.Context, method string, msg any) *http.Reques
 			h[ck] = v
 		}
 	}
+	c.Context, c.msg = ctx, msg
 	c.url.Path = method
-	c.req = http.Request{
+	r := (&http.Request{
 		Method:        http.MethodPost,
 		URL:           &c.url,
 		RequestURI:    method,
@@ -232,14 +244,14 @@ func (c *call) request(ctx context.Context, method string, msg any) *http.Reques
 		Header:        h,
 		Body:          http.NoBody,
 		ContentLength: -1,
-	}
+	}).WithContext(c)
 	if a := h[":authority"]; len(a) == 1 {
-		c.req.Host = a[0]
+		r.Host = a[0]
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		c.req.RemoteAddr = p.Addr.String()
+		r.RemoteAddr = p.Addr.String()
 	}
-	return c.req.WithContext(context.WithValue(ctx, messageKey{}, msg))
+	return r
 }
 
 // canonicalKey returns http.CanonicalHeaderKey(k) of a metadata key k,

@@ -285,6 +285,42 @@ func TestUnaryRefusal(t *testing.T) {
 	assert.NoError(t, invokeEcho(t, conn, "Echo", "Paris", "x-api-key", "k1").err, "after the wait")
 }
 
+// Refusals share a status only when they tell the same policy and the
+// same wait, to the millisecond: interleaved refusals of two policies, and
+// one policy's refusals a microsecond and a millisecond apart, each tell
+// their own.
+func TestRefusalsShareOnlyTheSameStatus(t *testing.T) {
+	clock := new(storetest.Clock)
+	l := fakeClockLimiter(t, clock, ratelimit.Policy{Limit: ratelimit.PerSecond(1)})
+	other := fakeClockLimiter(t, clock, ratelimit.Policy{Name: "other", Limit: ratelimit.PerSecond(1)})
+	conn := dialBufconn(t, newLimitedServer(t, &echo{}, l, byXAPIKey, &ratelimit.MiddlewareOptions{Clock: clock.Now}), "")
+	otherConn := dialBufconn(t, newLimitedServer(t, &echo{}, other, byXAPIKey, &ratelimit.MiddlewareOptions{Clock: clock.Now}), "")
+	require.NoError(t, invokeEcho(t, conn, "Echo", "Paris", "x-api-key", "k").err)
+	require.NoError(t, invokeEcho(t, otherConn, "Echo", "Paris", "x-api-key", "k").err)
+
+	for _, step := range []struct {
+		advance time.Duration
+		wait    time.Duration
+		push    string
+		other   bool // the other policy refuses too, after
+	}{
+		{0, time.Second, "1000", false},
+		{time.Microsecond, time.Second, "1000", false}, // 999.999ms, told as 1s
+		{time.Millisecond, 999 * time.Millisecond, "999", true},
+		{0, 999 * time.Millisecond, "999", false},
+		{250 * time.Millisecond, 749 * time.Millisecond, "749", true},
+		{0, 749 * time.Millisecond, "749", true},
+	} {
+		clock.Advance(step.advance)
+		r := invokeEcho(t, conn, "Echo", "Paris", "x-api-key", "k")
+		requireRefusal(t, r.err, r.trailer, step.wait, step.push, "default")
+		if step.other {
+			r = invokeEcho(t, otherConn, "Echo", "Paris", "x-api-key", "k")
+			requireRefusal(t, r.err, r.trailer, step.wait, step.push, "other")
+		}
+	}
+}
+
 func TestUnaryRefusalCalendarQuota(t *testing.T) {
 	clock := new(storetest.Clock) // 2026-01-01T00:00Z
 	clock.Advance(6 * time.Hour)

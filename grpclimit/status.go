@@ -2,15 +2,16 @@ package grpclimit
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
-	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tokenfair/ratelimit"
@@ -39,49 +40,80 @@ func pushback(d time.Duration) string {
 // RESOURCE_EXHAUSTED naming the refusing policies, with a RetryInfo of the
 // wait and a QuotaFailure of a violation per refusing policy.
 func refusal(res ratelimit.Result) *status.Status {
-	var names []string
+	wait := time.Duration(0) // no wait allows it: no RetryInfo, which would say "now"
+	if res.RetryAfter > 0 {
+		wait = retryDelay(res.RetryAfter)
+	}
+	var one *ratelimit.Policy
+	n := 0
+	eachRefusing(res, func(p *ratelimit.Policy) { one, n = p, n+1 })
+	if last := lastRefusal.Load(); n == 1 && last != nil && last.policy == one && last.wait == wait {
+		return last.st
+	}
 	qf := &errdetails.QuotaFailure{}
-	for _, r := range refusing(res) {
-		names = append(names, r.Policy.Name)
+	msg := "rate limited by policy "
+	eachRefusing(res, func(p *ratelimit.Policy) {
+		if len(qf.Violations) > 0 {
+			msg += ", "
+		}
+		msg += p.Name
 		qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
-			Subject:     r.Policy.Name,
-			Description: fmt.Sprintf("%s: %v; retry after %v", r.Policy.Name, r.Policy.Limit, retryDelay(r.RetryAfter)),
+			Subject:     p.Name,
+			Description: "the limit of policy " + p.Name + " is reached",
 		})
+	})
+	sp := &spb.Status{Code: int32(codes.ResourceExhausted), Message: msg, Details: make([]*anypb.Any, 0, 2)}
+	if wait > 0 {
+		sp.Details = append(sp.Details, detail(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}))
 	}
-	st := status.New(codes.ResourceExhausted, "rate limited by policy "+strings.Join(names, ", "))
-	details := []protoadapt.MessageV1{qf}
-	if res.RetryAfter > 0 { // else no wait allows it: no RetryInfo, which would say "now"
-		details = []protoadapt.MessageV1{&errdetails.RetryInfo{RetryDelay: durationpb.New(retryDelay(res.RetryAfter))}, qf}
-	}
-	if d, err := st.WithDetails(details...); err == nil {
-		st = d
+	sp.Details = append(sp.Details, detail(qf))
+	st := status.FromProto(sp)
+	if n == 1 {
+		lastRefusal.Store(&refused{one, wait, st})
 	}
 	return st
 }
 
-// refusing returns the refusing results of res: each policy's that
-// refused, or res itself for a Limiter of one policy.
-func refusing(res ratelimit.Result) []ratelimit.Result {
-	var out []ratelimit.Result
+// lastRefusal is the status of the last refusal by one policy: a flood of
+// refusals by it with the same wait, to the millisecond (a client that
+// retries at once, or many clients of one bucket), shares one status
+// rather than building one each, which costs more than deciding.
+var lastRefusal atomic.Pointer[refused]
+
+// refused is a refusal's status, and the policy and the wait it tells.
+type refused struct {
+	policy *ratelimit.Policy
+	wait   time.Duration
+	st     *status.Status
+}
+
+// eachRefusing calls f with each policy whose refusal of res counts: each
+// that refused, not in dry run, or res's own for a Limiter of one policy.
+func eachRefusing(res ratelimit.Result, f func(*ratelimit.Policy)) {
+	n := 0
 	for _, r := range res.Results {
 		if !r.Allowed && r.Policy != nil && !r.Policy.DryRun {
-			out = append(out, r)
+			f(r.Policy)
+			n++
 		}
 	}
-	if len(out) == 0 && res.Policy != nil {
-		out = append(out, res)
+	if n == 0 && res.Policy != nil {
+		f(res.Policy)
 	}
-	return out
+}
+
+// detail returns m as a status detail; nil if it cannot be encoded, which
+// a message of this package always can.
+func detail(m proto.Message) *anypb.Any {
+	a, _ := anypb.New(m)
+	return a
 }
 
 // unavailable returns the status of a call that could not be decided
 // because the store failed: UNAVAILABLE, with a RetryInfo of a second.
 func unavailable(msg string) *status.Status {
-	st := status.New(codes.Unavailable, msg)
-	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)}); err == nil {
-		st = d
-	}
-	return st
+	return status.FromProto(&spb.Status{Code: int32(codes.Unavailable), Message: msg,
+		Details: []*anypb.Any{detail(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})}})
 }
 
 // failure returns the status of a call that could not be decided because
