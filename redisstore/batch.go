@@ -185,7 +185,7 @@ func (r *round) exec(s *Store) {
 	if len(r.calls) == 0 {
 		return
 	}
-	groups, cmds := dispatch(r.ctx, s.proc, r.calls)
+	groups, cmds := s.dispatch(r.ctx, r.calls)
 	s.dials.done(&r.watch)
 	r.cancel()
 	timedOut := !time.Now().Before(r.deadline)
@@ -207,21 +207,31 @@ func (r *round) exec(s *Store) {
 }
 
 // dispatch sends calls, one group each, in one round trip: in as few
-// script calls as split allows, pipelined when there are several, and again
-// as EVAL those that meet NOSCRIPT (a Redis restarted, or SCRIPT FLUSH),
-// which loads the script, in a second round trip. It returns the script
-// calls and the calls each decided.
-func dispatch(ctx context.Context, p processor, calls []*call) ([][]*call, []*redis.Cmd) {
-	groups := split(p, calls)
+// script calls as split allows, pipelined when there are several (see
+// Store.send). It returns the script calls and the calls each decided.
+func (s *Store) dispatch(ctx context.Context, calls []*call) ([][]*call, []*redis.Cmd) {
+	groups := split(s.proc, calls)
 	cmds := make([]*redis.Cmd, len(groups))
 	for i, g := range groups {
 		cmds[i] = command(ctx, g)
 	}
 	if len(cmds) == 1 {
-		cmds[0] = process(ctx, p, cmds[0])
+		cmds[0] = s.process(ctx, cmds[0])
 		return groups, cmds
 	}
-	pipeline(ctx, p, cmds)
+	s.send(ctx, cmds)
+	return groups, cmds
+}
+
+// send sends cmds, script calls, in one round trip (the command alone, or
+// a pipeline, which go-redis splits by node on a ClusterClient or a Ring),
+// and again as EVAL, which loads the script, those that meet NOSCRIPT (a
+// Redis restarted or promoted, or SCRIPT FLUSH), in a second. With
+// Options.WaitReplicas, each round trip ends with a WAIT on the primary
+// that ran the script calls, whose writes fail unless acknowledged. Each
+// of cmds is replaced by the command whose reply or error it has.
+func (s *Store) send(ctx context.Context, cmds []*redis.Cmd) {
+	s.trip(ctx, cmds)
 	var retry []int
 	for i, cmd := range cmds {
 		if isNoScript(cmd.Err()) {
@@ -229,14 +239,39 @@ func dispatch(ctx context.Context, p processor, calls []*call) ([][]*call, []*re
 			retry = append(retry, i)
 		}
 	}
-	if retry != nil {
-		again := make([]*redis.Cmd, len(retry))
-		for j, i := range retry {
-			again[j] = cmds[i]
-		}
-		pipeline(ctx, p, again)
+	if retry == nil {
+		return
 	}
-	return groups, cmds
+	again := make([]*redis.Cmd, len(retry))
+	for j, i := range retry {
+		again[j] = cmds[i]
+	}
+	s.trip(ctx, again)
+}
+
+// trip sends cmds in one round trip, as send says.
+func (s *Store) trip(ctx context.Context, cmds []*redis.Cmd) {
+	if s.replicas == 0 {
+		pipe := s.proc.Pipeline()
+		for _, cmd := range cmds {
+			_ = pipe.Process(ctx, cmd)
+		}
+		_, _ = pipe.Exec(ctx)
+		return
+	}
+	// A WAIT counts the writes of its own connection: it goes in one
+	// pipeline with them, on their primary's client. On a Cluster, the
+	// commands of each primary go one primary after another.
+	for p, cmds := range s.byPrimary(ctx, cmds) {
+		pipe := p.Pipeline()
+		for _, cmd := range cmds {
+			_ = pipe.Process(ctx, cmd)
+		}
+		wait := s.waitCmd(ctx)
+		_ = pipe.Process(ctx, wait)
+		_, _ = pipe.Exec(ctx)
+		s.acked(wait, cmds...)
+	}
 }
 
 // split divides calls into the script calls that decide them: all in one
@@ -266,15 +301,4 @@ func split(p processor, calls []*call) [][]*call {
 		groups[i] = calls[i : i+1 : i+1]
 	}
 	return groups
-}
-
-// pipeline sends cmds in one pipeline. Each gets its own reply or error:
-// go-redis splits the pipeline by node on a ClusterClient or a Ring, and
-// sets the error of a failed round trip on every command it carried.
-func pipeline(ctx context.Context, p processor, cmds []*redis.Cmd) {
-	pipe := p.Pipeline()
-	for _, cmd := range cmds {
-		_ = pipe.Process(ctx, cmd)
-	}
-	_, _ = pipe.Exec(ctx)
 }

@@ -230,7 +230,7 @@ func (s *Store) lease(ctx context.Context, back *call, fp uint64, p *ratelimit.P
 				s.runAlone(ctx, c)
 			}
 		} else {
-			groups, cmds := dispatch(ctx, s.proc, calls)
+			groups, cmds := s.dispatch(ctx, calls)
 			for i, g := range groups {
 				settle(cmds[i], g...)
 			}

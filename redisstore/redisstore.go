@@ -50,6 +50,8 @@ type Store struct {
 	seed     maphash.Seed // of the fingerprints the refusal cache and the leases know keys by
 	refusals *refusals    // nil with Options.NoRefusalCache
 	leases   *leases      // nil without Options.Lease
+	nodes    *nodes       // on a ClusterClient: a batcher per primary
+	replicas int64        // Options.WaitReplicas
 }
 
 // processor is what every go-redis client (Client, ClusterClient, Ring,
@@ -98,6 +100,16 @@ type Options struct {
 	// Prefix the same Lease. Default: 0, no leases; 20 to 100 ms suits most
 	// services; at most 1 minute, in whole milliseconds.
 	Lease time.Duration
+	// WaitReplicas, if set, makes every decision wait until that many
+	// replicas have its writes (Redis WAIT, in the same round trip, within
+	// Timeout), so that a primary's death loses none of them when Sentinel
+	// or the Cluster promotes a replica that has them; a decision not
+	// acknowledged in time fails with ratelimit.ErrStore (a failover.Store
+	// applies its Mode), its tokens spent. A network partition can still
+	// lose writes, as Redis documents. It costs the replicas' round trip
+	// on every decision. Only on a *redis.Client (a Sentinel failover
+	// client is one) or a *redis.ClusterClient. Default: 0, no wait.
+	WaitReplicas int
 	// SkipContextTimeoutCheck lets New accept a client created without
 	// ContextTimeoutEnabled, on which a hung Redis holds a call for the
 	// client's ReadTimeout. Default: false.
@@ -122,6 +134,10 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 		return nil, errors.New("redisstore: New: nil client")
 	case o.Lease < 0 || o.Lease > time.Minute || o.Lease%time.Millisecond != 0:
 		return nil, fmt.Errorf("redisstore: Options.Lease %v: want whole milliseconds up to 1m, or 0 for no leases", o.Lease)
+	case o.WaitReplicas < 0:
+		return nil, fmt.Errorf("redisstore: Options.WaitReplicas %d: want a count of replicas, or 0 for none", o.WaitReplicas)
+	case o.WaitReplicas > 0 && !waitable(client):
+		return nil, fmt.Errorf("redisstore: Options.WaitReplicas %d: the %T cannot say which primary ran a write; use a *redis.Client or a *redis.ClusterClient", o.WaitReplicas, client)
 	case o.Timeout < 0:
 		return nil, fmt.Errorf("redisstore: Options.Timeout %v: want a positive timeout, or 0 for 100ms", o.Timeout)
 	case !o.SkipContextTimeoutCheck && !contextTimeoutEnabled(client):
@@ -142,11 +158,25 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 		s.leases = newLeases(int64(o.Lease), local)
 	}
 	s.proc, _ = client.(processor)
+	s.replicas = int64(o.WaitReplicas)
+	if _, ok := client.(*redis.ClusterClient); ok {
+		s.nodes = &nodes{batchers: make(map[string]*batcher)}
+	}
 	s.dials = watchDials(client)
 	if s.dials != nil && s.batching {
 		s.dials.queue = &s.batch
 	}
 	return s, nil
+}
+
+// waitable reports whether the writes of client can be followed by a WAIT
+// on the primary that ran them.
+func waitable(c redis.Scripter) bool {
+	switch c.(type) {
+	case *redis.Client, *redis.ClusterClient:
+		return true
+	}
+	return false
 }
 
 // contextTimeoutEnabled reports whether a client of a known type honours

@@ -280,7 +280,7 @@ func (c *call) argv() []any { return c.args[3+c.n:] }
 // alone.
 func (s *Store) decide(c *call) ([]any, error) {
 	if s.proc != nil && s.batching {
-		return s.batch.send(s, c)
+		return s.batcher(c).send(s, c)
 	}
 	s.alone(c)
 	return c.reply, c.err
@@ -297,7 +297,7 @@ func (s *Store) alone(c *call) {
 	if s.proc == nil {
 		s.runAlone(ctx, c)
 	} else {
-		settle(process(ctx, s.proc, redis.NewCmd(ctx, c.args...)), c)
+		settle(s.process(ctx, redis.NewCmd(ctx, c.args...)), c)
 	}
 	s.dials.done(&w) // before reading w.cause
 	if c.err != nil && !errors.Is(c.err, storeerr.ErrKeyState) {
@@ -388,14 +388,20 @@ func keyError(reqs []ratelimit.BatchItem, err error) error {
 	return fmt.Errorf("redisstore: %s: %w", b.String(), err)
 }
 
-// process sends cmd alone, and again as EVAL on NOSCRIPT.
-func process(ctx context.Context, p processor, cmd *redis.Cmd) *redis.Cmd {
-	_ = p.Process(ctx, cmd)
-	if isNoScript(cmd.Err()) {
-		cmd = evalOf(ctx, cmd)
-		_ = p.Process(ctx, cmd)
+// process sends cmd alone (see send), and returns the command whose reply
+// or error it has.
+func (s *Store) process(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
+	if s.replicas == 0 { // the common case, without send's allocations
+		_ = s.proc.Process(ctx, cmd)
+		if isNoScript(cmd.Err()) {
+			cmd = evalOf(ctx, cmd)
+			_ = s.proc.Process(ctx, cmd)
+		}
+		return cmd
 	}
-	return cmd
+	cmds := []*redis.Cmd{cmd}
+	s.send(ctx, cmds)
+	return cmds[0]
 }
 
 // evalOf returns cmd, an EVALSHA of the take script, as an EVAL, which
