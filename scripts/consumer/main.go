@@ -42,7 +42,7 @@ import (
 // the core itself). examples and bench are not published.
 const root = "github.com/tokenfair/ratelimit"
 
-var published = []string{"", "ginlimit", "echolimit", "redisstore", "metrics"}
+var published = []string{"", "ginlimit", "echolimit", "redisstore", "metrics", "grpclimit"}
 
 // packages are what the consumer program imports, each fetched with go get
 // the way the README tells a user to.
@@ -54,6 +54,7 @@ var packages = []string{
 	root + "/echolimit",
 	root + "/redisstore",
 	root + "/metrics",
+	root + "/grpclimit",
 }
 
 //go:embed testdata/main.go

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -19,6 +20,7 @@ import (
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/echolimit"
 	"github.com/tokenfair/ratelimit/ginlimit"
+	"github.com/tokenfair/ratelimit/grpclimit"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/metrics"
 	"github.com/tokenfair/ratelimit/nethttp"
@@ -90,6 +92,24 @@ func main() {
 	must(guarded.Reset(context.Background(), id))
 	check("penalty box after Limiter.Reset", login)
 
+	// RPCs: a refusal in the caller's protocol (Connect, for a request in
+	// none), and a gRPC server's interceptors over the same limiter.
+	rpc, err := ratelimit.New(store, ratelimit.Policy{Name: "rpc", Limit: limit})
+	must(err)
+	rmw, err := ratelimit.NewMiddleware(rpc, key, &ratelimit.MiddlewareOptions{OnDeny: grpclimit.OnDeny})
+	must(err)
+	connect := nethttp.Wrap(rmw)(ok)
+	check("grpclimit.OnDeny", connect)
+	w = httptest.NewRecorder()
+	connect.ServeHTTP(w, request())
+	if !strings.Contains(w.Body.String(), `"code":"resource_exhausted"`) {
+		fmt.Printf("grpclimit.OnDeny: body %q, want a Connect error resource_exhausted\n", w.Body.String())
+		failed = true
+	}
+	srv, err := grpclimit.NewServer(rpc, key, nil)
+	must(err)
+	_, _ = srv.UnaryInterceptor(), srv.StreamInterceptor()
+
 	// A Redis store over a client that is never asked anything.
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	_, err = redisstore.New(client, &redisstore.Options{Lease: 50 * time.Millisecond})
@@ -99,7 +119,7 @@ func main() {
 	if failed {
 		os.Exit(1)
 	}
-	fmt.Println("consumer: nethttp, ginlimit, echolimit, memorystore, metrics, the penalty box, Reset and redisstore work")
+	fmt.Println("consumer: nethttp, ginlimit, echolimit, memorystore, metrics, the penalty box, Reset, grpclimit and redisstore work")
 }
 
 func must(err error) {
