@@ -161,8 +161,7 @@ func (a errorAnswers) logger() *slog.Logger {
 }
 
 // logRefusal logs the refusal p of err, a 400 or 401: at the warning level
-// if it is the first of its kind, with the detail that quotes no value,
-// else at the debug level, with the error, which may quote the value at
+// if it is the first of its kind (see logFirstRefusal), else at the debug level, with the error, which may quote the value at
 // fault (a forwarding header's entry, clipped), never an API key or user ID.
 // A misconfiguration (a 500 that every request gets alike) is logged the
 // same way, the first at the error level, with the error, which names
@@ -173,8 +172,7 @@ func (a errorAnswers) logRefusal(log *slog.Logger, r *http.Request, err error, p
 		return
 	}
 	if !p.misconfigured && a.refusals.first(p.kind) {
-		log.WarnContext(r.Context(), "ratelimit: refused a request that cannot be limited (the first of its kind)",
-			"refusal", p.kind.String(), "status", p.status, "detail", p.detail, "method", r.Method, "path", r.URL.Path)
+		logFirstRefusal(log, r, err, p)
 		return
 	}
 	log.DebugContext(r.Context(), "ratelimit: cannot decide request", "method", r.Method, "path", r.URL.Path, "status", p.status, "err", err)
@@ -191,8 +189,18 @@ func (a errorAnswers) noteRefusal(r *http.Request, err error) {
 		logMisconfigured(a.logger(), r, err, p)
 		return
 	}
-	a.logger().WarnContext(r.Context(), "ratelimit: refused a request that cannot be limited (the first of its kind)",
-		"refusal", p.kind.String(), "status", p.status, "detail", p.detail, "method", r.Method, "path", r.URL.Path)
+	logFirstRefusal(a.logger(), r, err, p)
+}
+
+// logFirstRefusal logs the first refusal p of its kind, of err, at the
+// warning level, with the detail that quotes no value, and for a 401 the
+// error too, which names what was looked for and found nothing.
+func logFirstRefusal(log *slog.Logger, r *http.Request, err error, p problem) {
+	attrs := []any{"refusal", p.kind.String(), "status", p.status, "detail", p.detail, "method", r.Method, "path", r.URL.Path}
+	if p.status == http.StatusUnauthorized {
+		attrs = append(attrs, "err", err)
+	}
+	log.WarnContext(r.Context(), "ratelimit: refused a request that cannot be limited (the first of its kind)", attrs...)
 }
 
 // logMisconfigured logs the first answer p to err, a misconfiguration, at

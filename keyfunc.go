@@ -175,12 +175,21 @@ func (c *apiKeyCache) key(secret string) string {
 // decimal, so 42, "42" and UserID("42") are one user; an ID longer than 128
 // bytes is hashed. No value or an empty ID gives an error wrapping
 // ErrMissingKey; a value of another type is the server's mistake, an error
-// naming the type (500 by default). It panics when ctxKey is nil.
+// naming the type (500 by default); both errors name ctxKey and its type,
+// for the log: a context key of the wrong type finds nothing. It panics
+// when ctxKey is nil.
 func KeyByContextValue(ctxKey any) KeyFunc {
 	if ctxKey == nil {
 		panic(errors.New("ratelimit: KeyByContextValue: nil context key"))
 	}
-	return func(r *http.Request) (string, error) { return keyErrors.User(r.Context().Value(ctxKey)) }
+	under := fmt.Sprintf("KeyByContextValue(%#v)", ctxKey)
+	return func(r *http.Request) (string, error) {
+		id, err := keyErrors.User(r.Context().Value(ctxKey))
+		if err != nil {
+			return "", fmt.Errorf("%w (%s)", err, under)
+		}
+		return id, nil
+	}
 }
 
 // KeyByIP returns a KeyFunc that keys requests by the client's address,

@@ -163,6 +163,24 @@ func TestKeyByContextValue(t *testing.T) {
 	assert.Len(t, got, len("user#:")+22, "long ID key %q", got)
 }
 
+// A context key that finds nothing, or a value of a type that is no ID,
+// is named in the error, which the log shows, with its type: a key of the
+// wrong type (the string "user" for a struct type) is the usual mistake.
+func TestKeyByContextValueNamesItsKey(t *testing.T) {
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, "alice"))
+	_, err := KeyByContextValue("user")(r)
+	require.ErrorIs(t, err, ErrMissingKey)
+	assert.EqualError(t, err, `ratelimit: missing key: no user ID in the request's context (KeyByContextValue("user"))`)
+
+	r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, 1.5))
+	_, err = KeyByContextValue(ctxKey{})(r)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "KeyByContextValue(ratelimit.ctxKey{})", "the key and its type")
+	assert.Contains(t, err.Error(), "is a float64", "the value's type")
+
+}
+
 // An ID is an ID whatever its type: the int 42, the string "42", the
 // uint64 42 and a Stringer that says "42" are one user.
 func TestKeyByContextValueOneIDOneKey(t *testing.T) {

@@ -75,6 +75,20 @@ func TestKeyByContextValueUnusableTypeIs500(t *testing.T) {
 	}
 }
 
+// A context key of the wrong type finds nothing: the 401's first log line
+// names the key and its type, which is what the developer must fix.
+func TestKeyByContextValueWrongKeyLogged(t *testing.T) {
+	var logs bytes.Buffer
+	h := newHarness(t, setup{limit: ratelimit.PerSecond(5), key: ratelimit.KeyByContextValue("user"),
+		opts: &ratelimit.MiddlewareOptions{Logger: lineLogger(&logs, slog.LevelInfo)},
+		next: func(http.ResponseWriter, *http.Request) { t.Error("the handler runs") }})
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r = r.WithContext(context.WithValue(r.Context(), userKey{}, "alice"))
+	assert.Equal(t, http.StatusUnauthorized, serve(h, r).Code)
+	assert.Contains(t, logs.String(), `KeyByContextValue(\"user\")`, logs.String())
+	assert.NotContains(t, logs.String(), "alice")
+}
+
 // One credential is one client however its scheme is spelled: the four
 // spellings of one bearer token share one bucket of 2.
 func TestKeyByAPIKeyAuthorizationOneBucket(t *testing.T) {
