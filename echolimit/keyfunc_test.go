@@ -120,3 +120,32 @@ func TestKeyByRealIPExtractors(t *testing.T) {
 		}
 	}
 }
+
+// One trusted proxy, exactly: ExtractIPFromXFFHeader trusts loopback,
+// link-local and private addresses unless told not to, so docs/frameworks.md
+// turns those off and trusts the proxy's address alone. A forged
+// X-Forwarded-For from any other peer, private ones included, is ignored.
+func TestKeyByRealIPOneTrustedProxy(t *testing.T) {
+	_, proxy, err := net.ParseCIDR("10.0.0.5/32")
+	require.NoError(t, err)
+	e := echo.New()
+	e.IPExtractor = echo.ExtractIPFromXFFHeader(
+		echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false),
+		echo.TrustIPRange(proxy))
+	byIP, err := echolimit.KeyByRealIP(nil)
+	require.NoError(t, err)
+	for _, tc := range []struct{ peer, xff, want string }{
+		{"10.0.0.5:1234", "203.0.113.7", "ip:203.0.113.7"},          // through the proxy
+		{"10.0.0.5:1234", "6.6.6.6, 203.0.113.7", "ip:203.0.113.7"}, // the client's own entry is not believed
+		{"10.0.0.6:1234", "203.0.113.7", "ip:10.0.0.6"},             // a private peer that is not the proxy
+		{"127.0.0.1:1234", "203.0.113.7", "ip:127.0.0.1"},           // nor is loopback
+		{"198.51.100.9:1234", "203.0.113.7", "ip:198.51.100.9"},     // nor anyone else
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.RemoteAddr = tc.peer
+		r.Header.Set("X-Forwarded-For", tc.xff)
+		got, err := byIP(e.NewContext(r, httptest.NewRecorder()))
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, got, "peer %s, X-Forwarded-For %q", tc.peer, tc.xff)
+	}
+}

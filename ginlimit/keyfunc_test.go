@@ -162,3 +162,27 @@ func TestKeyByClientIPDefaultEngine(t *testing.T) {
 		assert.Equal(t, http.StatusTooManyRequests, serve(e, "198.51.100.67:1", "X-Forwarded-For", "192.0.2.9"), "SetTrustedProxies %v: no platform header", trusted)
 	}
 }
+
+// One trusted proxy, exactly, as docs/frameworks.md sets it: Gin believes
+// X-Forwarded-For from 10.0.0.5 alone; a forged one from any other peer,
+// private ones included, is ignored.
+func TestKeyByClientIPOneTrustedProxy(t *testing.T) {
+	byIP, err := ginlimit.KeyByClientIP(nil)
+	require.NoError(t, err)
+	for _, tc := range []struct{ peer, xff, want string }{
+		{"10.0.0.5:1234", "203.0.113.7", "ip:203.0.113.7"},
+		{"10.0.0.5:1234", "6.6.6.6, 203.0.113.7", "ip:203.0.113.7"},
+		{"10.0.0.6:1234", "203.0.113.7", "ip:10.0.0.6"},
+		{"127.0.0.1:1234", "203.0.113.7", "ip:127.0.0.1"},
+	} {
+		c, e := gin.CreateTestContext(httptest.NewRecorder())
+		require.NoError(t, e.SetTrustedProxies([]string{"10.0.0.5"}))
+		e.RemoteIPHeaders = []string{"X-Forwarded-For"}
+		c.Request = httptest.NewRequest(http.MethodGet, "/", nil)
+		c.Request.RemoteAddr = tc.peer
+		c.Request.Header.Set("X-Forwarded-For", tc.xff)
+		got, err := byIP(c)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, got, "peer %s, X-Forwarded-For %q", tc.peer, tc.xff)
+	}
+}
