@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tokenfair/ratelimit/internal/clientkey"
+	"github.com/tokenfair/ratelimit/internal/sfv"
 )
 
 // maxHops is the number of forwarding entries examined from the right before
@@ -172,7 +173,7 @@ func scanForwarded(s string, ring *hopRing) {
 				continue
 			}
 			start := i
-			for i < len(s) && isTchar(s[i]) {
+			for i < len(s) && sfv.IsTChar(s[i]) {
 				i++
 			}
 			name := s[start:i]
@@ -292,13 +293,4 @@ func trimOWS(s string) string {
 // isDelim reports whether c ends an unquoted Forwarded value.
 func isDelim(c byte) bool {
 	return c == ';' || c == ',' || c == '"' || isOWS(c)
-}
-
-// isTchar reports whether c may appear in an RFC 9110 token.
-func isTchar(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	}
-	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }

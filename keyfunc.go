@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/tokenfair/ratelimit/internal/clientkey"
+	"github.com/tokenfair/ratelimit/internal/sfv"
 )
 
 // KeyFunc returns the key that identifies the client of a request: requests
@@ -134,7 +135,7 @@ func apiKeyErrors(header string) (missing, empty error) {
 // isToken reports whether s is an RFC 9110 token, such as a header name.
 func isToken(s string) bool {
 	for _, c := range []byte(s) {
-		if !isTchar(c) {
+		if !sfv.IsTChar(c) {
 			return false
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/tokenfair/ratelimit/internal/sfv"
 )
 
 // Quota is what a response declares of one limit: how much of it is left,
@@ -65,7 +67,7 @@ func lines(h http.Header, f field) []string {
 // value returns the field lines of f in h as one value, and false when
 // there is none or it is longer than the parser takes.
 func value(h http.Header, f field) (string, bool) {
-	v, ok := joinLines(lines(h, f))
+	v, ok := sfv.JoinLines(lines(h, f))
 	return v, ok && v != ""
 }
 
@@ -145,13 +147,13 @@ func countsRequests(unit string) bool { return unit == "requests" || unit == "re
 // drafts -08 to -11, calls each for the quota of every well-formed item,
 // and reports whether there was one.
 func readServiceLimits(h http.Header, v string, each func(Quota)) bool {
-	items, ok := parseList(v)
+	items, ok := sfv.ParseList(v)
 	if !ok {
 		return false
 	}
-	var policies []sfItem
+	var policies []sfv.Item
 	if v, ok := value(h, policyField); ok {
-		policies, _ = parseList(v)
+		policies, _ = sfv.ParseList(v)
 	}
 	found := false
 	for i := range items {
@@ -168,7 +170,7 @@ func readServiceLimits(h http.Header, v string, each func(Quota)) bool {
 // serviceLimit returns the quota of one RateLimit item: a name (a String,
 // or a Token as some servers send it), r, and the optional t, pk and c;
 // the pending revision of the draft spells r and t a and w.
-func serviceLimit(it *sfItem) (Quota, bool) {
+func serviceLimit(it *sfv.Item) (Quota, bool) {
 	name, ok := itemName(it)
 	if !ok {
 		return Quota{}, false
@@ -179,17 +181,17 @@ func serviceLimit(it *sfItem) (Quota, bool) {
 		return Quota{}, false
 	}
 	q := Quota{Policy: name, Remaining: left, Reset: seconds(reset)}
-	if c, ok := it.param("c"); ok {
-		if !nonNegative(c, sfInteger) {
+	if c, ok := it.Param("c"); ok {
+		if !nonNegative(c, sfv.Integer) {
 			return Quota{}, false
 		}
-		q.Cost = c.n
+		q.Cost = c.N
 	}
-	if pk, ok := it.param("pk"); ok {
-		if pk.kind != sfBytes {
+	if pk, ok := it.Param("pk"); ok {
+		if pk.Kind != sfv.Bytes {
 			return Quota{}, false
 		}
-		q.Partition = pk.s
+		q.Partition = pk.S
 	}
 	return q, true
 }
@@ -197,17 +199,17 @@ func serviceLimit(it *sfItem) (Quota, bool) {
 // eitherParam returns the value of it's parameter k, or of k2, its other
 // spelling, or what pick makes of both, and whether either is there. ok
 // is false when one that is there is no non-negative Integer.
-func eitherParam(it *sfItem, k, k2 string, pick func(x, y int64) int64) (n int64, found, ok bool) {
+func eitherParam(it *sfv.Item, k, k2 string, pick func(x, y int64) int64) (n int64, found, ok bool) {
 	for _, key := range [...]string{k, k2} {
-		v, has := it.param(key)
+		v, has := it.Param(key)
 		switch {
 		case !has:
-		case !nonNegative(v, sfInteger):
+		case !nonNegative(v, sfv.Integer):
 			return 0, false, false
 		case found:
-			n = pick(n, v.n)
+			n = pick(n, v.N)
 		default:
-			n, found = v.n, true
+			n, found = v.N, true
 		}
 	}
 	return n, found, true
@@ -216,58 +218,58 @@ func eitherParam(it *sfItem, k, k2 string, pick func(x, y int64) int64) (n int64
 // describe fills in q's Limit, Window and Unit, and its Partition if it has
 // none, from the RateLimit-Policy item of q's policy (and partition, when
 // several items share the name).
-func describe(q *Quota, policies []sfItem) {
-	var match *sfItem
+func describe(q *Quota, policies []sfv.Item) {
+	var match *sfv.Item
 	for i := range policies {
 		it := &policies[i]
 		if name, ok := itemName(it); !ok || name != q.Policy {
 			continue
 		}
-		pk, _ := it.param("pk")
-		if match == nil || pk.kind == sfBytes && pk.s == q.Partition {
+		pk, _ := it.Param("pk")
+		if match == nil || pk.Kind == sfv.Bytes && pk.S == q.Partition {
 			match = it
 		}
 	}
 	if match == nil {
 		return
 	}
-	if v, ok := match.param("q"); ok && nonNegative(v, sfInteger) {
-		q.Limit = v.n
+	if v, ok := match.Param("q"); ok && nonNegative(v, sfv.Integer) {
+		q.Limit = v.N
 	}
-	if v, ok := match.param("w"); ok && nonNegative(v, sfInteger) {
-		q.Window = seconds(v.n)
+	if v, ok := match.Param("w"); ok && nonNegative(v, sfv.Integer) {
+		q.Window = seconds(v.N)
 	}
-	if v, ok := match.param("qu"); ok && v.kind == sfString && v.s != "" {
-		q.Unit = v.s
+	if v, ok := match.Param("qu"); ok && v.Kind == sfv.String && v.S != "" {
+		q.Unit = v.S
 	}
-	if v, ok := match.param("pk"); ok && v.kind == sfBytes && q.Partition == "" {
-		q.Partition = v.s // the partition of a policy whose RateLimit item names none
+	if v, ok := match.Param("pk"); ok && v.Kind == sfv.Bytes && q.Partition == "" {
+		q.Partition = v.S // the partition of a policy whose RateLimit item names none
 	}
 }
 
 // readDraft07 reads v, the value of RateLimit, as the Dictionary of draft
 // -07, with the window of the first RateLimit-Policy item (`10;w=1`).
 func readDraft07(h http.Header, v string) (Quota, bool) {
-	members, ok := parseDictionary(v)
+	members, ok := sfv.ParseDictionary(v)
 	if !ok {
 		return Quota{}, false
 	}
 	var q Quota
 	found := false
 	for _, m := range members {
-		if !nonNegative(m.bare, sfInteger) {
-			if m.key == "remaining" || m.key == "limit" || m.key == "reset" {
+		if !nonNegative(m.Bare, sfv.Integer) {
+			if m.Key == "remaining" || m.Key == "limit" || m.Key == "reset" {
 				return Quota{}, false
 			}
 			continue
 		}
-		switch m.key {
+		switch m.Key {
 		case "remaining":
-			q.Remaining, found = m.bare.n, true
+			q.Remaining, found = m.Bare.N, true
 		case "limit":
-			q.Limit = m.bare.n
+			q.Limit = m.Bare.N
 		case "reset":
-			q.Reset = seconds(m.bare.n)
+			q.Reset = seconds(m.Bare.N)
 		}
 	}
 	if !found {
@@ -286,22 +288,22 @@ func readFamily(h http.Header, f [3]field, now time.Time) (Quota, bool) {
 	if !ok {
 		return Quota{}, false
 	}
-	rem, ok := parseItem(v)
-	if !ok || !isCount(rem.bare) {
+	rem, ok := sfv.ParseItem(v)
+	if !ok || !isCount(rem.Bare) {
 		return Quota{}, false
 	}
-	q := Quota{Remaining: rem.bare.n, Unit: "requests"}
-	if rem.bare.kind == sfDecimal {
+	q := Quota{Remaining: rem.Bare.N, Unit: "requests"}
+	if rem.Bare.Kind == sfv.Decimal {
 		q.Remaining /= 1000
 	}
 	if v, ok := value(h, f[1]); ok {
-		if limits, ok := parseList(v); ok && len(limits) > 0 && isCount(limits[0].bare) {
-			q.Limit = limits[0].bare.n
-			if limits[0].bare.kind == sfDecimal {
+		if limits, ok := sfv.ParseList(v); ok && len(limits) > 0 && isCount(limits[0].Bare) {
+			q.Limit = limits[0].Bare.N
+			if limits[0].Bare.Kind == sfv.Decimal {
 				q.Limit /= 1000
 			}
 			for i := range limits {
-				if w, ok := windowParam(&limits[i]); ok && limits[i].bare == limits[0].bare {
+				if w, ok := windowParam(&limits[i]); ok && limits[i].Bare == limits[0].Bare {
 					q.Window = w
 					break
 				}
@@ -312,18 +314,18 @@ func readFamily(h http.Header, f [3]field, now time.Time) (Quota, bool) {
 		q.Window = policyWindow(h)
 	}
 	if v, ok := value(h, f[2]); ok {
-		if it, ok := parseItem(v); ok && isCount(it.bare) {
-			q.Reset, _ = resetAfter(it.bare, h, now)
+		if it, ok := sfv.ParseItem(v); ok && isCount(it.Bare) {
+			q.Reset, _ = resetAfter(it.Bare, h, now)
 		}
 	}
 	return q, true
 }
 
 // windowParam returns the w parameter of it (Envoy: window), in seconds.
-func windowParam(it *sfItem) (time.Duration, bool) {
+func windowParam(it *sfv.Item) (time.Duration, bool) {
 	for _, k := range [...]string{"w", "window"} {
-		if v, ok := it.param(k); ok && nonNegative(v, sfInteger) && v.n > 0 {
-			return seconds(v.n), true
+		if v, ok := it.Param(k); ok && nonNegative(v, sfv.Integer) && v.N > 0 {
+			return seconds(v.N), true
 		}
 	}
 	return 0, false
@@ -333,7 +335,7 @@ func windowParam(it *sfItem) (time.Duration, bool) {
 // form of the drafts -04 to -07 (`100;w=60`), or 0.
 func policyWindow(h http.Header) time.Duration {
 	if v, ok := value(h, policyField); ok {
-		if items, ok := parseList(v); ok && len(items) > 0 && items[0].bare.kind == sfInteger {
+		if items, ok := sfv.ParseList(v); ok && len(items) > 0 && items[0].Bare.Kind == sfv.Integer {
 			w, _ := windowParam(&items[0])
 			return w
 		}
@@ -348,9 +350,9 @@ const unixThreshold = 1_000_000_000
 // resetAfter returns the time until the reset b, an Integer or Decimal of
 // seconds: a delta, or a Unix time within a year of the response's Date
 // (else now). A Unix time further away is no reset.
-func resetAfter(b sfBare, h http.Header, now time.Time) (time.Duration, bool) {
-	ms := b.n // thousandths of a second
-	if b.kind == sfInteger {
+func resetAfter(b sfv.Bare, h http.Header, now time.Time) (time.Duration, bool) {
+	ms := b.N // thousandths of a second
+	if b.Kind == sfv.Integer {
 		ms *= 1000
 	}
 	if ms < unixThreshold*1000 {
@@ -419,13 +421,13 @@ func seconds(n int64) time.Duration {
 }
 
 // itemName returns the policy name an item carries: a String, or a Token.
-func itemName(it *sfItem) (string, bool) {
-	k := it.bare.kind
-	return it.bare.s, k == sfString || k == sfToken
+func itemName(it *sfv.Item) (string, bool) {
+	k := it.Bare.Kind
+	return it.Bare.S, k == sfv.String || k == sfv.Token
 }
 
-func nonNegative(b sfBare, kind sfKind) bool { return b.kind == kind && b.n >= 0 }
+func nonNegative(b sfv.Bare, kind sfv.Kind) bool { return b.Kind == kind && b.N >= 0 }
 
 // isCount reports whether b is a count of the older families: a
 // non-negative Integer or Decimal.
-func isCount(b sfBare) bool { return nonNegative(b, sfInteger) || nonNegative(b, sfDecimal) }
+func isCount(b sfv.Bare) bool { return nonNegative(b, sfv.Integer) || nonNegative(b, sfv.Decimal) }

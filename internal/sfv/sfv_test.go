@@ -1,4 +1,4 @@
-package pace
+package sfv
 
 import (
 	"encoding/base64"
@@ -13,7 +13,7 @@ import (
 // The serialisation of RFC 9651 §4.1, for the tests: what a parse gave,
 // written back in canonical form.
 
-func serializeList(items []sfItem) string {
+func serializeList(items []Item) string {
 	var b strings.Builder
 	for i := range items {
 		if i > 0 {
@@ -24,63 +24,63 @@ func serializeList(items []sfItem) string {
 	return b.String()
 }
 
-func serializeDictionary(members []sfMember) string {
+func serializeDictionary(members []Member) string {
 	var b strings.Builder
 	for i := range members {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		m := &members[i]
-		b.WriteString(m.key)
-		if m.bare == (sfBare{kind: sfBoolean, n: 1}) {
-			writeParams(&b, m.params)
+		b.WriteString(m.Key)
+		if m.Bare == (Bare{Kind: Boolean, N: 1}) {
+			writeParams(&b, m.Params)
 			continue
 		}
 		b.WriteByte('=')
-		writeItemOrInner(&b, &m.sfItem)
+		writeItemOrInner(&b, &m.Item)
 	}
 	return b.String()
 }
 
-func serializeItem(it sfItem) string {
+func serializeItem(it Item) string {
 	var b strings.Builder
 	writeItemOrInner(&b, &it)
 	return b.String()
 }
 
-func writeItemOrInner(b *strings.Builder, it *sfItem) {
-	if it.bare.kind == sfInner {
+func writeItemOrInner(b *strings.Builder, it *Item) {
+	if it.Bare.Kind == Inner {
 		b.WriteByte('(')
-		for i := range it.inner {
+		for i := range it.Inner {
 			if i > 0 {
 				b.WriteByte(' ')
 			}
-			writeItemOrInner(b, &it.inner[i])
+			writeItemOrInner(b, &it.Inner[i])
 		}
 		b.WriteByte(')')
 	} else {
-		writeBare(b, it.bare)
+		writeBare(b, it.Bare)
 	}
-	writeParams(b, it.params)
+	writeParams(b, it.Params)
 }
 
-func writeParams(b *strings.Builder, params []sfParam) {
+func writeParams(b *strings.Builder, params []Param) {
 	for _, p := range params {
 		b.WriteByte(';')
-		b.WriteString(p.key)
-		if p.val != (sfBare{kind: sfBoolean, n: 1}) {
+		b.WriteString(p.Key)
+		if p.Val != (Bare{Kind: Boolean, N: 1}) {
 			b.WriteByte('=')
-			writeBare(b, p.val)
+			writeBare(b, p.Val)
 		}
 	}
 }
 
-func writeBare(b *strings.Builder, v sfBare) {
-	switch v.kind {
-	case sfInteger:
-		b.WriteString(strconv.FormatInt(v.n, 10))
-	case sfDecimal:
-		n := v.n
+func writeBare(b *strings.Builder, v Bare) {
+	switch v.Kind {
+	case Integer:
+		b.WriteString(strconv.FormatInt(v.N, 10))
+	case Decimal:
+		n := v.N
 		if n < 0 {
 			b.WriteByte('-')
 			n = -n
@@ -90,27 +90,27 @@ func writeBare(b *strings.Builder, v sfBare) {
 			frac = "0"
 		}
 		b.WriteString(strconv.FormatInt(n/1000, 10) + "." + frac)
-	case sfString:
+	case String:
 		b.WriteByte('"')
-		for i := 0; i < len(v.s); i++ {
-			if v.s[i] == '"' || v.s[i] == '\\' {
+		for i := 0; i < len(v.S); i++ {
+			if v.S[i] == '"' || v.S[i] == '\\' {
 				b.WriteByte('\\')
 			}
-			b.WriteByte(v.s[i])
+			b.WriteByte(v.S[i])
 		}
 		b.WriteByte('"')
-	case sfToken:
-		b.WriteString(v.s)
-	case sfBytes:
-		b.WriteString(":" + base64.StdEncoding.EncodeToString([]byte(v.s)) + ":")
-	case sfBoolean:
-		b.WriteString("?" + strconv.FormatInt(v.n, 10))
-	case sfDate:
-		b.WriteString("@" + strconv.FormatInt(v.n, 10))
-	case sfDisplay:
+	case Token:
+		b.WriteString(v.S)
+	case Bytes:
+		b.WriteString(":" + base64.StdEncoding.EncodeToString([]byte(v.S)) + ":")
+	case Boolean:
+		b.WriteString("?" + strconv.FormatInt(v.N, 10))
+	case Date:
+		b.WriteString("@" + strconv.FormatInt(v.N, 10))
+	case Display:
 		b.WriteString(`%"`)
-		for i := 0; i < len(v.s); i++ {
-			c := v.s[i]
+		for i := 0; i < len(v.S); i++ {
+			c := v.S[i]
 			if c == '%' || c == '"' || c < 0x20 || c >= 0x7f {
 				b.WriteString("%" + strconv.FormatUint(uint64(c)>>4, 16) + strconv.FormatUint(uint64(c)&15, 16))
 			} else {
@@ -125,13 +125,13 @@ func writeBare(b *strings.Builder, v sfBare) {
 func parseAs(typ, v string) (string, bool) {
 	switch typ {
 	case "list":
-		l, ok := parseList(v)
+		l, ok := ParseList(v)
 		return serializeList(l), ok
 	case "dict":
-		d, ok := parseDictionary(v)
+		d, ok := ParseDictionary(v)
 		return serializeDictionary(d), ok
 	default:
-		it, ok := parseItem(v)
+		it, ok := ParseItem(v)
 		return serializeItem(it), ok
 	}
 }
@@ -278,7 +278,7 @@ func TestParseRules(t *testing.T) {
 		{"item", `(1 2)`, ""},
 		{"item", ``, ""},
 	})
-	l, ok := parseList("")
+	l, ok := ParseList("")
 	assert.True(t, ok)
 	assert.Empty(t, l)
 }
@@ -287,35 +287,35 @@ func TestParseRules(t *testing.T) {
 // which are RFC 9651's minimums, and one more, which it refuses.
 func TestParseBounds(t *testing.T) {
 	members := strings.Repeat("1,", maxMembers-1) + "1"
-	_, ok := parseList(members)
+	_, ok := ParseList(members)
 	assert.True(t, ok, "%d members", maxMembers)
-	_, ok = parseList(members + ",1")
+	_, ok = ParseList(members + ",1")
 	assert.False(t, ok, "%d members", maxMembers+1)
-	_, ok = parseList("(" + strings.Repeat("1 ", maxMembers) + "1)")
+	_, ok = ParseList("(" + strings.Repeat("1 ", maxMembers) + "1)")
 	assert.False(t, ok, "an inner list of %d items", maxMembers+1)
-	_, ok = parseDictionary(dictKeys(maxMembers))
+	_, ok = ParseDictionary(dictKeys(maxMembers))
 	assert.True(t, ok, "a dictionary of %d members", maxMembers)
-	_, ok = parseDictionary(dictKeys(maxMembers + 1))
+	_, ok = ParseDictionary(dictKeys(maxMembers + 1))
 	assert.False(t, ok, "a dictionary of %d members", maxMembers+1)
 
 	params := ""
 	for i := range maxParams {
 		params += ";k" + strconv.Itoa(i)
 	}
-	_, ok = parseItem("1" + params)
+	_, ok = ParseItem("1" + params)
 	assert.True(t, ok, "%d parameters", maxParams)
-	_, ok = parseItem("1" + params + ";x")
+	_, ok = ParseItem("1" + params + ";x")
 	assert.False(t, ok, "%d parameters", maxParams+1)
 
 	long := `"` + strings.Repeat("a", maxFieldLen-2) + `"`
-	_, ok = parseItem(long)
+	_, ok = ParseItem(long)
 	assert.True(t, ok, "a field of %d bytes", len(long))
-	_, ok = parseItem(long + " ")
+	_, ok = ParseItem(long + " ")
 	assert.False(t, ok, "a field of %d bytes", len(long)+1)
 
-	_, ok = joinLines([]string{long[:maxFieldLen/2], long[:maxFieldLen/2-2]})
+	_, ok = JoinLines([]string{long[:maxFieldLen/2], long[:maxFieldLen/2-2]})
 	assert.True(t, ok, "two lines of %d bytes joined", maxFieldLen)
-	_, ok = joinLines([]string{long[:maxFieldLen/2], long[:maxFieldLen/2-1]})
+	_, ok = JoinLines([]string{long[:maxFieldLen/2], long[:maxFieldLen/2-1]})
 	assert.False(t, ok, "two lines of %d bytes joined", maxFieldLen+1)
 }
 
@@ -349,4 +349,18 @@ func FuzzParse(f *testing.F) {
 		require.True(t, ok, "parse %s %q gave %q, which does not parse", kind, v, out)
 		require.Equal(t, out, again, "parse %s %q", kind, v)
 	})
+}
+
+// The writers' output parses back to what they were given.
+func TestAppend(t *testing.T) {
+	for _, s := range []string{"default", "daily-bytes", `a"b`, `back\slash`, "", "x y"} {
+		it, ok := ParseItem(string(AppendString(nil, s)))
+		require.True(t, ok, "%q", s)
+		assert.Equal(t, Bare{Kind: String, S: s}, it.Bare)
+	}
+	for n, want := range map[int64]int64{0: 0, 42: 42, -5: 0, MaxInteger + 1: MaxInteger, 1 << 62: MaxInteger} {
+		it, ok := ParseItem(string(AppendInteger(nil, n)))
+		require.True(t, ok, "%d", n)
+		assert.Equal(t, Bare{Kind: Integer, N: want}, it.Bare, "%d", n)
+	}
 }

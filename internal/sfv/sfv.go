@@ -1,18 +1,22 @@
-package pace
+// Package sfv reads and writes Structured Field Values (RFC 9651), the
+// syntax of the IETF RateLimit and RateLimit-Policy fields: the root
+// package writes them, pace reads them.
+//
+// The parser reads Lists, Dictionaries and Items with parameters, with
+// every bare item type, following the RFC's parsing algorithms (§4.2) step
+// by step. A field that does not parse is ignored whole, as the RFC
+// requires. The parser is bounded: a field value longer than maxFieldLen,
+// or with more members, inner list items or parameters than the RFC
+// requires parsers to support, is refused like a malformed one. The
+// writers append the few items the root writes: Strings and Integers.
+package sfv
 
 import (
 	"encoding/base64"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
-
-// This file parses Structured Field Values (RFC 9651): Lists, Dictionaries
-// and Items with parameters, with every bare item type, following the
-// RFC's parsing algorithms (§4.2) step by step. A field that does not
-// parse is ignored whole, as the RFC requires. The parser is bounded: a
-// field value longer than maxFieldLen, or with more members, inner list
-// items or parameters than the RFC requires parsers to support, is
-// refused like a malformed one.
 
 // Bounds of the parser: the field value's length, and RFC 9651 §3's
 // minimums for members of a List or Dictionary, items of an Inner List
@@ -23,65 +27,65 @@ const (
 	maxParams   = 256
 )
 
-// sfKind is the type of a bare item.
-type sfKind uint8
+// Kind is the type of a bare item.
+type Kind uint8
 
 const (
-	sfInteger sfKind = iota + 1
-	sfDecimal        // n is the value in thousandths
-	sfString
-	sfToken
-	sfBytes   // s holds the decoded bytes
-	sfBoolean // n is 0 or 1
-	sfDate    // n is Unix seconds
-	sfDisplay // s holds the decoded UTF-8 text
-	sfInner   // an Inner List, in sfItem.inner
+	Integer Kind = iota + 1
+	Decimal      // n is the value in thousandths
+	String
+	Token
+	Bytes   // s holds the decoded bytes
+	Boolean // n is 0 or 1
+	Date    // n is Unix seconds
+	Display // s holds the decoded UTF-8 text
+	Inner   // an Inner List, in sfItem.inner
 )
 
-// sfBare is a bare item: an Integer, Decimal, Boolean or Date in n, a
+// Bare is a bare item: an Integer, Decimal, Boolean or Date in n, a
 // String, Token, Byte Sequence or Display String in s.
-type sfBare struct {
-	kind sfKind
-	n    int64
-	s    string
+type Bare struct {
+	Kind Kind
+	N    int64
+	S    string
 }
 
-// sfParam is one parameter of an Item or Inner List.
-type sfParam struct {
-	key string
-	val sfBare
+// Param is one parameter of an Item or Inner List.
+type Param struct {
+	Key string
+	Val Bare
 }
 
-// sfItem is an Item, or an Inner List (bare.kind sfInner), with its
+// Item is an Item, or an Inner List (Bare.Kind Inner), with its
 // parameters in order, each key once.
-type sfItem struct {
-	bare   sfBare
-	inner  []sfItem
-	params []sfParam
+type Item struct {
+	Bare   Bare
+	Inner  []Item
+	Params []Param
 }
 
-// param returns the value of the parameter key, if present.
-func (it *sfItem) param(key string) (sfBare, bool) {
-	for _, p := range it.params {
-		if p.key == key {
-			return p.val, true
+// Param returns the value of the parameter key, if present.
+func (it *Item) Param(key string) (Bare, bool) {
+	for _, p := range it.Params {
+		if p.Key == key {
+			return p.Val, true
 		}
 	}
-	return sfBare{}, false
+	return Bare{}, false
 }
 
-// sfMember is a member of a Dictionary.
-type sfMember struct {
-	key string
-	sfItem
+// Member is a member of a Dictionary.
+type Member struct {
+	Key string
+	Item
 }
 
-// sfParser holds what is left of the field value to parse.
-type sfParser struct{ s string }
+// parser holds what is left of the field value to parse.
+type parser struct{ s string }
 
-// joinLines returns the field lines as one value, joined as RFC 9651 §4.2
+// JoinLines returns the field lines as one value, joined as RFC 9651 §4.2
 // combines them, and false when it is longer than maxFieldLen.
-func joinLines(lines []string) (string, bool) {
+func JoinLines(lines []string) (string, bool) {
 	n := 0
 	for _, l := range lines {
 		n += len(l) + 2
@@ -92,13 +96,13 @@ func joinLines(lines []string) (string, bool) {
 	return strings.Join(lines, ", "), true
 }
 
-// parseList parses a field value as a List.
-func parseList(v string) ([]sfItem, bool) {
+// ParseList parses a field value as a List.
+func ParseList(v string) ([]Item, bool) {
 	p, ok := newParser(v)
 	if !ok {
 		return nil, false
 	}
-	var members []sfItem
+	var members []Item
 	for p.s != "" {
 		if len(members) == maxMembers {
 			return nil, false
@@ -115,33 +119,33 @@ func parseList(v string) ([]sfItem, bool) {
 	return members, true
 }
 
-// parseDictionary parses a field value as a Dictionary. A key given twice
+// ParseDictionary parses a field value as a Dictionary. A key given twice
 // keeps its first place and its last value.
-func parseDictionary(v string) ([]sfMember, bool) {
+func ParseDictionary(v string) ([]Member, bool) {
 	p, ok := newParser(v)
 	if !ok {
 		return nil, false
 	}
-	var members []sfMember
+	var members []Member
 	for p.s != "" {
 		key, ok := p.key()
 		if !ok {
 			return nil, false
 		}
-		var m sfMember
-		m.key = key
+		var m Member
+		m.Key = key
 		if p.peek() == '=' {
 			p.s = p.s[1:]
-			if m.sfItem, ok = p.itemOrInnerList(); !ok {
+			if m.Item, ok = p.itemOrInnerList(); !ok {
 				return nil, false
 			}
 		} else {
-			m.bare = sfBare{kind: sfBoolean, n: 1}
-			if m.params, ok = p.params(); !ok {
+			m.Bare = Bare{Kind: Boolean, N: 1}
+			if m.Params, ok = p.params(); !ok {
 				return nil, false
 			}
 		}
-		if i := indexMember(members, key); i >= 0 {
+		if i := IndexMember(members, key); i >= 0 {
 			members[i] = m
 		} else if len(members) == maxMembers {
 			return nil, false
@@ -155,43 +159,43 @@ func parseDictionary(v string) ([]sfMember, bool) {
 	return members, true
 }
 
-func indexMember(ms []sfMember, key string) int {
+func IndexMember(ms []Member, key string) int {
 	for i := range ms {
-		if ms[i].key == key {
+		if ms[i].Key == key {
 			return i
 		}
 	}
 	return -1
 }
 
-// parseItem parses a field value as an Item.
-func parseItem(v string) (sfItem, bool) {
+// ParseItem parses a field value as an Item.
+func ParseItem(v string) (Item, bool) {
 	p, ok := newParser(v)
 	if !ok {
-		return sfItem{}, false
+		return Item{}, false
 	}
 	it, ok := p.item()
 	if !ok || p.s != "" {
-		return sfItem{}, false
+		return Item{}, false
 	}
 	return it, true
 }
 
 // newParser starts parsing v: RFC 9651 §4.2 steps 1, 2 and 4 (only
 // ASCII, leading and trailing spaces discarded).
-func newParser(v string) (sfParser, bool) {
+func newParser(v string) (parser, bool) {
 	if len(v) > maxFieldLen {
-		return sfParser{}, false
+		return parser{}, false
 	}
 	for i := 0; i < len(v); i++ {
 		if v[i] >= 0x80 {
-			return sfParser{}, false
+			return parser{}, false
 		}
 	}
-	return sfParser{s: strings.Trim(v, " ")}, true
+	return parser{s: strings.Trim(v, " ")}, true
 }
 
-func (p *sfParser) peek() byte {
+func (p *parser) peek() byte {
 	if p.s == "" {
 		return 0
 	}
@@ -200,7 +204,7 @@ func (p *sfParser) peek() byte {
 
 // next consumes what follows a List or Dictionary member: the end, or a
 // comma between optional whitespace and another member.
-func (p *sfParser) next() bool {
+func (p *parser) next() bool {
 	p.s = strings.TrimLeft(p.s, " \t")
 	if p.s == "" {
 		return true
@@ -212,58 +216,58 @@ func (p *sfParser) next() bool {
 	return p.s != "" // a trailing comma fails
 }
 
-func (p *sfParser) itemOrInnerList() (sfItem, bool) {
+func (p *parser) itemOrInnerList() (Item, bool) {
 	if p.peek() == '(' {
 		return p.innerList()
 	}
 	return p.item()
 }
 
-func (p *sfParser) innerList() (sfItem, bool) {
+func (p *parser) innerList() (Item, bool) {
 	p.s = p.s[1:] // '('
-	var items []sfItem
+	var items []Item
 	for p.s != "" {
 		p.s = strings.TrimLeft(p.s, " ")
 		if p.peek() == ')' {
 			p.s = p.s[1:]
 			params, ok := p.params()
-			return sfItem{bare: sfBare{kind: sfInner}, inner: items, params: params}, ok
+			return Item{Bare: Bare{Kind: Inner}, Inner: items, Params: params}, ok
 		}
 		if len(items) == maxMembers {
-			return sfItem{}, false
+			return Item{}, false
 		}
 		it, ok := p.item()
 		if !ok {
-			return sfItem{}, false
+			return Item{}, false
 		}
 		items = append(items, it)
 		if c := p.peek(); c != ' ' && c != ')' {
-			return sfItem{}, false
+			return Item{}, false
 		}
 	}
-	return sfItem{}, false // no ')'
+	return Item{}, false // no ')'
 }
 
-func (p *sfParser) item() (sfItem, bool) {
+func (p *parser) item() (Item, bool) {
 	b, ok := p.bareItem()
 	if !ok {
-		return sfItem{}, false
+		return Item{}, false
 	}
 	params, ok := p.params()
-	return sfItem{bare: b, params: params}, ok
+	return Item{Bare: b, Params: params}, ok
 }
 
 // params parses parameters; a key given twice keeps its first place and
 // its last value.
-func (p *sfParser) params() ([]sfParam, bool) {
-	var params []sfParam
+func (p *parser) params() ([]Param, bool) {
+	var params []Param
 	for p.peek() == ';' {
 		p.s = strings.TrimLeft(p.s[1:], " ")
 		key, ok := p.key()
 		if !ok {
 			return nil, false
 		}
-		val := sfBare{kind: sfBoolean, n: 1}
+		val := Bare{Kind: Boolean, N: 1}
 		if p.peek() == '=' {
 			p.s = p.s[1:]
 			if val, ok = p.bareItem(); !ok {
@@ -271,25 +275,25 @@ func (p *sfParser) params() ([]sfParam, bool) {
 			}
 		}
 		i := 0
-		for i < len(params) && params[i].key != key {
+		for i < len(params) && params[i].Key != key {
 			i++
 		}
 		switch {
 		case i < len(params):
-			params[i].val = val
+			params[i].Val = val
 		case len(params) == maxParams:
 			return nil, false
 		case params == nil:
-			params = make([]sfParam, 1, 4) // the fields' items have 2 to 4
-			params[0] = sfParam{key, val}
+			params = make([]Param, 1, 4) // the fields' items have 2 to 4
+			params[0] = Param{key, val}
 		default:
-			params = append(params, sfParam{key, val})
+			params = append(params, Param{key, val})
 		}
 	}
 	return params, true
 }
 
-func (p *sfParser) key() (string, bool) {
+func (p *parser) key() (string, bool) {
 	if c := p.peek(); !isLCAlpha(c) && c != '*' {
 		return "", false
 	}
@@ -302,7 +306,7 @@ func (p *sfParser) key() (string, bool) {
 	return k, true
 }
 
-func (p *sfParser) bareItem() (sfBare, bool) {
+func (p *parser) bareItem() (Bare, bool) {
 	switch c := p.peek(); {
 	case c == '-' || isDigit(c):
 		return p.number()
@@ -317,22 +321,22 @@ func (p *sfParser) bareItem() (sfBare, bool) {
 	case c == '@':
 		p.s = p.s[1:]
 		b, ok := p.number()
-		return sfBare{kind: sfDate, n: b.n}, ok && b.kind == sfInteger
+		return Bare{Kind: Date, N: b.N}, ok && b.Kind == Integer
 	case c == '%':
 		return p.displayString()
 	}
-	return sfBare{}, false
+	return Bare{}, false
 }
 
 // number parses an Integer (at most 15 digits) or a Decimal (at most 12
 // digits, a dot and 1 to 3 digits), exactly.
-func (p *sfParser) number() (sfBare, bool) {
+func (p *parser) number() (Bare, bool) {
 	neg := p.peek() == '-'
 	if neg {
 		p.s = p.s[1:]
 	}
 	if !isDigit(p.peek()) {
-		return sfBare{}, false
+		return Bare{}, false
 	}
 	var n int64
 	digits, dot := 0, -1 // dot: the digits before the '.', if any
@@ -345,14 +349,14 @@ scan:
 			digits++
 		case c == '.' && dot < 0:
 			if digits > 12 {
-				return sfBare{}, false
+				return Bare{}, false
 			}
 			dot = digits
 		default:
 			break scan
 		}
 		if digits > 15 { // an Integer's 15 digits, a Decimal's 16 characters
-			return sfBare{}, false
+			return Bare{}, false
 		}
 	}
 	p.s = p.s[i:]
@@ -360,27 +364,27 @@ scan:
 		n = -n
 	}
 	if dot < 0 {
-		return sfBare{kind: sfInteger, n: n}, true
+		return Bare{Kind: Integer, N: n}, true
 	}
 	frac := digits - dot
 	if frac < 1 || frac > 3 {
-		return sfBare{}, false
+		return Bare{}, false
 	}
 	for ; frac < 3; frac++ {
 		n *= 10
 	}
-	return sfBare{kind: sfDecimal, n: n}, true
+	return Bare{Kind: Decimal, N: n}, true
 }
 
-func (p *sfParser) string() (sfBare, bool) {
+func (p *parser) string() (Bare, bool) {
 	// Most strings hold no escape and end where the first quote is.
 	if end := strings.IndexAny(p.s[1:], `"\`); end >= 0 && p.s[1+end] == '"' {
 		v := p.s[1 : 1+end]
 		if printable(v) {
 			p.s = p.s[2+end:]
-			return sfBare{kind: sfString, s: v}, true
+			return Bare{Kind: String, S: v}, true
 		}
-		return sfBare{}, false
+		return Bare{}, false
 	}
 	var b strings.Builder
 	for i := 1; i < len(p.s); i++ {
@@ -388,92 +392,92 @@ func (p *sfParser) string() (sfBare, bool) {
 		case c == '\\':
 			i++
 			if i == len(p.s) || p.s[i] != '"' && p.s[i] != '\\' {
-				return sfBare{}, false
+				return Bare{}, false
 			}
 			b.WriteByte(p.s[i])
 		case c == '"':
 			p.s = p.s[i+1:]
-			return sfBare{kind: sfString, s: b.String()}, true
+			return Bare{Kind: String, S: b.String()}, true
 		case c < 0x20 || c >= 0x7f:
-			return sfBare{}, false
+			return Bare{}, false
 		default:
 			b.WriteByte(c)
 		}
 	}
-	return sfBare{}, false // no closing quote
+	return Bare{}, false // no closing quote
 }
 
-func (p *sfParser) token() sfBare {
+func (p *parser) token() Bare {
 	i := 1
-	for i < len(p.s) && (isTChar(p.s[i]) || p.s[i] == ':' || p.s[i] == '/') {
+	for i < len(p.s) && (IsTChar(p.s[i]) || p.s[i] == ':' || p.s[i] == '/') {
 		i++
 	}
 	t := p.s[:i]
 	p.s = p.s[i:]
-	return sfBare{kind: sfToken, s: t}
+	return Bare{Kind: Token, S: t}
 }
 
 // byteSequence parses base64 between colons. As RFC 9651 §4.2.7 advises,
 // missing padding and non-zero pad bits are accepted.
-func (p *sfParser) byteSequence() (sfBare, bool) {
+func (p *parser) byteSequence() (Bare, bool) {
 	end := strings.IndexByte(p.s[1:], ':')
 	if end < 0 {
-		return sfBare{}, false
+		return Bare{}, false
 	}
 	b64 := p.s[1 : end+1]
 	p.s = p.s[end+2:]
 	data := strings.TrimRight(b64, "=")
 	if pad := len(b64) - len(data); pad > 2 || pad > 0 && len(b64)%4 != 0 {
-		return sfBare{}, false
+		return Bare{}, false
 	}
 	for i := 0; i < len(data); i++ {
 		if c := data[i]; !isAlpha(c) && !isDigit(c) && c != '+' && c != '/' {
-			return sfBare{}, false
+			return Bare{}, false
 		}
 	}
 	out, err := base64.RawStdEncoding.DecodeString(data)
-	return sfBare{kind: sfBytes, s: string(out)}, err == nil
+	return Bare{Kind: Bytes, S: string(out)}, err == nil
 }
 
-func (p *sfParser) boolean() (sfBare, bool) {
+func (p *parser) boolean() (Bare, bool) {
 	if len(p.s) < 2 || p.s[1] != '0' && p.s[1] != '1' {
-		return sfBare{}, false
+		return Bare{}, false
 	}
-	b := sfBare{kind: sfBoolean, n: int64(p.s[1] - '0')}
+	b := Bare{Kind: Boolean, N: int64(p.s[1] - '0')}
 	p.s = p.s[2:]
 	return b, true
 }
 
 // displayString parses %"…": printable ASCII and %xx escapes in lower-case
 // hex, which must decode to UTF-8.
-func (p *sfParser) displayString() (sfBare, bool) {
+func (p *parser) displayString() (Bare, bool) {
 	if len(p.s) < 2 || p.s[1] != '"' {
-		return sfBare{}, false
+		return Bare{}, false
 	}
 	var b []byte
 	for i := 2; i < len(p.s); i++ {
 		switch c := p.s[i]; {
 		case c < 0x20 || c >= 0x7f:
-			return sfBare{}, false
+			return Bare{}, false
 		case c == '%':
 			if i+2 >= len(p.s) {
-				return sfBare{}, false
+				return Bare{}, false
 			}
 			hi, ok1 := lowerHex(p.s[i+1])
 			lo, ok2 := lowerHex(p.s[i+2])
 			if !ok1 || !ok2 {
-				return sfBare{}, false
+				return Bare{}, false
 			}
 			b = append(b, hi<<4|lo)
 			i += 2
 		case c == '"':
 			p.s = p.s[i+1:]
-			return sfBare{kind: sfDisplay, s: string(b)}, utf8.Valid(b)
+			return Bare{Kind: Display, S: string(b)}, utf8.Valid(b)
 		default:
 			b = append(b, c)
 		}
 	}
-	return sfBare{}, false
+	return Bare{}, false
 }
 
 // printable reports whether s holds only printable ASCII and spaces.
@@ -504,7 +508,30 @@ func isKeyChar(c byte) bool {
 	return isLCAlpha(c) || isDigit(c) || c == '_' || c == '-' || c == '.' || c == '*'
 }
 
-// isTChar reports whether c is a tchar of RFC 9110 §5.6.2.
-func isTChar(c byte) bool {
+// IsTChar reports whether c is a tchar of RFC 9110 §5.6.2.
+func IsTChar(c byte) bool {
 	return isAlpha(c) || isDigit(c) || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// MaxInteger is the largest Integer a Structured Field carries.
+const MaxInteger = 999_999_999_999_999
+
+// AppendInteger appends n as an Integer, clamped to [0, MaxInteger]: the
+// counts and seconds the root writes are never negative.
+func AppendInteger(b []byte, n int64) []byte {
+	return strconv.AppendInt(b, min(max(n, 0), MaxInteger), 10)
+}
+
+// AppendString appends s as a String: quoted, with '"' and '\\'
+// escaped. s must be printable ASCII, as the root's policy names and
+// units are (validated where they are made).
+func AppendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return append(b, '"')
 }
