@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"math"
 	"net"
@@ -461,4 +462,54 @@ func TestLimitForFields(t *testing.T) {
 	h = newHarness(t, setup{policies: h.lim.Policies(), opts: &ratelimit.MiddlewareOptions{Headers: ratelimit.HeadersLegacy}})
 	assert.Equal(t, "100", field(h.get("gold").Header(), "RateLimit-Limit"))
 	assert.Equal(t, "10", field(h.get("plain").Header(), "RateLimit-Limit"))
+}
+
+// A store that leaves Result.Policy nil gets the policy it was asked
+// about filled in: the middleware answers with its header fields, never
+// panics.
+func TestStoreResultWithoutPolicyFields(t *testing.T) {
+	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(5)}}, store: handBuiltStore{}})
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("X-Client", "c")
+	w, _ := h.handle(r)
+	assert.Equal(t, []string{`"api";r=4`}, w.Header()["RateLimit"])
+}
+
+func TestPoliciesOverHTTP(t *testing.T) {
+	s := newHarness(t, setup{policies: []ratelimit.Policy{perKey, daily, global}})
+	w := s.get("a")
+	require.Equal(t, 200, w.Code)
+	assert.Equal(t, `"per-key";q=10;w=2,"daily";q=10000;w=86400,"global";q=4;w=1`, field(w.Header(), "RateLimit-Policy"))
+	assert.Equal(t, `"global";r=3;t=1`, field(w.Header(), "RateLimit"), "the policy closest to exhaustion")
+
+	for _, c := range []string{"b", "c", "d"} {
+		require.Equal(t, 200, s.get(c).Code)
+	}
+	w = s.get("e")
+	require.Equal(t, 429, w.Code, "the global burst of 4 is spent")
+	assert.Equal(t, `"global";r=0;t=1`, field(w.Header(), "RateLimit"))
+	var body map[string]any
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
+	assert.Equal(t, []any{"global"}, body["violated-policies"])
+
+	// Both policies refuse: the longest wait is Retry-After and binds the
+	// RateLimit field, and the body names both.
+	slow := ratelimit.Policy{Name: "slow", Limit: ratelimit.Per(1, 10*time.Second)}
+	fast := ratelimit.Policy{Name: "fast", Limit: ratelimit.Per(1, 2*time.Second), Global: true}
+	s = newHarness(t, setup{policies: []ratelimit.Policy{fast, slow}})
+	require.Equal(t, 200, s.get("a").Code)
+	w = s.get("a")
+	require.Equal(t, 429, w.Code)
+	assert.Equal(t, "10", w.Header().Get("Retry-After"))
+	assert.Equal(t, `"slow";r=0;t=10`, field(w.Header(), "RateLimit"))
+	body = nil
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
+	assert.Equal(t, []any{"fast", "slow"}, body["violated-policies"])
+}
+
+func TestPoliciesCostAboveOneBurst(t *testing.T) {
+	s := newHarness(t, setup{policies: []ratelimit.Policy{perKey, global}, opts: &ratelimit.MiddlewareOptions{Cost: costByHeader}})
+	w := s.get("a", "X-Cost", "5")
+	assert.Equal(t, http.StatusBadRequest, w.Code, "the global burst of 4 can never allow a cost of 5")
+	assert.Equal(t, 200, s.get("a", "X-Cost", "4").Code)
 }

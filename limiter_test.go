@@ -2,13 +2,10 @@ package ratelimit_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,7 +48,7 @@ func TestLimiterRefund(t *testing.T) {
 		{[]int64{2, 3}, 6},
 		{[]int64{0, -3}, 1},
 	} {
-		lim := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(10, time.Hour)}}}).lim
+		lim := newEngine(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(10, time.Hour)}}}).lim
 		_, err := lim.Take(ctx, "k", 3)
 		require.NoError(t, err)
 		took, err := lim.Take(ctx, "k", 6)
@@ -68,7 +65,7 @@ func TestLimiterRefund(t *testing.T) {
 // make, gives back nothing.
 func TestLimiterRefundNothing(t *testing.T) {
 	ctx := context.Background()
-	lim := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(3, time.Hour)}}}).lim
+	lim := newEngine(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(3, time.Hour)}}}).lim
 	_, err := lim.Take(ctx, "k", 2)
 	require.NoError(t, err)
 	refused, err := lim.Take(ctx, "k", 2)
@@ -93,7 +90,7 @@ func TestLimiterRefundNothing(t *testing.T) {
 // back nothing.
 func TestLimiterRefundErrors(t *testing.T) {
 	ctx := context.Background()
-	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(3, time.Hour)}}})
+	h := newEngine(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(3, time.Hour)}}})
 	other, err := ratelimit.New(h.store, ratelimit.Policy{Name: "api", Limit: ratelimit.Per(3, time.Hour)})
 	require.NoError(t, err)
 	took, err := h.lim.Take(ctx, "k", 2)
@@ -109,7 +106,7 @@ func TestLimiterRefundErrors(t *testing.T) {
 func TestLimiterRefundPolicies(t *testing.T) {
 	ctx := context.Background()
 	for refund, want := range map[int64][]int64{2: {2, 5, 3}, 4: {4, 7, 5}} {
-		lim := newHarness(t, setup{policies: []ratelimit.Policy{
+		lim := newEngine(t, setup{policies: []ratelimit.Policy{
 			{Name: "burst", Limit: ratelimit.PerSecond(1).WithBurst(5)},
 			{Name: "hourly", Limit: ratelimit.Per(8, time.Hour)},
 			{Name: "shadow", Limit: ratelimit.Per(6, time.Hour), DryRun: true},
@@ -137,7 +134,7 @@ func (refundFails) Refund(context.Context, *ratelimit.Policy, string, int64, rat
 func TestLimiterRefundStore(t *testing.T) {
 	ctx := context.Background()
 	p := ratelimit.Policy{Name: "api", Limit: ratelimit.Per(3, time.Hour)}
-	lim := newHarness(t, setup{policies: []ratelimit.Policy{p}, wrap: func(s ratelimit.Store) ratelimit.Store { return refundFails{s} }}).lim
+	lim := newEngine(t, setup{policies: []ratelimit.Policy{p}, wrap: func(s ratelimit.Store) ratelimit.Store { return refundFails{s} }}).lim
 	took, err := lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
 	err = lim.Refund(ctx, "k", 1, took)
@@ -145,7 +142,7 @@ func TestLimiterRefundStore(t *testing.T) {
 	assert.ErrorContains(t, err, "connection reset")
 
 	type takeOnly struct{ ratelimit.Store }
-	lim = newHarness(t, setup{policies: []ratelimit.Policy{p}, wrap: func(s ratelimit.Store) ratelimit.Store { return takeOnly{s} }}).lim
+	lim = newEngine(t, setup{policies: []ratelimit.Policy{p}, wrap: func(s ratelimit.Store) ratelimit.Store { return takeOnly{s} }}).lim
 	took, err = lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
 	assert.NoError(t, lim.Refund(ctx, "k", 1, took))
@@ -161,20 +158,16 @@ func (handBuiltStore) Take(context.Context, *ratelimit.Policy, string, int64) (r
 }
 
 // A store that leaves Result.Policy nil gets the policy it was asked about
-// filled in: the middleware answers with its header fields, never panics.
+// filled in (TestStoreResultWithoutPolicyFields: and the middleware
+// answers with its header fields).
 func TestStoreResultWithoutPolicy(t *testing.T) {
-	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(5)}}, store: handBuiltStore{}})
+	h := newEngine(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(5)}}, store: handBuiltStore{}})
 	res, err := h.lim.Take(context.Background(), "k", 1)
 	require.NoError(t, err)
 	require.NotNil(t, res.Policy)
 	assert.Equal(t, "api", res.Policy.Name)
 
-	r := httptest.NewRequest("GET", "/", nil)
-	r.Header.Set("X-Client", "c")
-	w, _ := h.handle(r)
-	assert.Equal(t, []string{`"api";r=4`}, w.Header()["RateLimit"])
-
-	two := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "a", Limit: ratelimit.PerSecond(5)}, {Name: "b", Limit: ratelimit.Per(5, 24*time.Hour)}}, store: handBuiltStore{}}).lim
+	two := newEngine(t, setup{policies: []ratelimit.Policy{{Name: "a", Limit: ratelimit.PerSecond(5)}, {Name: "b", Limit: ratelimit.Per(5, 24*time.Hour)}}, store: handBuiltStore{}}).lim
 	res, err = two.Take(context.Background(), "k", 1)
 	require.NoError(t, err)
 	for i, r := range res.Results {
@@ -184,7 +177,7 @@ func TestStoreResultWithoutPolicy(t *testing.T) {
 
 func TestConstructorErrors(t *testing.T) {
 	good := ratelimit.Policy{Limit: ratelimit.PerSecond(1)}
-	store := newHarness(t, setup{policies: []ratelimit.Policy{good}}).store
+	store := newEngine(t, setup{policies: []ratelimit.Policy{good}}).store
 	for name, p := range map[string]ratelimit.Policy{
 		"invalid limit":   {Limit: ratelimit.PerSecond(0)},
 		"zero limit":      {},
@@ -209,7 +202,7 @@ func TestConstructorErrors(t *testing.T) {
 }
 
 func TestLimiterTakeErrors(t *testing.T) {
-	lim := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(5)}}}).lim
+	lim := newEngine(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(5)}}}).lim
 	ctx := context.Background()
 	_, err := lim.Take(ctx, "", 1)
 	assert.ErrorIs(t, err, ratelimit.ErrMissingKey)
@@ -231,7 +224,7 @@ func TestLimiterTakeErrors(t *testing.T) {
 	assert.Same(t, &lim.Policies()[0], res.Policy, "the deciding policy is the limiter's own")
 	assert.Equal(t, ratelimit.PerSecond(5), res.Policy.Limit)
 
-	failing := newHarness(t, setup{limit: ratelimit.PerSecond(5), store: failingStore{errors.New("boom")}}).lim
+	failing := newEngine(t, setup{limit: ratelimit.PerSecond(5), store: failingStore{errors.New("boom")}}).lim
 	_, err = failing.Take(ctx, "k", 1)
 	assert.ErrorIs(t, err, ratelimit.ErrStore)
 	assert.ErrorContains(t, err, "boom")
@@ -257,7 +250,7 @@ func (s *notAtomicStore) TakeAll(context.Context, []ratelimit.BatchItem, []ratel
 // the Limiter decides the policies one at a time instead: the caller never
 // sees that error.
 func TestNotAtomicFallsBack(t *testing.T) {
-	h := newHarness(t, setup{
+	h := newEngine(t, setup{
 		policies: []ratelimit.Policy{
 			{Name: "burst", Limit: ratelimit.Per(3, time.Minute)},
 			{Name: "sustained", Limit: ratelimit.Per(5, time.Hour)},
@@ -284,47 +277,8 @@ var (
 	global = ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(200).WithBurst(4), Global: true}
 )
 
-func TestPoliciesOverHTTP(t *testing.T) {
-	s := newHarness(t, setup{policies: []ratelimit.Policy{perKey, daily, global}})
-	w := s.get("a")
-	require.Equal(t, 200, w.Code)
-	assert.Equal(t, `"per-key";q=10;w=2,"daily";q=10000;w=86400,"global";q=4;w=1`, field(w.Header(), "RateLimit-Policy"))
-	assert.Equal(t, `"global";r=3;t=1`, field(w.Header(), "RateLimit"), "the policy closest to exhaustion")
-
-	for _, c := range []string{"b", "c", "d"} {
-		require.Equal(t, 200, s.get(c).Code)
-	}
-	w = s.get("e")
-	require.Equal(t, 429, w.Code, "the global burst of 4 is spent")
-	assert.Equal(t, `"global";r=0;t=1`, field(w.Header(), "RateLimit"))
-	var body map[string]any
-	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
-	assert.Equal(t, []any{"global"}, body["violated-policies"])
-
-	// Both policies refuse: the longest wait is Retry-After and binds the
-	// RateLimit field, and the body names both.
-	slow := ratelimit.Policy{Name: "slow", Limit: ratelimit.Per(1, 10*time.Second)}
-	fast := ratelimit.Policy{Name: "fast", Limit: ratelimit.Per(1, 2*time.Second), Global: true}
-	s = newHarness(t, setup{policies: []ratelimit.Policy{fast, slow}})
-	require.Equal(t, 200, s.get("a").Code)
-	w = s.get("a")
-	require.Equal(t, 429, w.Code)
-	assert.Equal(t, "10", w.Header().Get("Retry-After"))
-	assert.Equal(t, `"slow";r=0;t=10`, field(w.Header(), "RateLimit"))
-	body = nil
-	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
-	assert.Equal(t, []any{"fast", "slow"}, body["violated-policies"])
-}
-
-func TestPoliciesCostAboveOneBurst(t *testing.T) {
-	s := newHarness(t, setup{policies: []ratelimit.Policy{perKey, global}, opts: &ratelimit.MiddlewareOptions{Cost: costByHeader}})
-	w := s.get("a", "X-Cost", "5")
-	assert.Equal(t, http.StatusBadRequest, w.Code, "the global burst of 4 can never allow a cost of 5")
-	assert.Equal(t, 200, s.get("a", "X-Cost", "4").Code)
-}
-
 func TestPolicyConstructorErrors(t *testing.T) {
-	store := newHarness(t, setup{policies: []ratelimit.Policy{perKey}}).store
+	store := newEngine(t, setup{policies: []ratelimit.Policy{perKey}}).store
 	_, err := ratelimit.New(store)
 	assert.ErrorContains(t, err, "no policy")
 	_, err = ratelimit.New(store, perKey, perKey)
@@ -340,7 +294,7 @@ func TestPolicyConstructorErrors(t *testing.T) {
 // Policy.
 func TestResultsPerPolicy(t *testing.T) {
 	shadow := ratelimit.Policy{Name: "shadow", Limit: ratelimit.Per(1, time.Minute), DryRun: true}
-	lim := newHarness(t, setup{policies: []ratelimit.Policy{perKey, daily, shadow}}).lim
+	lim := newEngine(t, setup{policies: []ratelimit.Policy{perKey, daily, shadow}}).lim
 	ps := lim.Policies()
 	require.Len(t, ps, 3)
 	ctx := context.Background()
@@ -384,7 +338,7 @@ func TestResultsPerPolicy(t *testing.T) {
 // cost 1), and a would-be refusal says when the request would pass.
 func TestDryRunLookDecidesByTheAlgorithm(t *testing.T) {
 	shape := ratelimit.Policy{Name: "shape", Limit: ratelimit.PerSecond(1).WithBurst(10), Algorithm: ratelimit.LeakyShape, DryRun: true}
-	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "tb", Limit: ratelimit.PerSecond(5)}, shape}})
+	h := newEngine(t, setup{policies: []ratelimit.Policy{{Name: "tb", Limit: ratelimit.PerSecond(5)}, shape}})
 	lim := h.lim
 	ctx := context.Background()
 	_, err := lim.Take(ctx, "k", 5) // the queue empties 5 s from now
@@ -400,7 +354,7 @@ func TestDryRunLookDecidesByTheAlgorithm(t *testing.T) {
 
 	// A queue 3 s long, of 2 s room: a would-be refusal, by 1 s.
 	shape.Limit = ratelimit.PerSecond(1).WithBurst(2)
-	lim = newHarness(t, setup{policies: []ratelimit.Policy{{Name: "tb", Limit: ratelimit.PerSecond(1).WithBurst(3)}, shape}}).lim
+	lim = newEngine(t, setup{policies: []ratelimit.Policy{{Name: "tb", Limit: ratelimit.PerSecond(1).WithBurst(3)}, shape}}).lim
 	for _, cost := range []int64{2, 1} { // the queue then empties 3 s from now
 		res, err = lim.Take(ctx, "k", cost)
 		require.NoError(t, err)
@@ -430,7 +384,7 @@ type takeStep struct {
 }
 
 // runTakes takes steps in turn for key "k" on h.
-func runTakes(t *testing.T, h *harness, steps []takeStep) {
+func runTakes(t *testing.T, h *engine, steps []takeStep) {
 	t.Helper()
 	ctx := context.Background()
 	for i, s := range steps {
@@ -463,14 +417,14 @@ func TestQuotaWithRate(t *testing.T) {
 		{advance: 1, cost: 1, allowed: true, left: []int64{9, 24}},
 		{cost: 10, refused: []string{"rate"}, retry: 200 * time.Millisecond, left: []int64{9, 24}},
 	}
-	runTakes(t, newHarness(t, setup{policies: policies}), steps)
-	runTakes(t, newHarness(t, setup{policies: policies, wrap: func(s ratelimit.Store) ratelimit.Store { return &notAtomicStore{Store: s} }}), steps)
+	runTakes(t, newEngine(t, setup{policies: policies}), steps)
+	runTakes(t, newEngine(t, setup{policies: policies, wrap: func(s ratelimit.Store) ratelimit.Store { return &notAtomicStore{Store: s} }}), steps)
 }
 
 // A dry-run quota counts and reports what it would refuse, also when an
 // enforcing policy refuses first (a look: would the cost have fit?).
 func TestQuotaDryRun(t *testing.T) {
-	h := newHarness(t, setup{policies: []ratelimit.Policy{
+	h := newEngine(t, setup{policies: []ratelimit.Policy{
 		{Name: "rate", Limit: ratelimit.PerSecond(5).WithBurst(10)},
 		{Name: "daily", Limit: ratelimit.Daily(12, time.UTC), DryRun: true},
 	}})
@@ -501,7 +455,7 @@ func TestQuotaDryRun(t *testing.T) {
 
 // Reset gives a key its whole quota back before midnight.
 func TestQuotaReset(t *testing.T) {
-	h := newHarness(t, setup{policies: []ratelimit.Policy{
+	h := newEngine(t, setup{policies: []ratelimit.Policy{
 		{Name: "rate", Limit: ratelimit.PerSecond(5).WithBurst(10)},
 		{Name: "daily", Limit: ratelimit.Daily(25, time.UTC)},
 		{Name: "monthly", Limit: ratelimit.Monthly(100, time.UTC)},
@@ -524,7 +478,7 @@ func TestQuotaReset(t *testing.T) {
 // A quota's refusals count toward its penalty box: a key that keeps asking
 // once its quota is spent is banned, and stays banned past the reset.
 func TestQuotaPenalty(t *testing.T) {
-	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "daily", Limit: ratelimit.Daily(2, time.UTC),
+	h := newEngine(t, setup{policies: []ratelimit.Policy{{Name: "daily", Limit: ratelimit.Daily(2, time.UTC),
 		Penalty: ratelimit.Penalty{After: 2, Within: time.Minute, For: 10 * time.Minute}}}})
 	ctx := context.Background()
 	take := func(cost int64) ratelimit.Result {
@@ -565,7 +519,7 @@ func TestQuotaPenalty(t *testing.T) {
 // the new day's spending.
 func TestQuotaLimiterRefund(t *testing.T) {
 	ctx := context.Background()
-	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "daily", Limit: ratelimit.Daily(10, time.UTC)}}})
+	h := newEngine(t, setup{policies: []ratelimit.Policy{{Name: "daily", Limit: ratelimit.Daily(10, time.UTC)}}})
 	took, err := h.lim.Take(ctx, "k", 6)
 	require.NoError(t, err)
 	require.True(t, took.Allowed)
@@ -599,7 +553,7 @@ func look(t *testing.T, lim *ratelimit.Limiter, key string) ratelimit.Result {
 // the debt is repaid and its own token earned, and not a nanosecond less.
 func TestChargePastEmpty(t *testing.T) {
 	ctx := context.Background()
-	h := newHarness(t, setup{limit: ratelimit.Per(10, 10*time.Second)}) // a token a second, τ = 10 s
+	h := newEngine(t, setup{limit: ratelimit.Per(10, 10*time.Second)}) // a token a second, τ = 10 s
 	took, err := h.lim.Take(ctx, "k", 10)
 	require.NoError(t, err)
 	require.True(t, took.Allowed)
@@ -614,7 +568,7 @@ func TestChargePastEmpty(t *testing.T) {
 // waitExactly checks that key's request of cost is refused with a wait of
 // exactly wait, and still a nanosecond before its end, and allowed at it;
 // it leaves h's clock there and returns the allowed Result.
-func waitExactly(t *testing.T, h *harness, key string, cost int64, wait time.Duration) ratelimit.Result {
+func waitExactly(t *testing.T, h *engine, key string, cost int64, wait time.Duration) ratelimit.Result {
 	t.Helper()
 	ctx := context.Background()
 	res, err := h.lim.Take(ctx, key, cost)
@@ -638,7 +592,7 @@ func waitExactly(t *testing.T, h *harness, key string, cost int64, wait time.Dur
 // debt, never nothing.
 func TestChargeExact(t *testing.T) {
 	ctx := context.Background()
-	h := newHarness(t, setup{limit: ratelimit.Per(10, 10*time.Second)}) // a token a second
+	h := newEngine(t, setup{limit: ratelimit.Per(10, 10*time.Second)}) // a token a second
 	took, err := h.lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
 	require.NoError(t, h.lim.Charge(ctx, "k", 100, took))
@@ -671,7 +625,7 @@ func TestChargeExact(t *testing.T) {
 // key finds its whole quota then.
 func TestChargeQuota(t *testing.T) {
 	ctx := context.Background()
-	h := newHarness(t, setup{limit: ratelimit.Daily(10, time.UTC)})
+	h := newEngine(t, setup{limit: ratelimit.Daily(10, time.UTC)})
 	took, err := h.lim.Take(ctx, "k", 4)
 	require.NoError(t, err)
 	require.NoError(t, h.lim.Charge(ctx, "k", 3, took))
@@ -696,7 +650,7 @@ func TestChargeQuota(t *testing.T) {
 // and Global ones included, and none that refused it.
 func TestChargePolicies(t *testing.T) {
 	ctx := context.Background()
-	h := newHarness(t, setup{policies: []ratelimit.Policy{
+	h := newEngine(t, setup{policies: []ratelimit.Policy{
 		{Name: "burst", Limit: ratelimit.PerSecond(1).WithBurst(10)},
 		{Name: "hourly", Limit: ratelimit.Per(100, time.Hour)},
 		{Name: "shadow", Limit: ratelimit.Per(20, time.Hour), DryRun: true},
@@ -719,7 +673,7 @@ func TestChargePolicies(t *testing.T) {
 func TestChargeNothingAndErrors(t *testing.T) {
 	ctx := context.Background()
 	p := ratelimit.Policy{Name: "api", Limit: ratelimit.Per(3, time.Hour)}
-	h := newHarness(t, setup{policies: []ratelimit.Policy{p}})
+	h := newEngine(t, setup{policies: []ratelimit.Policy{p}})
 	took, err := h.lim.Take(ctx, "k", 2)
 	require.NoError(t, err)
 	refused, err := h.lim.Take(ctx, "k", 2)
@@ -742,7 +696,7 @@ func TestChargeNothingAndErrors(t *testing.T) {
 	assert.ErrorContains(t, h.lim.Charge(ctx, "k", 1, ratelimit.Result{Allowed: true}), "(its policy: none)")
 	assert.Equal(t, 40*time.Minute, look(t, h.lim, "k").ResetAfter, "nothing charged")
 
-	failing := newHarness(t, setup{policies: []ratelimit.Policy{p}, wrap: func(s ratelimit.Store) ratelimit.Store { return debtFails{s} }})
+	failing := newEngine(t, setup{policies: []ratelimit.Policy{p}, wrap: func(s ratelimit.Store) ratelimit.Store { return debtFails{s} }})
 	took, err = failing.lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
 	err = failing.lim.Charge(ctx, "k", 1, took)
@@ -828,7 +782,7 @@ func TestSettleMatchesModel(t *testing.T) {
 			m.vnow = func(now int64) int64 { _, end := p.Limit.Period(time.Unix(0, now)); return end.UnixNano() }
 			step = func() time.Duration { return time.Duration(rng.Int64N(int64(6 * time.Hour))) }
 		}
-		h := newHarness(t, setup{policies: []ratelimit.Policy{p}})
+		h := newEngine(t, setup{policies: []ratelimit.Policy{p}})
 		check := func(what string, res ratelimit.Result, allowed bool, remaining, retry, reset int64) {
 			t.Helper()
 			decisions++
@@ -887,7 +841,7 @@ func TestSettleStillClock(t *testing.T) {
 	for range 300 {
 		burst := 1 + rng.Int64N(20)
 		iv := 1 + rng.Int64N(int64(time.Second))
-		h := newHarness(t, setup{limit: ratelimit.Per(1, time.Duration(iv)).WithBurst(burst)})
+		h := newEngine(t, setup{limit: ratelimit.Per(1, time.Duration(iv)).WithBurst(burst)})
 		var settled int64 // the sum of the settled costs of the admitted requests
 		inDebt := false
 		for i := range 50 {
@@ -956,7 +910,7 @@ func BenchmarkTakeLimitFor(b *testing.B) {
 // errors naming the cause: they would otherwise do nothing.
 func TestSettleOnePolicysResult(t *testing.T) {
 	ctx := context.Background()
-	h := newHarness(t, setup{policies: []ratelimit.Policy{
+	h := newEngine(t, setup{policies: []ratelimit.Policy{
 		{Name: "a", Limit: ratelimit.PerSecond(5)}, {Name: "b", Limit: ratelimit.PerSecond(50)},
 	}})
 	res, err := h.lim.Take(ctx, "k", 1)

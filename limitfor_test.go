@@ -53,7 +53,7 @@ func (p *plans) limitFor(key string) (ratelimit.Limit, bool) {
 // operator who means to forgive it resets the key.
 func TestLimitForRaisedKeepsWhatWasSpent(t *testing.T) {
 	var table plans
-	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "orders", Limit: ratelimit.Per(10, 24*time.Hour), LimitFor: table.limitFor}}})
+	h := newEngine(t, setup{policies: []ratelimit.Policy{{Name: "orders", Limit: ratelimit.Per(10, 24*time.Hour), LimitFor: table.limitFor}}})
 	ctx := context.Background()
 	res, err := h.lim.Take(ctx, "acct", 10)
 	require.NoError(t, err)
@@ -84,7 +84,7 @@ func TestLimitForRaisedKeepsWhatWasSpent(t *testing.T) {
 // decision under that limit.
 func TestLimitForNextDecision(t *testing.T) {
 	var table plans
-	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(10, time.Hour), LimitFor: table.limitFor}}})
+	h := newEngine(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(10, time.Hour), LimitFor: table.limitFor}}})
 	ctx := context.Background()
 	own := &h.lim.Policies()[0]
 	res, err := h.lim.Take(ctx, "alice", 1) // 6 min of 1 h spent
@@ -118,7 +118,7 @@ func TestLimitForNextDecision(t *testing.T) {
 
 	// The same with several policies, a quota among them.
 	table.set("carol", ratelimit.Daily(3, time.UTC))
-	h = newHarness(t, setup{policies: []ratelimit.Policy{
+	h = newEngine(t, setup{policies: []ratelimit.Policy{
 		{Name: "rate", Limit: ratelimit.PerSecond(5).WithBurst(10)},
 		{Name: "daily", Limit: ratelimit.Daily(100, time.UTC), LimitFor: table.limitFor},
 	}})
@@ -164,7 +164,7 @@ func TestLimitForErrors(t *testing.T) {
 	} {
 		ps := tc.policies
 		ps[len(ps)-1].LimitFor = func(string) (ratelimit.Limit, bool) { return tc.give, true }
-		lim := newHarness(t, setup{policies: ps}).lim
+		lim := newEngine(t, setup{policies: ps}).lim
 		for range 2 { // an invalid limit is never kept
 			_, err := lim.Take(ctx, key, 1)
 			require.Error(t, err, "LimitFor gives %v", tc.give)
@@ -190,7 +190,7 @@ func TestLimitForCostAboveBurst(t *testing.T) {
 	var table plans
 	table.set("small", ratelimit.Per(3, time.Hour))
 	table.set("large", ratelimit.Per(50, time.Hour))
-	lim := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(10, time.Hour), LimitFor: table.limitFor}}}).lim
+	lim := newEngine(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(10, time.Hour), LimitFor: table.limitFor}}}).lim
 	ctx := context.Background()
 	_, err := lim.Take(ctx, "small", 5)
 	assert.ErrorIs(t, err, ratelimit.ErrBadRequest)
@@ -212,7 +212,7 @@ func TestLimitForManyLimits(t *testing.T) {
 		i, err := strconv.Atoi(key)
 		return ratelimit.Per(int64(i), time.Hour), err == nil
 	}
-	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(1, time.Hour), LimitFor: limitFor}}})
+	h := newEngine(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(1, time.Hour), LimitFor: limitFor}}})
 	ctx := context.Background()
 	for i := 1; i <= n; i++ {
 		key := strconv.Itoa(i)
@@ -246,7 +246,7 @@ func TestLimitForChangeAtOneInstant(t *testing.T) {
 	ctx := context.Background()
 	for range 200 {
 		var table plans
-		h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(1), LimitFor: table.limitFor}}})
+		h := newEngine(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.PerSecond(1), LimitFor: table.limitFor}}})
 		from, to := limits[rng.IntN(len(limits))], limits[rng.IntN(len(limits))]
 		table.set("k", from)
 		for range rng.IntN(int(from.Burst()) + 1) {
@@ -277,7 +277,7 @@ func TestLimitForChangeAtOneInstant(t *testing.T) {
 func TestLimitForAllocs(t *testing.T) {
 	table := map[string]ratelimit.Limit{"gold": ratelimit.Per(1_000_000, time.Second).WithBurst(1e9)}
 	limitFor := func(key string) (ratelimit.Limit, bool) { l, ok := table[key]; return l, ok }
-	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(1_000_000, time.Second).WithBurst(1e9), LimitFor: limitFor}}})
+	h := newEngine(t, setup{policies: []ratelimit.Policy{{Name: "api", Limit: ratelimit.Per(1_000_000, time.Second).WithBurst(1e9), LimitFor: limitFor}}})
 	ctx := context.Background()
 	for _, key := range []string{"gold", "plain"} {
 		_, err := h.lim.Take(ctx, key, 1)
@@ -292,7 +292,7 @@ func TestLimitForZoneLoadedTwice(t *testing.T) {
 	require.NoError(t, err)
 	b, err := time.LoadLocation("Europe/Paris")
 	require.NoError(t, err)
-	h := newHarness(t, setup{policies: []ratelimit.Policy{{Name: "daily", Limit: ratelimit.Daily(100, a),
+	h := newEngine(t, setup{policies: []ratelimit.Policy{{Name: "daily", Limit: ratelimit.Daily(100, a),
 		LimitFor: func(string) (ratelimit.Limit, bool) { return ratelimit.Daily(50, b), true }}}})
 	res, err := h.lim.Take(context.Background(), "k", 1)
 	require.NoError(t, err)

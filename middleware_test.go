@@ -20,9 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/nethttp"
-	"github.com/tokenfair/ratelimit/storetest"
 )
 
 // keyByHeader keys requests by the plain value of X-Client, for tests.
@@ -71,43 +69,18 @@ type setup struct {
 // handler it guards, which counts the requests that reach it. It serves
 // as an http.Handler through nethttp.Wrap.
 type harness struct {
-	t     *testing.T
-	clock *storetest.Clock // the memory store's clock; nil with a store or a limiter of the test's, or realClock
-	store ratelimit.Store  // the limiter's
-	lim   *ratelimit.Limiter
-	m     *ratelimit.Middleware
+	t *testing.T
+	*engine
+	m *ratelimit.Middleware
 	http.Handler
 	calls atomic.Int64 // requests that reached the handler
 }
 
-// newHarness builds the harness of s; it is the one builder of the tests
-// of this package, and a test that needs only a store or a limiter takes
-// the harness's (with s.limiter, its store is nil).
+// newHarness builds the harness of s, over the engine newEngine builds of
+// it: the one builder of the tests of the HTTP half.
 func newHarness(t *testing.T, s setup) *harness {
 	t.Helper()
-	h := &harness{t: t, store: s.store, lim: s.limiter}
-	if h.lim == nil {
-		if h.store == nil {
-			var opts *memorystore.Options
-			if !s.realClock {
-				h.clock = new(storetest.Clock)
-				opts = &memorystore.Options{Clock: h.clock.Now}
-			}
-			store, err := memorystore.New(opts)
-			require.NoError(t, err)
-			h.store = store
-		}
-		if s.wrap != nil {
-			h.store = s.wrap(h.store)
-		}
-		policies := s.policies
-		if policies == nil {
-			policies = []ratelimit.Policy{{Limit: s.limit}}
-		}
-		var err error
-		h.lim, err = ratelimit.New(h.store, policies...)
-		require.NoError(t, err)
-	}
+	h := &harness{t: t, engine: newEngine(t, s)}
 	key := s.key
 	if key == nil {
 		key = keyByHeader

@@ -53,14 +53,14 @@ var resetPolicies = []ratelimit.Policy{
 // one, whose bucket every client shares.
 func TestResetSkipsGlobalPolicies(t *testing.T) {
 	s := &resetRecorder{}
-	l := newHarness(t, setup{policies: resetPolicies, store: s}).lim
+	l := newEngine(t, setup{policies: resetPolicies, store: s}).lim
 	require.NoError(t, l.Reset(context.Background(), "client-1"))
 	assert.Equal(t, []string{"burst/client-1", "daily/client-1", "shadow/client-1"}, s.reset)
 }
 
 func TestResetEmptyKey(t *testing.T) {
 	s := &resetRecorder{}
-	l := newHarness(t, setup{policies: resetPolicies, store: s}).lim
+	l := newEngine(t, setup{policies: resetPolicies, store: s}).lim
 	err := l.Reset(context.Background(), "")
 	assert.ErrorIs(t, err, ratelimit.ErrMissingKey)
 	assert.Empty(t, s.reset, "nothing reset")
@@ -69,7 +69,7 @@ func TestResetEmptyKey(t *testing.T) {
 // A store that cannot forget a key makes Reset fail, naming its type; it is
 // not a failure of the store.
 func TestResetStoreWithoutReset(t *testing.T) {
-	l := newHarness(t, setup{policies: resetPolicies[:1], store: takeOnly{}}).lim
+	l := newEngine(t, setup{policies: resetPolicies[:1], store: takeOnly{}}).lim
 	err := l.Reset(context.Background(), "client-1")
 	require.Error(t, err)
 	assert.EqualError(t, err, "ratelimit: Reset: the store, a ratelimit_test.takeOnly, cannot forget a key (unsupported operation): it does not implement ResetStore")
@@ -79,7 +79,7 @@ func TestResetStoreWithoutReset(t *testing.T) {
 	// Nor is it when the store that cannot is behind a failover store.
 	fs, err := failover.New(takeOnly{}, &failover.Options{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	l = newHarness(t, setup{policies: resetPolicies[:1], store: fs}).lim
+	l = newEngine(t, setup{policies: resetPolicies[:1], store: fs}).lim
 	err = l.Reset(context.Background(), "client-1")
 	assert.ErrorIs(t, err, errors.ErrUnsupported)
 	assert.NotErrorIs(t, err, ratelimit.ErrStore)
@@ -91,7 +91,7 @@ func TestResetStoreWithoutReset(t *testing.T) {
 func TestResetStoreFails(t *testing.T) {
 	down := errors.New("connection refused")
 	s := &resetRecorder{fail: map[string]error{"burst": down}}
-	l := newHarness(t, setup{policies: resetPolicies, store: s}).lim
+	l := newEngine(t, setup{policies: resetPolicies, store: s}).lim
 	err := l.Reset(context.Background(), "client-1")
 	require.Error(t, err)
 	assert.ErrorIs(t, err, ratelimit.ErrStore)
@@ -105,7 +105,7 @@ func TestResetStoreFails(t *testing.T) {
 func TestResetStoreErrorWrapsErrStoreOnce(t *testing.T) {
 	closed := errors.Join(ratelimit.ErrStore, errors.New("failing closed"))
 	s := &resetRecorder{fail: map[string]error{"burst": closed, "daily": closed}}
-	l := newHarness(t, setup{policies: resetPolicies, store: s}).lim
+	l := newEngine(t, setup{policies: resetPolicies, store: s}).lim
 	err := l.Reset(context.Background(), "client-1")
 	assert.ErrorIs(t, err, ratelimit.ErrStore)
 	assert.NotContains(t, err.Error(), "store failed: Reset", "wrapped once")
