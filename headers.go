@@ -225,14 +225,14 @@ func newLimitHeaders(l *Limiter) *limitHeaders {
 const maxMadeFields = 256
 
 // policyField returns the RateLimit-Policy value for res at now: made
-// once for a Limiter whose field does not change, else from the limits
-// that decided res.
+// once for a Limiter whose field does not change, else (and for a local
+// decision, under shares of the limits) from the limits that decided res.
 func (c *limitHeaders) policyField(res Result, withDryRun bool, now func() time.Time) string {
 	k := 0
 	if withDryRun {
 		k = 1
 	}
-	if !c.dynamic {
+	if !c.dynamic && !res.Local {
 		return c.fields[k]
 	}
 	var buf [256]byte
@@ -280,12 +280,13 @@ func (hc *headerCaches) of(l *Limiter) *limitHeaders {
 }
 
 // writeHeaders writes the rate-limit header fields of res, decided by lim:
-// none for a degraded decision, or when every policy is dry-run and hidden.
+// none for a degraded decision that checked nothing (a local one's are its
+// share's), or when every policy is dry-run and hidden.
 // With DryRunHeaders every policy is listed, and an allowed request's
 // RateLimit is the binding one of every policy, dry-run ones included; a
 // refusal's is the refusing policy's, so that t is Retry-After.
 func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
-	if res.Degraded {
+	if res.Degraded && !res.Local {
 		return
 	}
 	c := m.headers.of(lim)

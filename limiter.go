@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tokenfair/ratelimit/internal/clientkey"
+	"github.com/tokenfair/ratelimit/internal/occupancy"
 )
 
 // Limiter applies one or more policies to keys, keeping their state in a
@@ -30,6 +31,8 @@ type Limiter struct {
 	boxes    []*box   // the policies' penalty boxes
 
 	keyLimits []keyLimits // of each policy, when one has LimitFor; else nil
+
+	occ occupancy.Counts // its requests waiting in shaping queues and holding in-flight slots
 }
 
 // New returns a Limiter that enforces policies with state kept in store.
@@ -482,7 +485,7 @@ func (l *Limiter) spent(op, key string, took Result, degraded bool) ([]Result, e
 	if !took.Allowed || took.Degraded && !degraded {
 		return nil, nil
 	}
-	if l.index(took.Policy) < 0 {
+	if l.owner(took) < 0 {
 		name := "none"
 		if took.Policy != nil {
 			name = strconv.Quote(took.Policy.Name)
@@ -512,6 +515,16 @@ func (l *Limiter) index(p *Policy) int {
 		}
 	}
 	return -1
+}
+
+// owner returns the index of the policy that decided r: r.Policy's, or for
+// a fallback's local decision (Result.Local), whose Policy is a share of
+// one of the Limiter's, that of the policy of its name; -1 when none.
+func (l *Limiter) owner(r Result) int {
+	if i := l.index(r.Policy); i >= 0 || !r.Local || r.Policy == nil {
+		return i
+	}
+	return slices.Index(l.names, r.Policy.Name)
 }
 
 // combine makes the Result of a request decided by several policies: the

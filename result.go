@@ -14,8 +14,16 @@ type Result struct {
 	// Allowed reports whether the request may proceed.
 	Allowed bool
 	// Degraded reports that the store failed and a fallback decided (see
-	// the failover package); no rate-limit header field is written for it.
+	// the failover package): unchecked, with no figures and no rate-limit
+	// header field written for it, unless Local is set too.
 	Degraded bool
+	// Local reports, with Degraded, that the fallback decided in an
+	// in-process bucket of its own (failover's Local mode): Policy is the
+	// limit it applied, a copy of the policy with this instance's share of
+	// the quota, and the figures are that bucket's, from which the
+	// rate-limit header fields are written, so that a client paces itself
+	// by what it may really use.
+	Local bool
 	// Policy is the policy that decided. It is shared: do not modify it.
 	Policy *Policy
 	// Remaining is the whole tokens left after the decision, also after a

@@ -26,7 +26,8 @@ type Mode uint8
 
 const (
 	// Open allows every request unchecked (Result.Degraded is set, and no
-	// rate-limit header fields are written): the API stays up, unprotected.
+	// rate-limit header fields are written: there are no figures): the
+	// API stays up, unprotected.
 	Open Mode = iota
 	// Closed refuses every request with an error wrapping
 	// ratelimit.ErrStore, which the middleware answers with 503 and
@@ -36,6 +37,9 @@ const (
 	// the instances: each allows 1/Instances of the rate, of the burst (at
 	// least 1, and at least the request's cost) and of Policy.Immediate,
 	// and of a calendar quota's count.
+	// Its Results are Degraded and Local, with Policy the share (a copy of
+	// the policy, named the same) and the share's figures, from which the
+	// middleware writes the rate-limit header fields.
 	// What it spends stays spent, and a settled cost (Limiter.Charge) is
 	// charged to the share; a penalty box goes on in the Local store,
 	// undivided (docs/stores.md).
@@ -50,6 +54,17 @@ func (m Mode) String() string {
 		return modeNames[m]
 	}
 	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// decides says, for the log, how requests are decided while degraded in m.
+func (m Mode) decides() string {
+	switch m {
+	case Closed:
+		return "every request refused (503)"
+	case Local:
+		return "locally, in this instance's share of each quota"
+	}
+	return "every request allowed unchecked, without a limit"
 }
 
 // MarshalText implements [encoding.TextMarshaler].
@@ -105,14 +120,64 @@ type Options struct {
 // it healthy again. A call whose own context ended, and an error about one
 // key's stored value (a Redis key of another type, say), are no failure of
 // the primary.
+//
+// A primary made of parts that fail alone, such as a
+// [github.com/tokenfair/ratelimit/redisstore.Store] over a Redis Cluster,
+// names the part of each key with a method Part(p *ratelimit.Policy, key
+// string) string; the Store then keeps each part's health apart, so that
+// one dead Cluster primary degrades only the keys of its slots. A key of
+// the part "" shares the health of the whole.
+//
 // Store is safe for concurrent use.
 type Store struct {
-	primary   ratelimit.Store
-	cfg       Options
+	primary ratelimit.Store
+	parted  parted // the primary's, if it has parts
+	cfg     Options
+	whole   health
+	parts   sync.Map     // string → *health
+	nParts  atomic.Int32 // entries in parts, at most maxParts
+	shares  sync.Map     // *ratelimit.Policy → *ratelimit.Policy: one instance's share
+	nShares atomic.Int32 // entries in shares, at most maxShares
+}
+
+// parted is a primary store made of parts that fail alone.
+type parted interface {
+	Part(p *ratelimit.Policy, key string) string
+}
+
+// health is whether a part of the primary store fails, and when it is
+// next probed.
+type health struct {
+	name      string // the part's, "" for the whole
 	degraded  atomic.Bool
 	nextProbe atomic.Int64
-	shares    sync.Map     // *ratelimit.Policy → *ratelimit.Policy: one instance's share
-	nShares   atomic.Int32 // entries in shares, at most maxShares
+}
+
+// maxParts bounds the parts whose health is kept apart; a key of a part
+// past it shares the health of the whole.
+const maxParts = 1024
+
+// health returns the health of the part of the primary that holds key
+// under p.
+func (f *Store) health(p *ratelimit.Policy, key string) *health {
+	if f.parted == nil {
+		return &f.whole
+	}
+	name := f.parted.Part(p, key)
+	if name == "" {
+		return &f.whole
+	}
+	if h, ok := f.parts.Load(name); ok {
+		return h.(*health)
+	}
+	if f.nParts.Load() >= maxParts {
+		return &f.whole
+	}
+	h, loaded := f.parts.LoadOrStore(name, &health{name: name})
+	if !loaded {
+		f.nParts.Add(1)
+	}
+	return h.(*health)
 }
 
 var _ ratelimit.BatchStore = (*Store)(nil)
@@ -148,19 +213,29 @@ func New(primary ratelimit.Store, opts *Options) (*Store, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	return &Store{primary: primary, cfg: cfg}, nil
+	f := &Store{primary: primary, cfg: cfg}
+	f.parted, _ = primary.(parted)
+	return f, nil
 }
 
 // Healthy reports whether the primary store answered the last call made to
-// it.
-func (f *Store) Healthy() bool { return !f.degraded.Load() }
+// it, and to each of its parts.
+func (f *Store) Healthy() bool {
+	healthy := !f.whole.degraded.Load()
+	f.parts.Range(func(_, h any) bool {
+		healthy = healthy && !h.(*health).degraded.Load()
+		return healthy
+	})
+	return healthy
+}
 
 // Take implements [ratelimit.Store].
 func (f *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	var cause error
-	if ask, probe := f.askPrimary(); ask {
+	h := f.health(p, key)
+	if ask, probe := f.askPrimary(h); ask {
 		res, err := f.primary.Take(ctx, p, key, cost)
-		if !f.failed(ctx, err, probe) {
+		if !f.failed(ctx, h, err, probe) {
 			return res, err
 		}
 		cause = err
@@ -170,19 +245,25 @@ func (f *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 
 // TakeAll implements [ratelimit.BatchStore]: with the primary's TakeAll
 // while healthy (ratelimit.ErrNotAtomic if it has none), and in Local mode
-// while degraded with the Local store's, if it is a BatchStore.
+// while degraded with the Local store's, if it is a BatchStore. The health
+// is that of the part of reqs' first key (a primary's TakeAll decides keys
+// of one part together).
 func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
 	var cause error
-	if ask, probe := f.askPrimary(); ask {
+	h := &f.whole
+	if len(reqs) > 0 {
+		h = f.health(reqs[0].Policy, reqs[0].Key)
+	}
+	if ask, probe := f.askPrimary(h); ask {
 		err := ratelimit.ErrNotAtomic
 		if bs, ok := f.primary.(ratelimit.BatchStore); ok {
 			err = bs.TakeAll(ctx, reqs, results)
 		}
 		if errors.Is(err, ratelimit.ErrNotAtomic) {
-			f.handBack(probe) // no I/O was done: the Limiter's next Take probes
+			h.handBack(probe) // no I/O was done: the Limiter's next Take probes
 			return err
 		}
-		if !f.failed(ctx, err, probe) {
+		if !f.failed(ctx, h, err, probe) {
 			return err
 		}
 		cause = err
@@ -199,7 +280,7 @@ func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.BatchItem, results
 		}
 		err := local.TakeAll(ctx, shared, results)
 		for i := range reqs {
-			results[i].Degraded, results[i].Policy = true, reqs[i].Policy // see fallback
+			results[i].Degraded, results[i].Local, results[i].Policy = true, true, shared[i].Policy // see fallback
 		}
 		return err
 	default:
@@ -214,29 +295,29 @@ func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.BatchItem, results
 	}
 }
 
-// askPrimary reports whether this call should go to the primary store:
-// always while healthy; while degraded, for one call per ProbeInterval, the
-// probe, for which it also returns the probe's slot (else 0) to hand back
-// should the probe learn nothing.
-func (f *Store) askPrimary() (ask bool, probe int64) {
-	if !f.degraded.Load() {
+// askPrimary reports whether this call, to the part of health h, should go
+// to the primary store: always while healthy; while degraded, for one call
+// per ProbeInterval, the probe, for which it also returns the probe's slot
+// (else 0) to hand back should the probe learn nothing.
+func (f *Store) askPrimary(h *health) (ask bool, probe int64) {
+	if !h.degraded.Load() {
 		return true, 0
 	}
 	now := f.cfg.Clock().UnixNano()
-	next := f.nextProbe.Load()
+	next := h.nextProbe.Load()
 	probe = now + int64(f.cfg.ProbeInterval)
-	if now < next || !f.nextProbe.CompareAndSwap(next, probe) {
+	if now < next || !h.nextProbe.CompareAndSwap(next, probe) {
 		return false, 0
 	}
 	return true, probe
 }
 
 // handBack lets the next call probe at once, when probe, the slot of a
-// probe that learned nothing of the primary's health, is still the latest.
+// probe that learned nothing of the part's health, is still the latest.
 // (0: the call was no probe.)
-func (f *Store) handBack(probe int64) {
+func (h *health) handBack(probe int64) {
 	if probe != 0 {
-		f.nextProbe.CompareAndSwap(probe, 0)
+		h.nextProbe.CompareAndSwap(probe, 0)
 	}
 }
 
@@ -246,29 +327,29 @@ func (f *Store) handBack(probe int64) {
 // answer: the store works, and the error is that key's. An error after
 // the caller's own context ended is the caller's, not a failure of the
 // store; a probe that ended so hands the probe to the next call.
-func (f *Store) failed(ctx context.Context, err error, probe int64) bool {
+func (f *Store) failed(ctx context.Context, h *health, err error, probe int64) bool {
 	switch {
 	case err == nil, errors.Is(err, storeerr.ErrKeyState):
 		if err != nil && f.cfg.OnError != nil {
 			f.cfg.OnError(err)
 		}
-		if f.degraded.CompareAndSwap(true, false) {
-			f.cfg.Logger.Info("ratelimit: store healthy again", "mode", f.cfg.Mode.String())
+		if h.degraded.CompareAndSwap(true, false) {
+			f.cfg.Logger.Info("ratelimit: store healthy again", "mode", f.cfg.Mode.String(), "part", h.name)
 			if f.cfg.OnHealthChange != nil {
 				f.cfg.OnHealthChange(true, nil)
 			}
 		}
 		return false
 	case ctx.Err() != nil:
-		f.handBack(probe)
+		h.handBack(probe)
 		return false
 	}
 	if f.cfg.OnError != nil {
 		f.cfg.OnError(err)
 	}
-	if f.degraded.CompareAndSwap(false, true) {
-		f.nextProbe.Store(f.cfg.Clock().UnixNano() + int64(f.cfg.ProbeInterval))
-		f.cfg.Logger.Warn("ratelimit: store failed; degraded", "mode", f.cfg.Mode.String(), "err", err)
+	if h.degraded.CompareAndSwap(false, true) {
+		h.nextProbe.Store(f.cfg.Clock().UnixNano() + int64(f.cfg.ProbeInterval))
+		f.cfg.Logger.Warn("ratelimit: store failed; degraded", "mode", f.cfg.Mode.String(), "decides", f.cfg.Mode.decides(), "part", h.name, "err", err)
 		if f.cfg.OnHealthChange != nil {
 			f.cfg.OnHealthChange(false, err)
 		}
@@ -284,10 +365,11 @@ func (f *Store) fallback(ctx context.Context, p *ratelimit.Policy, key string, c
 		}
 		return ratelimit.Result{}, fmt.Errorf("%w: unavailable, failing closed", ratelimit.ErrStore)
 	case Local:
-		res, err := f.cfg.Local.Take(ctx, f.share(p, cost), key, cost)
-		// Decided under the share, it is p's: a Limiter charges it (and
-		// writes no header field of a degraded result).
-		res.Degraded, res.Policy = true, p
+		s := f.share(p, cost)
+		res, err := f.cfg.Local.Take(ctx, s, key, cost)
+		// Decided under the share, p's copy named as p: a Limiter knows it
+		// as p's (Result.Local), and writes the header fields of the share.
+		res.Degraded, res.Local, res.Policy = true, true, s
 		return res, err
 	}
 	return ratelimit.Result{Allowed: true, Policy: p, Degraded: true}, nil
@@ -300,11 +382,12 @@ var _ ratelimit.RefundStore = (*Store)(nil)
 // given back, in every mode.
 func (f *Store) Refund(ctx context.Context, p *ratelimit.Policy, key string, cost int64, took ratelimit.Result) error {
 	rs, ok := f.primary.(ratelimit.RefundStore)
-	if !ok || f.degraded.Load() {
+	h := f.health(p, key)
+	if !ok || h.degraded.Load() {
 		return nil
 	}
 	err := rs.Refund(ctx, p, key, cost, took)
-	if f.failed(ctx, err, 0) {
+	if f.failed(ctx, h, err, 0) {
 		return nil // the tokens stay spent, as while degraded
 	}
 	return err

@@ -245,22 +245,31 @@ func TestFailoverClosedErrors(t *testing.T) {
 }
 
 // TestFailoverLocal: with 2 instances sharing 5/s burst 10, each local
-// fallback allows a burst of 5, refilling at 2.5/s.
+// fallback allows a burst of 5, refilling at 2.5/s, and its answers carry
+// the header fields of that share: what the client may really use.
 func TestFailoverLocal(t *testing.T) {
 	rig := newFailover(t, failover.Local, 2)
 	s := rig.serve(t, ratelimit.PerSecond(5).WithBurst(10))
 	rig.primary.down.Store(true)
 	var codes []int
+	var fields []string
 	for range 6 {
 		w := s.get("c")
 		codes = append(codes, w.Code)
-		assert.Empty(t, field(w.Header(), "RateLimit"))
+		fields = append(fields, field(w.Header(), "RateLimit"))
+		assert.Equal(t, `"default";q=5;w=2`, field(w.Header(), "RateLimit-Policy"), "the share: 5 tokens, earned in 2 s")
 	}
 	assert.Equal(t, []int{200, 200, 200, 200, 200, 429}, codes)
+	assert.Equal(t, []string{`"default";r=4;t=1`, `"default";r=3;t=1`, `"default";r=2;t=1`, `"default";r=1;t=1`,
+		`"default";r=0;t=1`, `"default";r=0;t=1`}, fields)
 	rig.clock.Advance(399 * time.Millisecond)
-	assert.Equal(t, 429, s.get("c").Code, "one token takes 400 ms locally")
+	w := s.get("c")
+	assert.Equal(t, 429, w.Code, "one token takes 400 ms locally")
+	assert.Equal(t, "1", w.Header().Get("Retry-After"))
 	rig.clock.Advance(time.Millisecond)
-	assert.Equal(t, 200, s.get("c").Code)
+	w = s.get("c")
+	assert.Equal(t, 200, w.Code)
+	assert.Equal(t, `"default";r=0;t=1`, field(w.Header(), "RateLimit"))
 }
 
 func TestFailoverCallerCancelIsNotAFailure(t *testing.T) {
@@ -431,7 +440,9 @@ func TestFailoverLocalQuotaShare(t *testing.T) {
 	res := take(daily, 1)
 	assert.False(t, res.Allowed)
 	assert.Equal(t, 6*time.Hour, res.RetryAfter)
-	assert.Same(t, daily, res.Policy, "decided by the share, the Result is the policy's: a Limiter charges it")
+	assert.True(t, res.Local)
+	assert.Equal(t, "daily", res.Policy.Name, "decided by the share, named as the policy: a Limiter charges it")
+	assert.Equal(t, ratelimit.Daily(10, time.UTC).WithBurst(3), res.Policy.Limit, "the share's limit")
 
 	debt := *rate
 	debt.Algorithm = algo.Debt
@@ -451,7 +462,8 @@ func TestFailoverLocalShareReused(t *testing.T) {
 	first, err := rig.store.Take(ctx, p, "k", 1)
 	require.NoError(t, err)
 	require.True(t, first.Degraded)
-	require.Same(t, p, first.Policy, "decided by the share, the Result is the policy's")
+	require.True(t, first.Local)
+	require.Equal(t, int64(10), first.Policy.Limit.Burst(), "decided by the share, the Result is the share's")
 	require.Equal(t, int64(9), first.Remaining, "decided by the share: a burst of 40 / 4")
 	for _, cost := range []int64{1, 10} {
 		var res ratelimit.Result
@@ -461,6 +473,7 @@ func TestFailoverLocalShareReused(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, allocs, "allocations per degraded decision of cost %d", cost)
 		assert.True(t, res.Degraded)
+		assert.Same(t, first.Policy, res.Policy, "one share, made once")
 	}
 	assert.Equal(t, int64(1), rig.primary.calls.Load(), "no probe: the clock stood still")
 }
@@ -503,8 +516,11 @@ func TestFailoverLocalShareIsExact(t *testing.T) {
 				got, err := rig.store.Take(context.Background(), p, "k", cost)
 				require.NoError(t, err)
 				want, next := share.Decide(state, rig.clock.Now().UnixNano(), cost)
-				want.Degraded = true
-				require.Same(t, p, got.Policy, "the policy's Result")
+				want.Degraded, want.Local = true, true
+				require.NotNil(t, got.Policy)
+				assert.Equal(t, share.Name, got.Policy.Name, "the share keeps the policy's name")
+				assert.Equal(t, share.Limit, got.Policy.Limit, "the share's Result")
+				assert.Equal(t, share.Immediate, got.Policy.Immediate)
 				got.Policy, want.Policy = nil, nil
 				require.Equal(t, want, got, "decision %d: Take(cost %d) at %v", i, cost, rig.clock.Now())
 				state = next

@@ -31,6 +31,6 @@ func (f *Store) Reset(ctx context.Context, p *ratelimit.Policy, key string) erro
 		}
 	}
 	err := primary.Reset(ctx, p, key)
-	f.failed(ctx, err, 0)
+	f.failed(ctx, f.health(p, key), err, 0)
 	return errors.Join(err, localErr)
 }

@@ -33,17 +33,21 @@ import (
 	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
-// Outcome label values: allowed; limited, refused by the policy; banned,
-// refused by its penalty box; dry_run_limited, what a dry-run policy would
-// have refused; fallback, decided by a failover.Store while its store
-// failed; and, with no decision, store_error (the store failed) and
-// invalid (no key, a bad cost).
+// Outcome label values: allowed; limited, refused by the policy (by its
+// local share too, below); banned, refused by its penalty box;
+// dry_run_limited, what a dry-run policy would have refused; fallback,
+// allowed unchecked by a failover.Store while its store failed (Open
+// mode); local, allowed by a failover.Store's Local mode while its store
+// failed, within this instance's share (ratelimit.Result.Local); and, with
+// no decision, store_error (the store failed) and invalid (no key, a bad
+// cost).
 const (
 	Allowed       = "allowed"
 	Limited       = "limited"
 	Banned        = "banned"
 	DryRunLimited = "dry_run_limited"
 	Fallback      = "fallback"
+	Local         = "local"
 	StoreError    = "store_error"
 	Invalid       = "invalid"
 )
@@ -186,6 +190,8 @@ func outcome(p *ratelimit.Policy, res, own ratelimit.Result) string {
 		return DryRunLimited
 	case !own.Allowed:
 		return Limited
+	case own.Local:
+		return Local
 	case own.Degraded:
 		return Fallback
 	}

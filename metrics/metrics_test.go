@@ -188,6 +188,24 @@ func TestEachPolicysOwnFallback(t *testing.T) {
 	assert.Equal(t, 2, testutil.CollectAndCount(r.reg, "ratelimit_decisions_total"), "no other series")
 }
 
+// TestLocalOutcome: while its store fails, a failover.Store in Local mode
+// decides within this instance's share (2 instances: a burst of 2 of 4);
+// what it allows is counted as local, neither allowed nor fallback, and
+// what it refuses as limited.
+func TestLocalOutcome(t *testing.T) {
+	local, err := memorystore.New(&memorystore.Options{Clock: new(storetest.Clock).Now})
+	require.NoError(t, err)
+	fo, err := failover.New(downStore{}, &failover.Options{Mode: failover.Local, Local: local, Instances: 2, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	r := newRigWith(t, fo, nil, []ratelimit.Policy{{Limit: ratelimit.Per(4, time.Minute)}}, &ratelimit.MiddlewareOptions{Logger: slog.New(slog.DiscardHandler)})
+	for range 3 {
+		r.get("a")
+	}
+	assert.Equal(t, 2, r.count("default", metrics.Local))
+	assert.Equal(t, 1, r.count("default", metrics.Limited))
+	assert.Equal(t, 2, testutil.CollectAndCount(r.reg, "ratelimit_decisions_total"), "no other series")
+}
+
 // A request refused for want of an in-flight slot is counted as limited by
 // the in-flight policy, not as allowed by the limiter's.
 func TestInFlightRefusalsCounted(t *testing.T) {
