@@ -179,14 +179,16 @@ func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // acquire takes an in-flight slot for the request that d allowed
-// (MaxInFlight) and returns the function that releases it. When no slot
+// (MaxInFlight), counted in its limiter's occupancy (internal/occupancy)
+// while held, and returns the function that releases it. When no slot
 // is free it gives back what d spent and returns the in-flight refusal;
 // when the SlotStore fails, an error wrapping ErrStore.
 func (m *Middleware) acquire(r *http.Request, d *decision) (func(), Result, error) {
-	f, key := m.cfg.inflight, d.key
+	f, key, occ := m.cfg.inflight, d.key, &d.lim.occ
 	if m.cfg.Slots == nil {
 		if f.acquire(key) {
-			return func() { f.release(key) }, d.res, nil
+			occ.InFlight.Add(1)
+			return func() { occ.InFlight.Add(-1); f.release(key) }, d.res, nil
 		}
 	} else {
 		held, ok, err := f.acquireShared(r.Context(), m.cfg.Slots, m.cfg.SlotLease, key)
@@ -195,7 +197,8 @@ func (m *Middleware) acquire(r *http.Request, d *decision) (func(), Result, erro
 			return nil, Result{}, fmt.Errorf("%w: in-flight slots: %w", ErrStore, err)
 		}
 		if ok {
-			return held.release, d.res, nil
+			occ.InFlight.Add(1)
+			return func() { occ.InFlight.Add(-1); held.release() }, d.res, nil
 		}
 	}
 	d.refund(r, d.lim.allUnits())

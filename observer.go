@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/tokenfair/ratelimit/internal/keyhash"
+	"github.com/tokenfair/ratelimit/internal/occupancy"
 )
 
 // Event describes one decision of a [Middleware], for
@@ -27,3 +28,15 @@ type Event struct {
 
 // keyHash returns Event.KeyHash of key: its keyed hash, or 0 for no key.
 func keyHash(key string) uint64 { return keyhash.Sum(key) }
+
+// The observers of this repository read a Limiter's occupancy, the requests
+// that wait in its shaping queues and hold in-flight slots, through
+// occupancy.Of.
+func init() {
+	occupancy.Of = func(l any) *occupancy.Counts {
+		if l, ok := l.(*Limiter); ok && l != nil {
+			return &l.occ
+		}
+		return nil
+	}
+}

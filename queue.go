@@ -31,29 +31,31 @@ const defaultMaxQueued = 256
 // (LeakyShape), a place in the shaping queues, or refuses it at once and
 // gives back what it took: when its wait would not end before its
 // response can no longer be written (waitDeadline), or when
-// MiddlewareOptions.MaxQueued requests wait already.
+// MiddlewareOptions.MaxQueued requests wait already. A place is counted
+// in its limiter's occupancy (internal/occupancy) until dequeue.
 func (m *Middleware) enqueue(r *http.Request, d *decision) {
 	now := time.Now()
 	if end, ok := waitDeadline(r, now); ok && !now.Add(d.res.Delay).Before(end) {
 		m.refuseQueued(r, d)
 		return
 	}
-	if m.cfg.maxQueued < 0 {
-		return // no bound
-	}
-	if m.queued.Add(1) > m.cfg.maxQueued {
+	if m.cfg.maxQueued >= 0 && m.queued.Add(1) > m.cfg.maxQueued { // < 0: no bound
 		m.queued.Add(-1)
 		m.refuseQueued(r, d)
 		return
 	}
 	d.queued = true
+	d.lim.occ.Queued.Add(1)
 }
 
 // dequeue frees the place in the shaping queues that d holds, if any.
 func (m *Middleware) dequeue(d *decision) {
 	if d.queued {
 		d.queued = false
-		m.queued.Add(-1)
+		if m.cfg.maxQueued >= 0 {
+			m.queued.Add(-1)
+		}
+		d.lim.occ.Queued.Add(-1)
 	}
 }
 

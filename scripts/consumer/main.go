@@ -42,7 +42,7 @@ import (
 // the core itself). examples and bench are not published.
 const root = "github.com/tokenfair/ratelimit"
 
-var published = []string{"", "ginlimit", "echolimit", "redisstore", "metrics", "grpclimit"}
+var published = []string{"", "ginlimit", "echolimit", "redisstore", "metrics", "grpclimit", "otellimit"}
 
 // packages are what the consumer program imports, each fetched with go get
 // the way the README tells a user to.
@@ -55,6 +55,7 @@ var packages = []string{
 	root + "/redisstore",
 	root + "/metrics",
 	root + "/grpclimit",
+	root + "/otellimit",
 }
 
 //go:embed testdata/main.go

@@ -24,6 +24,7 @@ import (
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/metrics"
 	"github.com/tokenfair/ratelimit/nethttp"
+	"github.com/tokenfair/ratelimit/otellimit"
 	"github.com/tokenfair/ratelimit/redisstore"
 )
 
@@ -96,7 +97,9 @@ func main() {
 	// none), and a gRPC server's interceptors over the same limiter.
 	rpc, err := ratelimit.New(store, ratelimit.Policy{Name: "rpc", Limit: limit})
 	must(err)
-	rmw, err := ratelimit.NewMiddleware(rpc, key, &ratelimit.MiddlewareOptions{OnDeny: grpclimit.OnDeny})
+	otel, err := otellimit.New(nil) // the global meter provider
+	must(err)
+	rmw, err := ratelimit.NewMiddleware(rpc, key, &ratelimit.MiddlewareOptions{OnDeny: grpclimit.OnDeny, Observe: otel.Observe})
 	must(err)
 	connect := nethttp.Wrap(rmw)(ok)
 	check("grpclimit.OnDeny", connect)
@@ -119,7 +122,7 @@ func main() {
 	if failed {
 		os.Exit(1)
 	}
-	fmt.Println("consumer: nethttp, ginlimit, echolimit, memorystore, metrics, the penalty box, Reset, grpclimit and redisstore work")
+	fmt.Println("consumer: nethttp, ginlimit, echolimit, memorystore, metrics, the penalty box, Reset, grpclimit, otellimit and redisstore work")
 }
 
 func must(err error) {

@@ -1,0 +1,354 @@
+// Package otellimit exports the decisions of a ratelimit.Middleware, and
+// the health of its store, as OpenTelemetry metrics, and marks each
+// request's span with its decision. It is fed by the hooks that the
+// Prometheus module (package metrics) uses and counts what it counts:
+// Observe is a ratelimit.MiddlewareOptions.Observe function, so it works
+// wherever a Middleware decides (net/http through nethttp, Gin through
+// ginlimit, Echo through echolimit, gRPC through grpclimit.NewServer), and
+// OnError and OnHealthChange are failover.Options's hooks.
+//
+// The instruments, of the meter named by this package's import path, follow
+// the shapes of ASP.NET Core's aspnetcore.rate_limiting.* where it has one:
+//
+//	rate_limiting.requests               counter {request}: rate_limiting.policy, rate_limiting.result
+//	rate_limiting.near_limit_requests    counter {request}: rate_limiting.policy; allowed decisions that left few tokens
+//	rate_limiting.request.time_in_queue  histogram s: the wait of the requests that a shaping policy queued
+//	rate_limiting.queued_requests        up-down counter {request}: requests waiting in shaping queues
+//	rate_limiting.active_requests        up-down counter {request}: requests holding an in-flight slot
+//	rate_limiting.store.duration         histogram s: the time a decision took, store round trips included
+//	rate_limiting.store.errors           counter {error}: errors of a failover.Store's primary store
+//	rate_limiting.store.degraded         gauge 1: 1 while a failover.Store's primary store fails, else 0
+//
+// A decision is counted in rate_limiting.requests once per policy of the
+// limiter that decided, with rate_limiting.result the outcome that package
+// metrics names in its outcome label: allowed; limited, refused by the
+// policy (by its local share too, below); banned, refused by its penalty
+// box; dry_run_limited, what a dry-run policy would have refused;
+// fallback, allowed unchecked by a failover.Store while its store failed
+// (Open mode: the fail-open decisions); local, allowed by a
+// failover.Store's Local mode while its store failed, within this
+// instance's share; and, with no decision, store_error (the store failed)
+// and invalid (no key, a bad cost). A MaxInFlight refusal is counted once, as limited by
+// the policy "inflight", and a ban's once, as banned by the punished
+// policy. queued_requests and active_requests are read, at each
+// collection, from the limiters that Observe has seen (the first 64).
+//
+// When the request's span (trace.SpanFromContext of its context) is
+// recording, Observe sets on it rate_limiting.policy and
+// rate_limiting.result: the binding policy and the request's own outcome
+// (a refusal's; else dry_run_limited if a policy had it, or else fallback
+// or local; else allowed); an undecided request has only the result. A
+// refusal also adds the span event rate_limiting.refused, with those
+// attributes and rate_limiting.retry_after, in seconds.
+//
+// No attribute ever carries a client's key, nor its hash. With the SDK's
+// meter provider and a span that is not recording, an allowed request is
+// counted without allocating.
+package otellimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/algo"
+	"github.com/tokenfair/ratelimit/internal/occupancy"
+)
+
+// scope is the name of the meter: the instrumenting package's import path.
+const scope = "github.com/tokenfair/ratelimit/otellimit"
+
+// Attribute keys.
+const (
+	policyKey     = attribute.Key("rate_limiting.policy")
+	resultKey     = attribute.Key("rate_limiting.result")
+	retryAfterKey = attribute.Key("rate_limiting.retry_after")
+)
+
+// result is a value of rate_limiting.result: the outcomes of package
+// metrics.
+type result uint8
+
+const (
+	allowed result = iota
+	limited
+	banned
+	dryRunLimited
+	fallback
+	local
+	storeError
+	invalid
+	nResults
+)
+
+var resultNames = [nResults]string{"allowed", "limited", "banned", "dry_run_limited", "fallback", "local", "store_error", "invalid"}
+
+// inFlightPolicy is the name of the policy that a refusal by
+// ratelimit.MiddlewareOptions.MaxInFlight reports.
+const inFlightPolicy = "inflight"
+
+// maxLimiters bounds the limiters whose attribute sets and occupancy a
+// Metrics keeps, in case a LimiterFor makes new ones as it goes; the
+// decisions of the others are counted all the same, at a few allocations.
+const maxLimiters = 64
+
+// Metrics counts the decisions of Middlewares, and the health of their
+// stores, in OpenTelemetry instruments. It is safe for concurrent use.
+type Metrics struct {
+	requests  metric.Int64Counter
+	nearLimit metric.Int64Counter
+	inQueue   metric.Float64Histogram
+	queued    metric.Int64ObservableUpDownCounter
+	active    metric.Int64ObservableUpDownCounter
+	duration  metric.Float64Histogram
+	errors    metric.Int64Counter
+	degraded  metric.Int64Gauge
+
+	inFlightLimited []metric.AddOption // "inflight", limited
+
+	first    atomic.Pointer[limiterAttrs] // the first limiter seen: most programs have one
+	limiters sync.Map                     // *ratelimit.Limiter → *limiterAttrs
+	nSeen    atomic.Int32                 // entries in limiters, at most maxLimiters
+
+	nearFraction atomic.Uint64 // of SetNearLimit, in 1e-18ths
+}
+
+// limiterAttrs are the precomputed attribute sets of one limiter's
+// policies, and its occupancy.
+type limiterAttrs struct {
+	lim      *ratelimit.Limiter
+	occ      *occupancy.Counts
+	requests [][nResults][]metric.AddOption // of each policy, of each result
+	near     [][]metric.AddOption           // of each policy
+}
+
+// New returns Metrics whose instruments come from mp's meter named
+// "github.com/tokenfair/ratelimit/otellimit"; a nil mp means
+// otel.GetMeterProvider(). Call it once per meter provider: a second
+// Metrics would report the same occupancy twice. It returns an error
+// naming the instrument that mp refuses.
+func New(mp metric.MeterProvider) (*Metrics, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	meter := mp.Meter(scope)
+	m := &Metrics{inFlightLimited: addOptions(inFlightPolicy, limited)}
+	m.nearFraction.Store(defaultNearLimit)
+	var errs []error
+	check := func(name string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("otellimit: New: %s: %w", name, err))
+		}
+	}
+	var err error
+	m.requests, err = meter.Int64Counter("rate_limiting.requests", metric.WithUnit("{request}"),
+		metric.WithDescription("Rate-limit decisions, by policy and result."))
+	check("rate_limiting.requests", err)
+	m.nearLimit, err = meter.Int64Counter("rate_limiting.near_limit_requests", metric.WithUnit("{request}"),
+		metric.WithDescription("Allowed rate-limit decisions that left fewer tokens than the near-limit fraction of the policy's burst, by policy."))
+	check("rate_limiting.near_limit_requests", err)
+	m.inQueue, err = meter.Float64Histogram("rate_limiting.request.time_in_queue", metric.WithUnit("s"),
+		metric.WithDescription("Time admitted requests waited in a shaping queue."),
+		metric.WithExplicitBucketBoundaries(.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10))
+	check("rate_limiting.request.time_in_queue", err)
+	m.queued, err = meter.Int64ObservableUpDownCounter("rate_limiting.queued_requests", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests waiting in shaping queues."))
+	check("rate_limiting.queued_requests", err)
+	m.active, err = meter.Int64ObservableUpDownCounter("rate_limiting.active_requests", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests holding an in-flight slot of MaxInFlight or MaxInFlightTotal."))
+	check("rate_limiting.active_requests", err)
+	m.duration, err = meter.Float64Histogram("rate_limiting.store.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time taken to decide a request, store round trips included."),
+		metric.WithExplicitBucketBoundaries(.00001, .00005, .0001, .0005, .001, .005, .01, .05, .1, .5))
+	check("rate_limiting.store.duration", err)
+	m.errors, err = meter.Int64Counter("rate_limiting.store.errors", metric.WithUnit("{error}"),
+		metric.WithDescription("Errors of the rate-limit store."))
+	check("rate_limiting.store.errors", err)
+	m.degraded, err = meter.Int64Gauge("rate_limiting.store.degraded", metric.WithUnit("1"),
+		metric.WithDescription("1 while the rate-limit store fails and a fallback decides, else 0."))
+	check("rate_limiting.store.degraded", err)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if _, err := meter.RegisterCallback(m.observeOccupancy, m.queued, m.active); err != nil {
+		return nil, fmt.Errorf("otellimit: New: rate_limiting.queued_requests, rate_limiting.active_requests: %w", err)
+	}
+	m.degraded.Record(context.Background(), 0)
+	return m, nil
+}
+
+// addOptions returns the options that give a measurement the attributes
+// of policy and res, as a slice to pass on whole (no allocation).
+func addOptions(policy string, res result) []metric.AddOption {
+	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(policyKey.String(policy), resultKey.String(resultNames[res])))}
+}
+
+// Observe is a ratelimit.MiddlewareOptions.Observe function: it counts the
+// decision of ev, the policies it left near their limit (see SetNearLimit)
+// and the wait it was given in a shaping queue, and marks the span of r's
+// context when it is recording.
+func (m *Metrics) Observe(r *http.Request, ev ratelimit.Event) {
+	ctx := r.Context()
+	var la *limiterAttrs
+	var policies []ratelimit.Policy
+	if ev.Limiter != nil {
+		la = m.attrs(ev.Limiter)
+		policies = ev.Limiter.Policies()
+	}
+	if ev.Err != nil {
+		res := invalid
+		if errors.Is(ev.Err, ratelimit.ErrStore) {
+			res = storeError
+		}
+		for i := range policies {
+			m.requests.Add(ctx, 1, la.requests[i][res]...)
+		}
+		markUndecided(ctx, res)
+		return
+	}
+	m.duration.Record(ctx, ev.Elapsed.Seconds())
+	res := ev.Result
+	if !res.Allowed && res.Policy != nil {
+		switch {
+		case res.Policy.Name == inFlightPolicy:
+			m.requests.Add(ctx, 1, m.inFlightLimited...)
+			markRefused(ctx, inFlightPolicy, limited, res)
+			return
+		case isBan(res) && la != nil:
+			// A ban answers before the other policies are asked.
+			m.requests.Add(ctx, 1, la.requests[la.index(policies, res.Policy)][banned]...)
+			markRefused(ctx, res.Policy.Name, banned, res)
+			return
+		}
+	}
+	if res.Delay > 0 {
+		m.inQueue.Record(ctx, res.Delay.Seconds())
+	}
+	near := m.nearFraction.Load()
+	all := res.Results // nil for a Limiter of one policy
+	for i := range policies {
+		p := &policies[i]
+		own := res
+		if all != nil {
+			own = all[i]
+		}
+		o := outcome(p, own)
+		m.requests.Add(ctx, 1, la.requests[i][o]...)
+		if o == allowed && res.Allowed && nearLimit(own.Remaining, p.Limit.Burst(), near) {
+			m.nearLimit.Add(ctx, 1, la.near[i]...)
+		}
+	}
+	markDecided(ctx, policies, res)
+}
+
+// isBan reports whether res is the refusal of a penalty box's ban: its
+// only result is the ban's.
+func isBan(res ratelimit.Result) bool {
+	return len(res.Results) == 1 && res.Results[0].Policy != nil && res.Results[0].Policy.Algorithm == algo.Ban
+}
+
+// outcome returns the result of p, whose own result is own.
+func outcome(p *ratelimit.Policy, own ratelimit.Result) result {
+	switch {
+	case !own.Allowed && p.DryRun:
+		return dryRunLimited
+	case !own.Allowed:
+		return limited
+	case own.Local:
+		return local
+	case own.Degraded:
+		return fallback
+	}
+	return allowed
+}
+
+// attrs returns the attribute sets of l's policies, made the first time l
+// is seen. Past maxLimiters limiters, it makes them anew at each call.
+func (m *Metrics) attrs(l *ratelimit.Limiter) *limiterAttrs {
+	if la := m.first.Load(); la != nil && la.lim == l {
+		return la
+	}
+	if la, ok := m.limiters.Load(l); ok {
+		return la.(*limiterAttrs)
+	}
+	la := newLimiterAttrs(l)
+	if m.nSeen.Load() >= maxLimiters {
+		return la
+	}
+	if prev, loaded := m.limiters.LoadOrStore(l, la); loaded {
+		return prev.(*limiterAttrs)
+	}
+	if m.nSeen.Add(1) > maxLimiters {
+		m.limiters.Delete(l)
+		return la
+	}
+	m.first.CompareAndSwap(nil, la)
+	return la
+}
+
+func newLimiterAttrs(l *ratelimit.Limiter) *limiterAttrs {
+	policies := l.Policies()
+	la := &limiterAttrs{lim: l, occ: occupancy.Of(l),
+		requests: make([][nResults][]metric.AddOption, len(policies)), near: make([][]metric.AddOption, len(policies))}
+	for i, p := range policies {
+		for res := range nResults {
+			la.requests[i][res] = addOptions(p.Name, res)
+		}
+		la.near[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(policyKey.String(p.Name)))}
+	}
+	return la
+}
+
+// index returns the index of p among policies, the limiter's: the one it
+// points to, or else the one of its name (a per-key limit's copy).
+func (la *limiterAttrs) index(policies []ratelimit.Policy, p *ratelimit.Policy) int {
+	for i := range policies {
+		if &policies[i] == p {
+			return i
+		}
+	}
+	for i := range policies {
+		if policies[i].Name == p.Name {
+			return i
+		}
+	}
+	return 0 // not the limiter's: cannot be, a ban refuses by one of its policies
+}
+
+// observeOccupancy reports, at each collection, the requests that wait in
+// shaping queues and hold in-flight slots, summed over the limiters seen.
+func (m *Metrics) observeOccupancy(_ context.Context, o metric.Observer) error {
+	var queued, active int64
+	m.limiters.Range(func(_, v any) bool {
+		if occ := v.(*limiterAttrs).occ; occ != nil {
+			queued += occ.Queued.Load()
+			active += occ.InFlight.Load()
+		}
+		return true
+	})
+	o.ObserveInt64(m.queued, queued)
+	o.ObserveInt64(m.active, active)
+	return nil
+}
+
+// OnError counts an error of the store in rate_limiting.store.errors; use
+// it as failover.Options's OnError.
+func (m *Metrics) OnError(error) { m.errors.Add(context.Background(), 1) }
+
+// OnHealthChange sets rate_limiting.store.degraded, 0 when healthy and 1
+// when not; use it as failover.Options's OnHealthChange.
+func (m *Metrics) OnHealthChange(healthy bool, _ error) {
+	var v int64 = 1
+	if healthy {
+		v = 0
+	}
+	m.degraded.Record(context.Background(), v)
+}
