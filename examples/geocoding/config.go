@@ -33,6 +33,9 @@ type config struct {
 	headers        ratelimit.HeaderFormat
 	store          string
 	redisURL       string
+	redisSentinel  string   // -redis-sentinel: MASTER@HOST:PORT,..., "" for none
+	redisCluster   string   // -redis-cluster: HOST:PORT,..., "" for none
+	redisGiven     []string // those of redisFlags given on the command line (run fills it, with flag.Visit)
 	onStoreError   failover.Mode
 	instances      int
 	dryRun         bool
@@ -53,6 +56,11 @@ type config struct {
 	tz             string // -tz: the time zone of the quotas' days and months
 	plans          string // -plans: the file of the plans per API key
 	grpcAddr       string // -grpc-addr: the gRPC listener's address, "" for none
+
+	// otlp is -otlp, the URL of an OTLP/HTTP receiver of the metrics, ""
+	// for none, and otlpInterval -otlp-interval, how often they go there.
+	otlp         string
+	otlpInterval time.Duration
 
 	// clock, when not nil, is the time source of the stores and of the
 	// header fields instead of the system's clock. Only tests set it; main
@@ -83,8 +91,10 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.Int64Var(&cfg.globalBurst, "global-burst", 0, "capacity of the global limit (0: no global limit)")
 	fs.TextVar(&cfg.headers, "headers", ratelimit.HeadersIETF, "the `format` of the rate-limit header fields: ietf, legacy, x or none")
 	fs.StringVar(&cfg.store, "store", "memory", "where limits are kept: memory or redis")
-	fs.StringVar(&cfg.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL` (with -store redis)")
-	fs.TextVar(&cfg.onStoreError, "on-store-error", failover.Open, "what to do when the store fails (`mode`): open, closed or local")
+	fs.StringVar(&cfg.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis `URL` (with -store redis): redis://[:PASSWORD@]HOST:PORT/DB, rediss://... for TLS, or unix:///PATH?db=DB")
+	fs.StringVar(&cfg.redisSentinel, "redis-sentinel", "", "with -store redis, a master watched by Sentinels, `MASTER@HOST:PORT[,HOST:PORT...]`: the store follows a failover to the promoted replica (instead of -redis-url)")
+	fs.StringVar(&cfg.redisCluster, "redis-cluster", "", "with -store redis, the seed nodes of a Redis Cluster, `HOST:PORT[,HOST:PORT...]` (instead of -redis-url)")
+	fs.TextVar(&cfg.onStoreError, "on-store-error", failover.Open, "what to do while the store fails (`mode`): open (the default: while Redis is unavailable every request is served without a limit), closed (503 with Retry-After) or local (each instance limits by its share of each quota, 1/-instances)")
 	fs.IntVar(&cfg.instances, "instances", 1, "number of server instances, to share the quota of the local fallback")
 	fs.BoolVar(&cfg.dryRun, "dry-run", false, "decide and count, but never refuse")
 	fs.StringVar(&cfg.count, "count", "all", "which responses spend the budget: all, failed or successful")
@@ -105,6 +115,8 @@ func newFlagSet(cfg *config) *flag.FlagSet {
 	fs.Int64Var(&cfg.dailyBytes, "daily-bytes", 0, "bytes of response bodies per calendar day for each client, on top of -rate, -daily and -monthly (0: no quota of bytes)")
 	fs.StringVar(&cfg.tz, "tz", "UTC", "the time `zone` of the days and months of -daily, -monthly and -daily-bytes, an IANA name such as Europe/Paris")
 	fs.StringVar(&cfg.grpcAddr, "grpc-addr", "", "listen `address` of the gRPC server of geocoding.v1.Geocoder, plaintext HTTP/2, such as :9090 (none: no gRPC listener)")
+	fs.StringVar(&cfg.otlp, "otlp", "", "`URL` of an OTLP/HTTP receiver, such as http://localhost:4318, to which the library's OpenTelemetry metrics are pushed (POST URL/v1/metrics, protobuf) (none: no push)")
+	fs.DurationVar(&cfg.otlpInterval, "otlp-interval", 10*time.Second, "how often the metrics are pushed to -otlp, and once more at shutdown (`duration`)")
 	fs.StringVar(&cfg.plans, "plans", "", "JSON `file` of limits per API key, {\"KEY\": {\"rate\": R, \"burst\": B, \"daily\": D, \"monthly\": M}}, reread when it changes and on SIGHUP")
 	return fs
 }
@@ -175,6 +187,7 @@ func (c *config) check() error {
 	if n := c.maxQueued; n < -1 {
 		invalid("max-queued", strconv.Itoa(n), "want a number of requests, 0 for the library's default (256), or -1 for no bound")
 	}
+	errs = append(errs, c.checkRedisFlags()...)
 	if d := c.lease; d != 0 && c.store != "redis" {
 		invalid("lease", d.String(), "needs -store redis")
 	}
@@ -208,6 +221,14 @@ func (c *config) check() error {
 	}
 	if c.plans != "" && c.key != "api-key" {
 		invalid("plans", c.plans, "needs -key api-key: its keys are API keys")
+	}
+	if u := c.otlp; u != "" {
+		if err := checkOTLP(u); err != nil {
+			invalid("otlp", u, err.Error())
+		}
+	}
+	if d := c.otlpInterval; d <= 0 {
+		invalid("otlp-interval", d.String(), "want a positive duration, such as 10s")
 	}
 	return errors.Join(errs...)
 }

@@ -31,8 +31,9 @@ const apiKeyHeader = "X-API-Key"
 type servers struct {
 	http http.Handler
 	grpc *grpc.Server // nil without -grpc-addr
-	// close releases what they hold: the stores, the Redis client and
-	// the -plans watcher; it stops the gRPC server too, at once.
+	// close releases what they hold: the stores, the Redis client, the
+	// -plans watcher and the -otlp export (after its last push); it stops
+	// the gRPC server too, at once.
 	close func()
 }
 
@@ -61,6 +62,10 @@ func newServers(cfg config) (servers, error) {
 	if err != nil {
 		return servers{}, err
 	}
+	ot, err := newOTLP(cfg)
+	if err != nil {
+		return servers{}, err
+	}
 	// The library's warnings go to the server's log (slog.Default) and are
 	// counted in ratelimit_warnings_total.
 	logger := m.Logger(cfg.logHandler)
@@ -82,10 +87,12 @@ func newServers(cfg config) (servers, error) {
 		return servers{}, fmt.Errorf("-key %s: want api-key or ip", cfg.key)
 	}
 
-	store, cleanup, err := newStore(cfg, m)
+	store, closeStore, err := newStore(cfg, m, ot)
 	if err != nil {
+		ot.close()
 		return servers{}, err
 	}
+	cleanup := func() { closeStore(); ot.close() }
 	var plans *planTable
 	if cfg.plans != "" {
 		plans = new(planTable)
@@ -102,10 +109,10 @@ func newServers(cfg config) (servers, error) {
 			cleanup()
 			return servers{}, err
 		}
-		closeStore := cleanup
-		cleanup = func() { stop(); closeStore() }
+		release := cleanup
+		cleanup = func() { stop(); release() }
 	}
-	opts := &ratelimit.MiddlewareOptions{Headers: cfg.headers, Observe: m.Observe, Logger: logger, MaxInFlight: cfg.maxInflight,
+	opts := &ratelimit.MiddlewareOptions{Headers: cfg.headers, Observe: ot.observe(m.Observe), Logger: logger, MaxInFlight: cfg.maxInflight,
 		MaxInFlightTotal: cfg.maxInflightAll, MaxQueued: cfg.maxQueued,
 		Block: strings.Split(cfg.block, ","), Safe: strings.Split(cfg.safe, ","), ClientIP: clientIP,
 		Cost: batchCost, ResultInContext: true, Clock: cfg.clock}
@@ -182,8 +189,9 @@ func limitFlags(cfg config) string {
 // newStore returns the store that -store names and a function that
 // releases it. With -store redis, the shared store is wrapped in a
 // failover.Store that applies -on-store-error; the memory store cannot
-// fail. The store's health and keys are exported through m.
-func newStore(cfg config, m *metrics.Metrics) (ratelimit.Store, func(), error) {
+// fail. The store's health and keys are exported through m, and its
+// health through ot too.
+func newStore(cfg config, m *metrics.Metrics, ot *otlpExport) (ratelimit.Store, func(), error) {
 	local, err := memorystore.New(&memorystore.Options{Clock: cfg.clock})
 	if err != nil {
 		return nil, nil, err
@@ -194,11 +202,10 @@ func newStore(cfg config, m *metrics.Metrics) (ratelimit.Store, func(), error) {
 	if cfg.store == "memory" {
 		return local, func() {}, nil
 	}
-	opts, err := redisOptions(cfg.redisURL)
+	client, err := newRedisClient(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	client := redis.NewClient(opts)
 	cleanup := func() {
 		client.Close()
 	}
@@ -209,7 +216,7 @@ func newStore(cfg config, m *metrics.Metrics) (ratelimit.Store, func(), error) {
 	}
 	store, err := failover.New(shared, &failover.Options{
 		Mode: cfg.onStoreError, Local: local, Instances: int64(cfg.instances),
-		OnError: m.OnError, OnHealthChange: m.OnHealthChange,
+		OnError: ot.onError(m.OnError), OnHealthChange: ot.onHealthChange(m.OnHealthChange),
 	})
 	if err != nil {
 		cleanup()
@@ -218,15 +225,16 @@ func newStore(cfg config, m *metrics.Metrics) (ratelimit.Store, func(), error) {
 	return store, cleanup, nil
 }
 
-// redisOptions returns the client options of -redis-url. Deadlines must
-// cut socket reads short, and a dead Redis must cost little: a paused
-// server costs one call's deadline, a refused connection fails at once
-// (one dial, no retries), then the failover stops asking it until a probe
-// succeeds.
+// redisOptions returns the client options of -redis-url (newRedisClient
+// gives the clients of -redis-sentinel and -redis-cluster the same
+// deadlines). Deadlines must cut socket reads short, and a dead Redis must
+// cost little: a paused server costs one call's deadline, a refused
+// connection fails at once (one dial, no retries), then the failover stops
+// asking it until a probe succeeds.
 func redisOptions(url string) (*redis.Options, error) {
-	opts, err := redis.ParseURL(url)
+	opts, err := parseRedisURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("-redis-url: %w", err)
+		return nil, err
 	}
 	opts.ContextTimeoutEnabled = true
 	opts.DialTimeout = redisClientTimeout
@@ -248,16 +256,12 @@ var redisTimeout, redisClientTimeout = 100 * time.Millisecond, 250 * time.Millis
 const pingTimeout = time.Second
 
 // storeAttrs returns the log attributes that name the store of cfg: the
-// kind and, for Redis, its address, never its password.
+// kind and, for Redis, where it is (redisAttrs), never its password.
 func storeAttrs(cfg config) []any {
 	if cfg.store != "redis" {
 		return []any{"store", cfg.store}
 	}
-	opts, err := redis.ParseURL(cfg.redisURL)
-	if err != nil { // newHandler has reported it
-		return []any{"store", cfg.store}
-	}
-	attrs := []any{"store", cfg.store, "redis", opts.Addr, "db", opts.DB, "refusal-cache", cfg.refusalCache}
+	attrs := append(append([]any{"store", cfg.store}, redisAttrs(cfg)...), "refusal-cache", cfg.refusalCache)
 	if cfg.lease > 0 {
 		attrs = append(attrs, "lease", cfg.lease)
 	}
@@ -265,23 +269,36 @@ func storeAttrs(cfg config) []any {
 }
 
 // pingRedis checks once, with -store redis, that Redis answers, and logs
-// where it is and why not if it does not. The server starts either way:
-// while Redis is unavailable, -on-store-error decides.
+// where it is and, if it does not, why: the cause in words (redisCause),
+// when the error alone does not say it, and the error. The server starts
+// either way: while Redis is unavailable, -on-store-error decides.
 func pingRedis(ctx context.Context, cfg config, logger *slog.Logger) {
 	if cfg.store != "redis" {
 		return
 	}
-	opts, err := redisOptions(cfg.redisURL)
+	client, err := newRedisClient(cfg)
 	if err != nil { // newHandler has reported it
 		return
 	}
-	client := redis.NewClient(opts)
 	defer client.Close()
-	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	if err := client.Ping(ctx).Err(); err != nil {
+	if err := client.Ping(pctx).Err(); err != nil {
+		attrs := redisAttrs(cfg)
+		if cause := redisCause(ctx, cfg, err); cause != "" {
+			attrs = append(attrs, "cause", cause)
+		}
 		logger.Warn("geocoding: Redis is unreachable; serving with -on-store-error "+cfg.onStoreError.String()+" until it answers",
-			"redis", opts.Addr, "db", opts.DB, "err", err)
+			append(attrs, "err", err)...)
+	}
+}
+
+// warnUnprotected warns, with -store redis and -on-store-error open, that
+// an outage of Redis leaves the API without a limit.
+func warnUnprotected(cfg config, logger *slog.Logger) {
+	if cfg.store == "redis" && cfg.onStoreError == failover.Open {
+		logger.Warn("geocoding: -on-store-error open: while Redis is unavailable every request is served without a limit; " +
+			"-on-store-error local keeps each instance to its share of the limits, closed refuses with 503")
 	}
 }
 

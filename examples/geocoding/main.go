@@ -163,8 +163,20 @@
 //	-global-burst    capacity of the global limit [0: none]
 //	-headers         ietf|legacy|x|none [ietf]
 //	-store           memory|redis [memory]
-//	-redis-url       Redis URL for -store redis [redis://127.0.0.1:6379/0]
-//	-on-store-error  open|closed|local [open]
+//	-redis-url       Redis URL for -store redis [redis://127.0.0.1:6379/0]:
+//	                 redis://[:PASSWORD@]HOST:PORT/DB, rediss://... for
+//	                 TLS, or unix:///PATH?db=DB
+//	-redis-sentinel  MASTER@HOST:PORT[,HOST:PORT...]: with -store redis, a
+//	                 master watched by Sentinels, followed to the promoted
+//	                 replica on a failover [none]
+//	-redis-cluster   HOST:PORT[,HOST:PORT...]: with -store redis, the seed
+//	                 nodes of a Redis Cluster [none]; at most one of
+//	                 -redis-url, -redis-sentinel and -redis-cluster is given
+//	-on-store-error  open|closed|local [open]: while the store fails, open
+//	                 serves every request without a limit (and no
+//	                 RateLimit fields), closed answers 503 with Retry-After,
+//	                 local limits each instance to its share of each quota
+//	                 (1/-instances) and answers with that share's fields
 //	-instances       instance count for the local fallback [1]
 //	-dry-run         decide and count, never refuse [false]
 //	-count           all|failed|successful: responses that spend the budget [all]
@@ -189,6 +201,15 @@
 //	-grpc-addr       listen address of the gRPC server, plaintext HTTP/2,
 //	                 such as :9090 [none: no gRPC listener]; its calls
 //	                 share the HTTP side's limits (see gRPC above)
+//	-otlp            URL of an OTLP/HTTP receiver (a collector, such as
+//	                 http://localhost:4318) to which the library's
+//	                 OpenTelemetry metrics are pushed, in protobuf, with
+//	                 POST URL/v1/metrics; rate_limiting.requests counts as
+//	                 ratelimit_decisions_total does; service.name is
+//	                 geocoding unless OTEL_SERVICE_NAME says otherwise
+//	                 [none: no push]
+//	-otlp-interval   how often the metrics are pushed to -otlp, and once
+//	                 more at shutdown [10s]
 //	-daily           requests per calendar day for each client, resetting at
 //	                 00:00 in -tz, on top of -rate (policy "daily") [0: none]
 //	-monthly         requests per calendar month, resetting at 00:00 on the
@@ -228,7 +249,10 @@
 // seconds, on SIGINT or SIGTERM: a request, call or stream still running
 // then is cut off, and the exit status is 1. With -store redis it pings
 // Redis once at start-up; if Redis does not answer, it logs the address
-// and the cause and serves anyway, as -on-store-error says.
+// and the cause (a rediss:// URL for a server without TLS, or the
+// reverse, is named so) and serves anyway, as -on-store-error says. With
+// -on-store-error open, the default, it warns at start-up that while
+// Redis is unavailable every request is served without a limit.
 package main
 
 import (
@@ -293,6 +317,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
+	cfg.redisGiven = givenFlags(fs, redisFlags)
 	if fs.NArg() > 0 {
 		report(stderr, fmt.Errorf("unexpected argument %q: the server takes only flags", fs.Arg(0)))
 		return 2
@@ -309,6 +334,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer s.close()
 
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	warnUnprotected(cfg, logger)
 	pingRedis(ctx, cfg, logger)
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
