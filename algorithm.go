@@ -25,13 +25,13 @@ func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 	var remaining, retryAfter, resetAfter, delay int64
 	switch p.Algorithm {
 	case LeakyShape:
-		allowed, next, remaining, retryAfter, resetAfter, delay = shape(state, now, iv, burst, cost, p.shapeBound(), p.Immediate)
+		allowed, next, remaining, retryAfter, resetAfter, delay = algo.Shape(state, now, iv, burst, cost, p.shapeBound(), p.Immediate)
 	case ban:
-		allowed, next, retryAfter, resetAfter = decideBan(state, now, cost)
+		allowed, next, retryAfter, resetAfter = algo.DecideBan(state, now, cost)
 	case debt:
-		allowed, next, remaining, resetAfter = owe(state, now, iv, burst, cost, math.MaxInt64)
+		allowed, next, remaining, resetAfter = algo.Owe(state, now, iv, burst, cost, math.MaxInt64)
 	default: // TokenBucket, LeakyPolice and strikes make the same decisions.
-		allowed, next, remaining, retryAfter, resetAfter = tokenBucket(state, now, iv, burst, cost)
+		allowed, next, remaining, retryAfter, resetAfter = algo.Bucket(state, now, iv, burst, cost)
 	}
 	return Result{
 		Allowed:    allowed,
@@ -64,53 +64,6 @@ func (p *Policy) Refund(state, now, cost, end int64) (next int64) {
 	return state - give
 }
 
-// tokenBucket is GCRA: with τ = burst × interval and TAT = max(state, now),
-// a request of cost n is allowed iff TAT + n × interval − now ≤ τ, and then
-// the state moves to TAT + n × interval; a refusal keeps the state. A
-// state however far ahead (a debt, or one kept under a longer limit than
-// the one in force, or before the clock went back) counts as it is, so
-// that RetryAfter is exact and nothing is forgiven. The results are
-// separate values so that they travel in registers.
-func tokenBucket(state, now, interval, burst, cost int64) (allowed bool, next, remaining, retryAfter, resetAfter int64) {
-	tau, need := burst*interval, algo.Mul(cost, interval)
-	ahead := max(algo.Add(state, -now), 0) // TAT − now
-	next = state
-	switch {
-	case cost > burst:
-		// Never allowed; no wait changes that.
-	case cost == 0:
-		allowed = true // a cost of 0 only reads
-	case ahead <= tau-need:
-		allowed = true
-		ahead += need
-		next = now + ahead
-	default:
-		retryAfter = algo.Add(ahead, need-tau)
-	}
-	return allowed, next, left(tau, ahead, interval, burst), retryAfter, ahead
-}
-
-// left returns the whole tokens a bucket of depth tau holds when its state
-// is ahead of now by ahead.
-func left(tau, ahead, interval, burst int64) int64 {
-	if ahead >= tau {
-		return 0
-	}
-	return min((tau-ahead)/interval, burst)
-}
-
-// owe is the settlement of a request that cost more than it reserved: it
-// takes cost more tokens even past empty, exactly, so that the key's next
-// requests wait until the debt is repaid; the state never moves back, and
-// never past limit (the int64 limit for a rate, the end of a calendar
-// quota's debt).
-func owe(state, now, interval, burst, cost, limit int64) (allowed bool, next, remaining, resetAfter int64) {
-	tat := max(state, now)
-	next = max(state, min(algo.Add(tat, algo.Mul(cost, interval)), limit))
-	resetAfter = max(algo.Add(next, -now), 0)
-	return true, next, left(burst*interval, resetAfter, interval, burst), resetAfter
-}
-
 // decideQuota is a calendar quota's decision: the token bucket of a burst
 // of n and an interval of 1 ns, decided at the end E of the period that
 // holds now rather than at now, so that the state is E + the tokens spent
@@ -124,9 +77,9 @@ func (p *Policy) decideQuota(state, now, cost int64) (Result, int64) {
 	var allowed bool
 	var next, remaining int64
 	if p.Algorithm == debt {
-		allowed, next, remaining, _ = owe(state, end, 1, n, cost, end+2*n)
+		allowed, next, remaining, _ = algo.Owe(state, end, 1, n, cost, end+2*n)
 	} else {
-		allowed, next, remaining, _, _ = tokenBucket(state, end, 1, n, cost)
+		allowed, next, remaining, _, _ = algo.Bucket(state, end, 1, n, cost)
 	}
 	res := Result{Allowed: allowed, Policy: p, Remaining: remaining, ResetAfter: time.Duration(end - now), Until: next}
 	if !allowed && cost <= n {
@@ -151,54 +104,6 @@ func (p *Policy) wouldAllow(res Result, cost int64) (bool, time.Duration) {
 	// the look tells.
 	would, _ := p.Decide(int64(res.ResetAfter), 0, cost)
 	return would.Allowed, would.RetryAfter
-}
-
-// decideBan is a penalty box's ban: the state is the time the ban ends. Until
-// then every request is refused and changes nothing; after it, a cost of 0
-// asks, and a positive cost bans for cost nanoseconds from now. So of
-// requests that race to ban a key, one bans it and the others are refused
-// by its ban.
-func decideBan(state, now, cost int64) (allowed bool, next, retryAfter, resetAfter int64) {
-	next = state
-	allowed = state <= now
-	if allowed && cost > 0 {
-		next = now + cost
-	}
-	resetAfter = max(next-now, 0)
-	if !allowed {
-		retryAfter = resetAfter
-	}
-	return allowed, next, retryAfter, resetAfter
-}
-
-// shape is the leaky bucket as a queue: a request arriving at now starts at
-// max(state, now), waits start − now, and moves the state on by cost ×
-// interval. It is admitted iff that wait is at most bound; otherwise it is
-// refused at once and changes nothing. The first immediate × interval of
-// every wait is forgiven.
-func shape(state, now, interval, burst, cost, bound, immediate int64) (allowed bool, next, remaining, retryAfter, resetAfter, delay int64) {
-	start := max(state, now)
-	wait := start - now
-	next = state
-	switch {
-	case cost > burst:
-		// Never allowed.
-	case cost == 0:
-		allowed = true
-	case wait <= bound:
-		allowed = true
-		delay = max(wait-immediate*interval, 0)
-		next = start + cost*interval
-		start = next
-	default:
-		retryAfter = wait - bound
-	}
-	resetAfter = start - now
-	// Remaining: how many more requests of cost 1 would be admitted now.
-	if resetAfter <= bound {
-		remaining = min((bound-resetAfter)/interval+1, burst)
-	}
-	return allowed, next, remaining, retryAfter, resetAfter, delay
 }
 
 // shapeBound returns the longest wait a LeakyShape policy admits: the

@@ -74,3 +74,36 @@ func burstOf(r Result) int64 {
 	}
 	return max(r.Policy.Limit.burst, 1)
 }
+
+// combine makes the Result of a request decided by several policies: the
+// binding policy's result, the lists, and every policy's result.
+func (l *Limiter) combine(results []Result, allowed bool) Result {
+	var delay time.Duration
+	for _, i := range l.enforce {
+		delay = max(delay, results[i].Delay)
+	}
+	idx := l.enforce
+	if len(idx) == 0 {
+		idx = l.dryRun
+	}
+	res := results[binding(results, idx)]
+	res.Allowed = allowed
+	res.Delay = 0
+	if allowed {
+		res.RetryAfter, res.Delay = 0, delay
+	}
+	res.Results = results
+	return res
+}
+
+// binding returns the index, among idx, of the result that binds (see
+// bindsOver), the first of equals.
+func binding(results []Result, idx []int) int {
+	best := idx[0]
+	for _, i := range idx[1:] {
+		if results[i].bindsOver(results[best]) {
+			best = i
+		}
+	}
+	return best
+}

@@ -107,3 +107,38 @@ func (d *dominance) see(key string, log *slog.Logger) {
 	clear(d.counts)
 	d.sampled = 0
 }
+
+// mixes returns the pairs of a policy of l and one of o, in the same store,
+// that have one name and different limits: their buckets mix.
+func (l *Limiter) mixes(o *Limiter) (pairs [][2]Policy) {
+	if !sameStore(l.store, o.store) {
+		return nil
+	}
+	for _, p := range l.policies {
+		for _, q := range o.policies {
+			if p.Name == q.Name && p.Limit.differs(q.Limit) {
+				pairs = append(pairs, [2]Policy{p, q})
+			}
+		}
+	}
+	return pairs
+}
+
+// differs reports whether buckets of l and m under one name would mix: a
+// different interval or burst, or for a quota a different period or zone
+// (a zone by its name: one loaded twice is one zone).
+func (l Limit) differs(m Limit) bool {
+	return l.interval != m.interval || l.burst != m.burst || l.cal != m.cal ||
+		l.cal != rate && l.loc.String() != m.loc.String()
+}
+
+// sameStore reports whether a and b are one store; stores of a dynamic
+// type that cannot be compared, such as a func adapter, are never one.
+func sameStore(a, b Store) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
+}
