@@ -55,7 +55,7 @@ func (p *Policy) Refund(state, now, cost, end int64) (next int64) {
 	}
 	iv := int64(p.Limit.interval)
 	if p.Limit.cal != rate {
-		now, iv = p.periodEnd(now), 1 // see decideQuota
+		now, iv = p.quotaEnd(now), 1 // see decideQuota
 	}
 	give := min(end-now, algo.Mul(cost, iv), state-now)
 	if give <= 0 {
@@ -72,7 +72,7 @@ func (p *Policy) Refund(state, now, cost, end int64) (next int64) {
 // empty bucket still at the reset, so that none carries over to the next
 // period. ResetAfter is the time until E, whatever was spent.
 func (p *Policy) decideQuota(state, now, cost int64) (Result, int64) {
-	end, n := p.periodEnd(now), p.Limit.burst
+	end, n := p.quotaEnd(now), p.Limit.burst
 	cost = max(cost, 0)
 	var allowed bool
 	var next, remaining int64

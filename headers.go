@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -314,10 +315,18 @@ func (m *Middleware) writeHeaders(h http.Header, lim *Limiter, res Result) {
 	}
 }
 
-// refuse answers a refused request: Retry-After, then the deny handler.
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, res Result) {
-	w.Header()["Retry-After"] = intField(retryAfterSeconds(res.RetryAfter))
-	m.cfg.OnDeny(w, r, res)
+// refuse answers the refused request of d: its Retry-After, jittered by
+// MiddlewareOptions.RetryJitter, and its header fields, then the deny
+// handler.
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, d *decision) {
+	if m.cfg.RetryJitter > 0 {
+		j := time.Duration(rand.Int64N(int64(m.cfg.RetryJitter)))
+		d.res.RetryAfter = addSaturating(d.res.RetryAfter, j)
+		d.res.ResetAfter = max(d.res.ResetAfter, d.res.RetryAfter)
+	}
+	m.writeHeaders(w.Header(), d.lim, d.res)
+	w.Header()["Retry-After"] = intField(retryAfterSeconds(d.res.RetryAfter))
+	m.cfg.OnDeny(w, r, d.res)
 }
 
 // addSaturating returns d + j for j ≥ 0, or the longest Duration when

@@ -130,9 +130,9 @@ type period struct {
 	loc        *time.Location
 }
 
-// periodEnd returns the end of the calendar period of p's quota that holds
+// quotaEnd returns the end of the calendar period of p's quota that holds
 // now, in Unix nanoseconds.
-func (p *Policy) periodEnd(now int64) int64 {
+func (p *Policy) quotaEnd(now int64) int64 {
 	c := p.period
 	if c == nil {
 		return p.Limit.periodEnd(now)

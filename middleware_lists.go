@@ -50,10 +50,10 @@ func newAddrLists(o *MiddlewareOptions) (*addrLists, error) {
 	return l, nil
 }
 
-// check finds the client of r as KeyByIP does, and says whether it is
+// classify finds the client of r as KeyByIP does, and says whether it is
 // blocked or safe; a client in both lists is blocked. The error is
 // KeyByIP's when the client cannot be found.
-func (l *addrLists) check(r *http.Request) (verdict, error) {
+func (l *addrLists) classify(r *http.Request) (verdict, error) {
 	a, err := l.ip.clientAddr(r)
 	switch {
 	case err != nil:

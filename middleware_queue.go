@@ -2,22 +2,11 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"time"
 )
-
-// decision is what Handle learned of a request: the limiter that decided
-// it, its key and costs, and the result or the error.
-type decision struct {
-	lim    *Limiter
-	key    string
-	cost   int64   // what it reserved in each unit, unless costs
-	costs  []int64 // what it reserved in each unit of lim, or nil
-	res    Result
-	err    error
-	queued bool // it holds a place in the shaping queues (enqueue)
-}
 
 // defaultMaxQueued is MiddlewareOptions.MaxQueued's default: the requests that may
 // wait in shaping queues at once, across all keys of a Middleware. Each
@@ -28,20 +17,20 @@ type decision struct {
 const defaultMaxQueued = 256
 
 // enqueue gives the allowed request of d, which must wait d.res.Delay
-// (LeakyShape), a place in the shaping queues, or refuses it at once and
-// gives back what it took: when its wait would not end before its
+// (LeakyShape), a place in the shaping queues, or refuses it at once,
+// what it took to go back: when its wait would not end before its
 // response can no longer be written (waitDeadline), or when
 // MiddlewareOptions.MaxQueued requests wait already. A place is counted
 // in its limiter's occupancy (internal/occupancy) until dequeue.
 func (m *Middleware) enqueue(r *http.Request, d *decision) {
 	now := time.Now()
 	if end, ok := waitDeadline(r, now); ok && !now.Add(d.res.Delay).Before(end) {
-		m.refuseQueued(r, d)
+		m.refuseQueued(d)
 		return
 	}
 	if m.cfg.maxQueued >= 0 && m.queued.Add(1) > m.cfg.maxQueued { // < 0: no bound
 		m.queued.Add(-1)
-		m.refuseQueued(r, d)
+		m.refuseQueued(d)
 		return
 	}
 	d.queued = true
@@ -59,11 +48,11 @@ func (m *Middleware) dequeue(d *decision) {
 	}
 }
 
-// refuseQueued gives back what the request of d took and turns its result
-// into a refusal by the shaping policies that would have queued it, with
+// refuseQueued turns the result of d into a refusal, what it took to go
+// back (finish), by the shaping policies that would have queued it, with
 // Retry-After the wait it would have had: its turn.
-func (m *Middleware) refuseQueued(r *http.Request, d *decision) {
-	d.refund(r, d.lim.allUnits())
+func (m *Middleware) refuseQueued(d *decision) {
+	d.back = d.res
 	res := d.res
 	res.Allowed, res.Remaining, res.RetryAfter, res.Delay = false, 0, res.Delay, 0
 	res.ResetAfter = max(res.ResetAfter, res.RetryAfter)
@@ -108,5 +97,15 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// reserved returns what d reserved, for the settlement of its costs.
-func (d *decision) reserved() *round { return &round{key: d.key, cost: d.cost, costs: d.costs} }
+// wait holds the allowed request of d until its turn, then frees its
+// place in the shaping queues. A request whose context ends first is
+// answered with an error wrapping ErrWaitAbandoned, what it took to go
+// back (finish).
+func (m *Middleware) wait(w http.ResponseWriter, r *http.Request, d *decision) {
+	err := sleep(r.Context(), d.res.Delay)
+	m.dequeue(d)
+	if err != nil {
+		d.back = d.res
+		m.cfg.OnError(w, r, fmt.Errorf("%w: %w", ErrWaitAbandoned, err))
+	}
+}

@@ -5,6 +5,7 @@ package ratelimit
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -14,13 +15,14 @@ import (
 	"github.com/tokenfair/ratelimit/internal/algo"
 	"github.com/tokenfair/ratelimit/internal/clientkey"
 	"github.com/tokenfair/ratelimit/internal/jsontext"
+	"github.com/tokenfair/ratelimit/internal/keyhash"
 )
 
 // denyProblem is the default MiddlewareOptions.OnDeny: 429 with the quota-exceeded
 // problem body.
 func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 	detail := "Too many requests; retry after " + strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10) + " s."
-	if banned(res) {
+	if isBan(res) {
 		detail = "Banned after repeated refusals, for " + strconv.FormatInt(retryAfterSeconds(res.RetryAfter), 10) + " s more."
 	}
 	writeProblem(w, http.StatusTooManyRequests, problemQuotaExceeded, "Quota Exceeded", detail, &res)
@@ -28,7 +30,7 @@ func denyProblem(w http.ResponseWriter, _ *http.Request, res Result) {
 
 // banned reports whether res is the refusal of a penalty box's ban: its
 // only result is the ban's.
-func banned(res Result) bool {
+func isBan(res Result) bool {
 	return len(res.Results) == 1 && res.Results[0].Policy != nil && res.Results[0].Policy.Algorithm == algo.Ban
 }
 
@@ -131,7 +133,7 @@ func (a errorAnswers) answer(w http.ResponseWriter, r *http.Request, err error) 
 		args := []any{"method", r.Method, "path", r.URL.Path, "status", p.status, "err", err}
 		suppressed, ok := int64(0), true
 		if errors.Is(err, ErrStore) {
-			suppressed, ok = a.storeLines.take(time.Now())
+			suppressed, ok = a.storeLines.due(time.Now())
 		}
 		if ok {
 			if suppressed > 0 {
@@ -231,9 +233,9 @@ type logSpacing struct {
 	suppressed atomic.Int64
 }
 
-// take reports whether a line may be logged at now, and how many were
+// due reports whether a line may be logged at now, and how many were
 // suppressed since the last one.
-func (l *logSpacing) take(now time.Time) (suppressed int64, ok bool) {
+func (l *logSpacing) due(now time.Time) (suppressed int64, ok bool) {
 	next := l.next.Load()
 	if now.UnixNano() < next || !l.next.CompareAndSwap(next, now.UnixNano()+int64(l.every)) {
 		l.suppressed.Add(1)
@@ -273,4 +275,103 @@ func writeProblem(w http.ResponseWriter, status int, typ, title, detail string, 
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	w.Write(b)
+}
+
+// answer answers r as d says: an exempt or undecided request at once; a
+// decided one is observed, its header fields written, and answered
+// through the error or the deny handler, or by running next once its
+// turn has come (finish).
+//
+// An allowed request first takes what it holds while it waits or runs: an
+// in-flight slot (MaxInFlight) until next returns or panics, a place in
+// the shaping queues (MaxQueued) until its wait ends. It takes them before
+// it is observed and answered, since a refusal for want of them is a
+// refusal.
+func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func(*http.Request) (int, int64), d *decision) {
+	if !d.decided {
+		switch {
+		case d.err != nil:
+			m.undecided(w, r, d.err)
+		case d.exempt == blocked:
+			forbid(w)
+		default:
+			next(r)
+		}
+		return
+	}
+	if d.err == nil && d.res.Allowed && m.cfg.inflight != nil {
+		var release func()
+		if release, d.res, d.err = m.holdSlot(r, d); release != nil {
+			defer release()
+		}
+	}
+	if d.err == nil && d.res.Allowed && d.res.Delay > 0 {
+		m.enqueue(r, d)
+		defer m.dequeue(d) // freed when the wait ends; this, after a panic before
+	}
+	if m.cfg.Observe != nil {
+		m.cfg.Observe(r, Event{Limiter: d.lim, KeyHash: keyhash.Sum(d.key), Result: d.res, Err: d.err, Elapsed: time.Since(d.start)})
+	}
+	switch {
+	case d.err != nil:
+		m.fail(w, r, d.err)
+	case !d.res.Allowed:
+		if m.keys != nil {
+			m.keys.see(d.key, m.cfg.Logger)
+		}
+		m.refuse(w, r, d)
+	default:
+		if m.keys != nil {
+			m.keys.see(d.key, m.cfg.Logger)
+		}
+		m.writeHeaders(w.Header(), d.lim, d.res)
+		if d.res.Delay > 0 {
+			m.wait(w, r, d)
+		}
+	}
+	m.finish(r, next, d)
+}
+
+// holdSlot takes an in-flight slot for the request that d allowed
+// (MaxInFlight), counted in its limiter's occupancy (internal/occupancy)
+// while held, and returns the function that releases it. When no slot
+// is free it returns the in-flight refusal, and when the SlotStore fails
+// an error wrapping ErrStore, and what d spent is to go back (finish).
+func (m *Middleware) holdSlot(r *http.Request, d *decision) (func(), Result, error) {
+	f, key, occ := m.cfg.inflight, d.key, &d.lim.occ
+	if m.cfg.Slots == nil {
+		if f.acquire(key) {
+			occ.InFlight.Add(1)
+			return func() { occ.InFlight.Add(-1); f.release(key) }, d.res, nil
+		}
+	} else {
+		held, ok, err := f.acquireShared(r.Context(), m.cfg.Slots, m.cfg.SlotLease, key)
+		if err != nil {
+			d.back = d.res
+			return nil, Result{}, fmt.Errorf("%w: in-flight slots: %w", ErrStore, err)
+		}
+		if ok {
+			occ.InFlight.Add(1)
+			return func() { occ.InFlight.Add(-1); held.release() }, d.res, nil
+		}
+	}
+	d.back = d.res
+	return nil, f.refused, nil
+}
+
+// undecided observes and answers a request that failed before its
+// decision (the client lists, MiddlewareOptions.Skip) because of err.
+func (m *Middleware) undecided(w http.ResponseWriter, r *http.Request, err error) {
+	if m.cfg.Observe != nil {
+		m.cfg.Observe(r, Event{Limiter: m.limiter, Err: err})
+	}
+	m.fail(w, r, err)
+}
+
+// fail answers a request that could not be decided because of err.
+func (m *Middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if m.cfg.customOnError {
+		m.cfg.errors.noteRefusal(r, err)
+	}
+	m.cfg.OnError(w, r, err)
 }

@@ -82,6 +82,21 @@ func (d *decision) refund(r *http.Request, units uint64) {
 // allUnits is the set of every unit of l.
 func (l *Limiter) allUnits() uint64 { return 1<<len(l.units) - 1 }
 
+// finish ends the decided request of d: it gives back what d spent when
+// the request was refused or abandoned after its take (d.back), or runs
+// next for an allowed one and settles its costs (run).
+func (m *Middleware) finish(r *http.Request, next func(*http.Request) (int, int64), d *decision) {
+	switch {
+	case d.back.Allowed:
+		_ = d.lim.adjust(context.WithoutCancel(r.Context()), "Refund", d.reserved(), d.back, d.lim.allUnits(), 0)
+	case d.err != nil || !d.res.Allowed:
+	case !m.cfg.ResultInContext && !m.CountsResponses():
+		next(r)
+	default:
+		m.run(r, next, d)
+	}
+}
+
 // run runs next for the admitted request of d and settles its costs when
 // the response is complete, in the units its handler did not (Settle):
 // nothing when next's status does not count (MiddlewareOptions.CountIf)

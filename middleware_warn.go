@@ -39,9 +39,9 @@ type limitsSeen struct {
 // LimiterFor makes new ones as it goes.
 const maxLimitersSeen = 64
 
-// check compares l's policies with those of the limiters seen before, the
+// note compares l's policies with those of the limiters seen before, the
 // first time it sees l. It costs one read of a sync.Map afterwards.
-func (s *limitsSeen) check(l *Limiter, log *slog.Logger) {
+func (s *limitsSeen) note(l *Limiter, log *slog.Logger) {
 	if _, ok := s.checked.Load(l); ok {
 		return
 	}
