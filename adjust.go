@@ -1,7 +1,7 @@
 package ratelimit
 
 // What an allowed request spent, adjusted once its real cost is known:
-// given back (Refund), charged past empty (Charge), or set (Settle).
+// given back (Refund), or set, even past empty (Settle).
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 // Refund gives back cost tokens of took, an allowed Result of this
 // Limiter's Take for key, under each policy, as x/time/rate's
 // Reservation.Cancel does. The Refunds of one took must add up to at most
-// what it spent under each policy, under the key Take was given: the
-// Result cannot tell (of TakeUnits, whose costs differ, use Settle). It does nothing for cost ≤ 0, a refused
-// or degraded took, or a store that is no [RefundStore]; its errors wrap
+// what it spent under each policy, under the key Take was given (of
+// TakeUnits, use Settle). It does nothing for cost ≤ 0, a refused or
+// degraded took, or a store that is no [RefundStore]; its errors wrap
 // ErrMissingKey (empty key) or ErrStore, or name the policy of a took of
 // another Limiter.
 func (l *Limiter) Refund(ctx context.Context, key string, cost int64, took Result) error {
@@ -30,35 +30,13 @@ func (l *Limiter) Refund(ctx context.Context, key string, cost int64, took Resul
 	return nil
 }
 
-// Charge takes cost more tokens for took, an allowed Result of this
-// Limiter's Take for key, whose request cost more than it reserved: even
-// past empty, exactly, under the key's limit in force, so that the key's
-// next requests wait until the debt is repaid (a calendar quota's debt
-// ends at its reset). A took decided while the store failed is charged as
-// the store's fallback decides (failover's Local mode charges its share).
-// It does nothing for cost ≤ 0 or a refused took; its errors are Refund's.
-func (l *Limiter) Charge(ctx context.Context, key string, cost int64, took Result) error {
-	results, err := l.spent("Charge", key, took, true)
-	if err != nil || cost <= 0 {
-		return err
-	}
-	for i, r := range results {
-		if r.Allowed {
-			if err := l.charge(ctx, i, key, cost, r); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// Settle sets what took, an allowed Result of this Limiter's Take or
-// TakeUnits for key that reserved reserved of unit, costs in unit, once
-// that is known: each policy that counts unit gives back what it spent
-// above cost, or takes the rest even past empty, as Charge does. An
-// admitted request costs at least 1: a cost of 0 settles at 1. Settle
-// each unit of a took once. It returns an error for a negative cost or a
-// unit no policy counts, and Refund's errors.
+// Settle sets the cost in unit of took, an allowed Result of this Limiter's
+// Take or TakeUnits for key that reserved reserved of unit: each policy
+// counting unit gives back what it spent above cost, or takes the rest even
+// past empty, so that the key waits until the debt is repaid
+// (docs/algorithms.md#charges-past-empty). A cost of 0 settles at 1.
+// Settle each unit of a took once. It returns an error for a negative cost
+// or a unit no policy counts, and Refund's errors.
 func (l *Limiter) Settle(ctx context.Context, key, unit string, reserved, cost int64, took Result) error {
 	u := slices.Index(l.units, unit)
 	switch {
@@ -113,7 +91,7 @@ func (l *Limiter) charge(ctx context.Context, i int, key string, cost int64, too
 	return nil
 }
 
-// spent returns the results of took, for a Refund or Charge (op) of key:
+// spent returns the results of took, for a Refund or Settle (op) of key:
 // one per policy, nil when took spent nothing (or, unless degraded, was
 // decided while the store failed), or an error, such as for one policy's
 // result of a Limiter of several.

@@ -10,11 +10,11 @@ import (
 // Decide applies p's algorithm to a bucket of state state (0 if never seen)
 // at now, in Unix nanoseconds, for cost tokens: it returns the decision and
 // the state to keep, unchanged on a refusal. The state is when the bucket
-// is full again (a LeakyShape queue empty, a ban over), so a store may
-// forget a bucket when next ≤ now and keep it for next − now at most.
-// p must be valid and cost at most its burst (but for a charge past
-// empty); a negative cost counts as 0. Sums saturate at the int64 limit.
-// Decide is pure and safe for concurrent use; docs/algorithms.md derives it.
+// is full again, so a store may forget a bucket when next ≤ now and keep
+// it for next − now at most. p must be valid and cost at most its burst
+// (but for a charge past empty); a negative cost counts as 0; sums
+// saturate at the int64 limit. Decide is pure and safe for concurrent use;
+// docs/algorithms.md derives it.
 func (p *Policy) Decide(state, now, cost int64) (res Result, next int64) {
 	if p.Limit.cal != rate {
 		return p.decideQuota(state, now, cost)

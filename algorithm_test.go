@@ -812,7 +812,7 @@ func TestTokenBucketStateFarAhead(t *testing.T) {
 	})
 }
 
-// The debt algorithm, a settlement's charge (Limiter.Charge), is always
+// The debt algorithm, a settlement's charge (Limiter.Settle above what was reserved), is always
 // allowed and takes cost more intervals past empty, exactly, saturated at
 // the int64 limit, and never moves the state back; for a calendar quota
 // the same at the period's end E, with 1 ns a token, but never past E +

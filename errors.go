@@ -2,24 +2,23 @@ package ratelimit
 
 import "errors"
 
-// The errors a caller can act on. Every error of this module wraps at most
-// one of them, with a message naming the cause and the value at fault;
-// test with errors.Is. docs/http.md lists the default answer to each.
+// The errors a caller can act on, with the status of their default answer
+// (docs/http.md). Every error of this module wraps at most one, with a
+// message naming the cause and the value at fault; test with errors.Is.
 var (
-	// ErrMissingKey: the request carries no identity (no API key, no user
-	// ID), or its key is empty. 401 by default.
+	// ErrMissingKey: no identity (API key, user ID), or an empty key. 401.
 	ErrMissingKey = errors.New("ratelimit: missing key")
-	// ErrBadRequest: the request cannot be limited as it is (no usable
-	// client address, two API key lines, a bad or too large cost). 400 by
-	// default.
+	// ErrBadRequest: the request cannot be limited as it is: no usable
+	// client address, two API key lines, a bad or too large cost. 400.
 	ErrBadRequest = errors.New("ratelimit: bad request")
-	// ErrStore: the store could not decide, or a failover failing closed
-	// refuses. 503 by default.
+	// ErrStore: the store could not decide, or a Closed failover refuses. 503.
 	ErrStore = errors.New("ratelimit: store failed")
-	// ErrWaitAbandoned: the client left while its request waited in a
-	// LeakyShape queue. 503 by default, not logged.
-	ErrWaitAbandoned = errors.New("ratelimit: request left the queue before its turn")
 )
+
+// errWaitAbandoned wraps, with the request's context's error
+// (context.Canceled: test for that), a request that left while it waited
+// in a LeakyShape queue. 503 by default, not logged.
+var errWaitAbandoned = errors.New("ratelimit: request left the queue before its turn")
 
 // errPanic wraps the value of a panic in a key, cost, Skip or LimiterFor
 // function; the default error handler answers 500.

@@ -21,7 +21,6 @@ var sentinels = map[string]error{
 	"ErrBadRequest":    ratelimit.ErrBadRequest,
 	"ErrStore":         ratelimit.ErrStore,
 	"ErrKeyState":      storeerr.ErrKeyState,
-	"ErrNotAtomic":     ratelimit.ErrNotAtomic,
 	"ErrWaitAbandoned": ratelimit.ErrWaitAbandoned,
 	"ErrPanic":         ratelimit.ErrPanic,
 }

@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/tokenfair/ratelimit/internal/fieldname"
+	"github.com/tokenfair/ratelimit/internal/sfv"
 )
 
 // HeaderFormat selects the rate-limit header fields a [Middleware] writes
@@ -53,34 +56,23 @@ func (f *HeaderFormat) UnmarshalText(text []byte) error {
 	return enumUnmarshal("header format", headerFormatNames[:], (*uint8)(f), text)
 }
 
-// fieldName is a field's name as the drafts spell it, and as h.Set spells
-// it. The first is assigned to the header map directly, so it goes out in
-// that spelling (h.Get canonicalises, so read it back with the map index,
-// h["RateLimit"]; a client reading the response canonicalises as it always
-// does, and HTTP/2 lowercases every name). The second is deleted first, so
-// that a value set that way earlier (by another middleware, or a proxied
-// upstream) is replaced rather than sent twice.
-type fieldName struct{ draft, canonical string }
-
-var (
-	policyKey  = fieldName{"RateLimit-Policy", "Ratelimit-Policy"}
-	quotaKey   = fieldName{"RateLimit", "Ratelimit"}
-	legacyKeys = [...]fieldName{{"RateLimit-Limit", "Ratelimit-Limit"}, {"RateLimit-Remaining", "Ratelimit-Remaining"}, {"RateLimit-Reset", "Ratelimit-Reset"}}
-	xKeys      = [...]fieldName{{"X-RateLimit-Limit", "X-Ratelimit-Limit"}, {"X-RateLimit-Remaining", "X-Ratelimit-Remaining"}, {"X-RateLimit-Reset", "X-Ratelimit-Reset"}}
-)
+// The fields are set by their names as the drafts spell them
+// (fieldname.Name.Draft), assigned to the header map directly, so that
+// they go out in that spelling (h.Get canonicalises, so read them back
+// with the map index, h["RateLimit"]; a client reading the response
+// canonicalises as it always does, and HTTP/2 lowercases every name).
+// The canonical spelling is deleted first, so that a value set that way
+// earlier (by another middleware, or a proxied upstream) is replaced
+// rather than sent twice.
 
 // set replaces the field f, in whichever spelling it was set; when fresh,
 // h held none of the fields written with it, so nothing is deleted.
-func set(h http.Header, f fieldName, v []string, fresh bool) {
+func set(h http.Header, f fieldname.Name, v []string, fresh bool) {
 	if !fresh {
-		delete(h, f.canonical)
+		delete(h, f.Canonical)
 	}
-	h[f.draft] = v
+	h[f.Draft] = v
 }
-
-// maxSFInteger is the largest Integer a Structured Field may carry (RFC 9651
-// §3.3.1: at most 15 digits).
-const maxSFInteger = 999_999_999_999_999
 
 // A field's string is made once and shared by every response that sends
 // it, so that the usual decision makes no string; its []string is each
@@ -145,12 +137,12 @@ func quotaField(c *quotaCache, name string, r, t int64, hasT bool) string {
 		}
 	}
 	f := new(fieldValue)
-	b := appendPolicyItem(f.buf[:0], name)
+	b := sfv.AppendString(f.buf[:0], name)
 	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, r, 10)
+	b = sfv.AppendInteger(b, r)
 	if hasT {
 		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, t, 10)
+		b = sfv.AppendInteger(b, t)
 	}
 	f.s = unsafe.String(unsafe.SliceData(b), len(b))
 	if slot != nil {
@@ -177,18 +169,18 @@ func writeFields(h http.Header, f HeaderFormat, res Result, policies string, quo
 	switch f {
 	case HeadersIETF:
 		t, hasT := quotaSeconds(res)
-		v := &[2]string{quotaField(quotas, p.Name, sfInteger(res.Remaining), t, hasT), policies}
-		set(h, quotaKey, v[0:1:1], fresh)
-		set(h, policyKey, v[1:2:2], fresh)
+		v := &[2]string{quotaField(quotas, p.Name, sfv.Clamp(res.Remaining), t, hasT), policies}
+		set(h, fieldname.Quota, v[0:1:1], fresh)
+		set(h, fieldname.Policy, v[1:2:2], fresh)
 	case HeadersLegacy, HeadersX:
-		keys := &legacyKeys
+		names := &fieldname.Legacy
 		if f == HeadersX {
-			keys = &xKeys
+			names = &fieldname.X
 		}
 		v := &[3]string{intString(p.Limit.Burst()), intString(max(res.Remaining, 0)), intString(ceilSeconds(res.ResetAfter))}
-		set(h, keys[0], v[0:1:1], fresh)
-		set(h, keys[1], v[1:2:2], fresh)
-		set(h, keys[2], v[2:3:3], fresh)
+		set(h, names[fieldname.Limit], v[0:1:1], fresh)
+		set(h, names[fieldname.Remaining], v[1:2:2], fresh)
+		set(h, names[fieldname.Reset], v[2:3:3], fresh)
 	}
 }
 
@@ -211,7 +203,7 @@ func newLimitHeaders(l *Limiter) *limitHeaders {
 	ps := l.Policies()
 	c := &limitHeaders{lim: l, quotas: make([]quotaCache, len(ps)), hidden: true}
 	for i := range ps {
-		c.quotas[i].burst = sfInteger(ps[i].Limit.Burst())
+		c.quotas[i].burst = sfv.Clamp(ps[i].Limit.Burst())
 		c.hidden = c.hidden && ps[i].DryRun
 		c.dynamic = c.dynamic || ps[i].LimitFor != nil || ps[i].Limit.cal != rate
 	}
@@ -361,31 +353,18 @@ func appendPolicies(b []byte, ps []Policy, res *Result, withDryRun bool, now tim
 		if len(b) > start {
 			b = append(b, ',')
 		}
-		b = appendPolicyItem(b, p.Name)
+		b = sfv.AppendString(b, p.Name)
 		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, sfInteger(p.Limit.Burst()), 10)
+		b = sfv.AppendInteger(b, p.Limit.Burst())
 		if p.Unit != requests && p.Unit != "" {
-			b = append(b, `;qu="`...)
-			b = append(b, p.Unit...)
-			b = append(b, '"')
+			b = append(b, ";qu="...)
+			b = sfv.AppendString(b, p.Unit)
 		}
 		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, p.Limit.window(now), 10)
+		b = sfv.AppendInteger(b, p.Limit.window(now))
 	}
 	return b
 }
-
-// appendPolicyItem appends name as a Structured Field String. Policy names
-// are validated to [A-Za-z0-9._-], so they need no escaping.
-func appendPolicyItem(b []byte, name string) []byte {
-	b = append(b, '"')
-	b = append(b, name...)
-	return append(b, '"')
-}
-
-// sfInteger clamps n to the non-negative Integers a Structured Field can
-// carry.
-func sfInteger(n int64) int64 { return min(max(n, 0), maxSFInteger) }
 
 // quotaSeconds returns the t parameter of res and whether it is present: the
 // seconds, rounded up, until additional quota is made available. On a
@@ -442,7 +421,7 @@ func (l Limit) window(now time.Time) int64 {
 	// ⌈⌈burst × period / n⌉ / 1s⌉ = ⌈burst × period / (n × 1s)⌉, in 128 bits.
 	hi, lo := bits.Mul64(uint64(l.burst), uint64(l.period))
 	if hi >= uint64(l.n) {
-		return maxSFInteger
+		return sfv.MaxInteger
 	}
 	ns, r := bits.Div64(hi, lo, uint64(l.n))
 	if r != 0 {
@@ -452,5 +431,5 @@ func (l Limit) window(now time.Time) int64 {
 	if ns%uint64(time.Second) != 0 {
 		q++
 	}
-	return int64(min(max(q, 1), maxSFInteger))
+	return int64(min(max(q, 1), sfv.MaxInteger))
 }

@@ -3,17 +3,19 @@ package ratelimit
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tokenfair/ratelimit/internal/sfv"
 )
 
 // Field names as the drafts spell them, the keys writeFields assigns in the
@@ -421,26 +423,6 @@ func TestIETFHeadersAreSFLists(t *testing.T) {
 	}
 }
 
-// The test-only parser itself, on the draft's own examples.
-func TestHeadersSFListParser(t *testing.T) {
-	items, err := parseSFList(`"permin";q=50;w=60, "perhr";q=1000;w=3600`)
-	require.NoError(t, err)
-	assert.Equal(t, []sfItem{
-		{"permin", map[string]int64{"q": 50, "w": 60}},
-		{"perhr", map[string]int64{"q": 1000, "w": 3600}},
-	}, items)
-	items, err = parseSFList(`"x"; q=10; w=1`)
-	require.NoError(t, err)
-	assert.Equal(t, []sfItem{{"x", map[string]int64{"q": 10, "w": 1}}}, items)
-	for _, bad := range []string{
-		``, `default;r=1`, `"x" ;r=1`, `"x";R=1`, `"x";r=`, `"x";r=1,`, `"x";r=1000000000000000`,
-		`"x";r=1;r=2`, `"x"r=1`, `"a"b"`, `"x";r=1 "y"`,
-	} {
-		_, err := parseSFList(bad)
-		assert.Error(t, err, "parseSFList(%q)", bad)
-	}
-}
-
 func TestHeaderFormatString(t *testing.T) {
 	for _, tc := range []struct {
 		f    HeaderFormat
@@ -525,68 +507,29 @@ type sfItem struct {
 	params map[string]int64
 }
 
-// parseSFList parses the subset of RFC 9651 sf-list that the ietf fields
-// use: members `"string";key=int…` separated by OWS "," OWS, with optional
-// spaces after each ";". It is strict about everything else.
+// parseSFList parses s, an sf-list, with the parser pace reads the
+// fields with (internal/sfv), and requires the shape of the draft -10
+// fields: every member a String, every parameter an Integer.
 func parseSFList(s string) ([]sfItem, error) {
-	var items []sfItem
-	for {
-		if len(s) == 0 || s[0] != '"' {
-			return nil, errors.New("want a quoted string")
+	members, ok := sfv.ParseList(s)
+	if !ok {
+		return nil, errors.New("not an sf-list")
+	}
+	items := make([]sfItem, 0, len(members))
+	for _, m := range members {
+		if m.Bare.Kind != sfv.String {
+			return nil, fmt.Errorf("member %+v is no String", m.Bare)
 		}
-		end := strings.IndexByte(s[1:], '"')
-		if end < 0 {
-			return nil, errors.New("unterminated string")
-		}
-		it := sfItem{name: s[1 : 1+end], params: map[string]int64{}}
-		for _, c := range []byte(it.name) {
-			if c == '\\' || c < 0x20 || c > 0x7e {
-				return nil, errors.New("string needs escaping")
+		it := sfItem{name: m.Bare.S, params: map[string]int64{}}
+		for _, p := range m.Params {
+			if p.Val.Kind != sfv.Integer {
+				return nil, fmt.Errorf("parameter %s of %q is no Integer", p.Key, it.name)
 			}
-		}
-		s = s[end+2:]
-		for len(s) > 0 && s[0] == ';' {
-			s = strings.TrimLeft(s[1:], " ")
-			i := 0
-			for i < len(s) && (s[i] >= 'a' && s[i] <= 'z' || s[i] == '*' || i > 0 && (s[i] >= '0' && s[i] <= '9' || strings.IndexByte("_-.", s[i]) >= 0)) {
-				i++
-			}
-			if i == 0 || i >= len(s) || s[i] != '=' {
-				return nil, errors.New("want key=integer")
-			}
-			key := s[:i]
-			s = s[i+1:]
-			j := 0
-			if j < len(s) && s[j] == '-' {
-				j++
-			}
-			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
-				j++
-			}
-			digits := strings.TrimPrefix(s[:j], "-")
-			if len(digits) == 0 || len(digits) > 15 {
-				return nil, errors.New("want an integer of 1 to 15 digits")
-			}
-			n, err := strconv.ParseInt(s[:j], 10, 64)
-			if err != nil {
-				return nil, err
-			}
-			if _, dup := it.params[key]; dup {
-				return nil, errors.New("duplicate parameter " + key)
-			}
-			it.params[key] = n
-			s = s[j:]
+			it.params[p.Key] = p.Val.N
 		}
 		items = append(items, it)
-		if len(s) == 0 {
-			return items, nil
-		}
-		s = strings.TrimLeft(s, " \t")
-		if len(s) == 0 || s[0] != ',' {
-			return nil, errors.New("want ',' between members")
-		}
-		s = strings.TrimLeft(s[1:], " \t")
 	}
+	return items, nil
 }
 
 // headerField returns the first value of the field name as spelled, or "":
@@ -627,11 +570,11 @@ func FuzzHeaders(f *testing.F) {
 		h := http.Header{}
 		writeFields(h, HeadersIETF, res, field(res), nil)
 		policies, err := parseSFList(h["RateLimit-Policy"][0])
-		if err != nil || len(policies) != 1 || policies[0].name != name || policies[0].params["q"] != min(burst, maxSFInteger) || policies[0].params["w"] < 1 {
+		if err != nil || len(policies) != 1 || policies[0].name != name || policies[0].params["q"] != min(burst, sfv.MaxInteger) || policies[0].params["w"] < 1 {
 			t.Fatalf("RateLimit-Policy %q: %v %+v", h["RateLimit-Policy"][0], err, policies)
 		}
 		limit, err := parseSFList(h["RateLimit"][0])
-		if err != nil || len(limit) != 1 || limit[0].name != name || limit[0].params["r"] != min(remaining, maxSFInteger) {
+		if err != nil || len(limit) != 1 || limit[0].name != name || limit[0].params["r"] != min(remaining, sfv.MaxInteger) {
 			t.Fatalf("RateLimit %q: %v %+v", h["RateLimit"][0], err, limit)
 		}
 		if !allowed && limit[0].params["t"] != retryAfterSeconds(res.RetryAfter) {
@@ -669,7 +612,7 @@ func TestLimitWindow(t *testing.T) {
 		{Per(1, time.Nanosecond), 1},
 		{Per(1, time.Nanosecond).WithBurst(1_500_000_000_000_000_000), 1_500_000_000},
 		{Limit{}, 1},
-		{Per(1, math.MaxInt64).WithBurst(math.MaxInt64), maxSFInteger},
+		{Per(1, math.MaxInt64).WithBurst(math.MaxInt64), sfv.MaxInteger},
 	} {
 		assert.Equal(t, tc.want, tc.l.window(time.Time{}), "%v.window()", tc.l)
 	}

@@ -20,18 +20,13 @@ import (
 type KeyFunc func(r *http.Request) (string, error)
 
 // KeyByAPIKey returns a KeyFunc that keys requests by the API key in the
-// header field named header, such as "X-API-Key", trimmed of spaces. The
-// key is "ak:" and 16 bytes of the key's SHA-256 in base64url (unsalted:
-// fit for random tokens, not for passwords), so stores never hold the
-// secret. For Authorization, the scheme's case and the whitespace the
-// grammar allows are ignored ("Bearer t" and "BEARER t" are one client).
-// A missing or empty field gives an error wrapping ErrMissingKey (401 with
-// a WWW-Authenticate challenge by default), two lines of it one wrapping
-// ErrBadRequest.
-//
-// KeyByAPIKey does not check that the API key is valid: run it after
-// authentication, or a client escapes its limit with a fresh made-up key
-// per request. It panics when header is not a header field name.
+// header field named header, such as "X-API-Key": "ak:" and 16 bytes of its
+// unsalted SHA-256 (fit for random tokens, not passwords), so stores never
+// hold the secret; docs/keys.md says which spellings are one client. A
+// missing or empty field gives an error wrapping ErrMissingKey, two lines
+// of it one wrapping ErrBadRequest. It does not check that the API key is
+// valid: run it after authentication. It panics when header is not a
+// header field name.
 func KeyByAPIKey(header string) KeyFunc {
 	trimmed := strings.TrimSpace(header)
 	if !isToken(trimmed) {
@@ -61,11 +56,9 @@ func KeyByAPIKey(header string) KeyFunc {
 }
 
 // KeyOfAPIKey returns the key that KeyByAPIKey(header) gives a request
-// whose field header holds apiKey: the key Policy.LimitFor sees, by which
-// a table of plans is indexed when it is loaded, so that neither the table
-// nor the store holds the secret. For Authorization, apiKey is the whole
-// value, scheme included ("Bearer t"). An empty apiKey gives a key that no
-// request gets: KeyByAPIKey refuses such requests.
+// whose field header holds apiKey, to index a table for Policy.LimitFor
+// without holding the secret. For Authorization, apiKey is the whole value
+// ("Bearer t"). An empty apiKey gives a key that no request gets.
 func KeyOfAPIKey(header, apiKey string) string {
 	v := strings.TrimSpace(apiKey)
 	if http.CanonicalHeaderKey(strings.TrimSpace(header)) == "Authorization" {
@@ -172,13 +165,9 @@ func (c *apiKeyCache) key(secret string) string {
 // KeyByContextValue returns a KeyFunc that keys requests by the user ID
 // that an earlier middleware stored in the request's context under ctxKey:
 // a non-empty string, an integer, a [fmt.Stringer], a [16]byte (a UUID), or
-// a named type of one of them. The key is "user:" and the ID, integers in
-// decimal, so 42, "42" and UserID("42") are one user; an ID longer than 128
-// bytes is hashed. No value or an empty ID gives an error wrapping
-// ErrMissingKey; a value of another type is the server's mistake, an error
-// naming the type (500 by default); both errors name ctxKey and its type,
-// for the log: a context key of the wrong type finds nothing. It panics
-// when ctxKey is nil.
+// a named type of one of them, keyed "user:ID" (docs/keys.md). No value or
+// an empty ID gives an error wrapping ErrMissingKey; a value of another
+// type, an error naming it (500 by default). It panics when ctxKey is nil.
 func KeyByContextValue(ctxKey any) KeyFunc {
 	if ctxKey == nil {
 		panic(errors.New("ratelimit: KeyByContextValue: nil context key"))
@@ -194,18 +183,13 @@ func KeyByContextValue(ctxKey any) KeyFunc {
 }
 
 // KeyByIP returns a KeyFunc that keys requests by the client's address,
-// "ip:203.0.113.7", or for IPv6 its network, "ip:2001:db8:1:2::/64".
-// IPv4-mapped addresses are unmapped and zones dropped, so no client has
-// two keys. The client is the TCP peer, unless the peer is a trusted proxy:
-// then opts.Header is walked from the right, skipping trusted proxies, and
-// the first other entry is the client (the leftmost when all are trusted,
-// the peer when the header is absent); at most 32 entries are examined.
-// An address that does not parse, or a walked entry that names no client
-// (empty, or a Forwarded element without for=), gives an error wrapping
-// ErrBadRequest, never a key.
-//
-// opts may be nil; an invalid opts is an error naming the field and value.
-// The KeyFunc is safe for concurrent use.
+// "ip:203.0.113.7", or for IPv6 its network, "ip:2001:db8:1:2::/64". The
+// client is the TCP peer, unless the peer is a trusted proxy: then
+// opts.Header is walked from the right, skipping trusted proxies
+// (docs/keys.md#behind-a-proxy). An address that does not parse, or a
+// walked entry that names no client, gives an error wrapping ErrBadRequest,
+// never a key. opts may be nil; an invalid opts is an error naming the
+// field and value. The KeyFunc is safe for concurrent use.
 func KeyByIP(opts *IPOptions) (KeyFunc, error) {
 	c, err := newIPConfig("KeyByIP", opts)
 	if err != nil {
@@ -267,10 +251,9 @@ func decimalLen(n int) int {
 }
 
 // JoinKeyFuncs returns a KeyFunc that joins the keys of fs, each after its
-// length ("3:abc2:de"), so that no two lists of keys collide: for limits
-// per route and client, say. It fails with the first error, and with one
-// wrapping ErrMissingKey for an empty key. It panics when fs is empty or
-// holds a nil function.
+// length ("3:abc2:de"), so that no two lists collide: for limits per route
+// and client, say. It fails with the first error, or one wrapping
+// ErrMissingKey for an empty key; it panics if fs is empty or holds nil.
 func JoinKeyFuncs(fs ...KeyFunc) KeyFunc {
 	if len(fs) == 0 {
 		panic(errors.New("ratelimit: JoinKeyFuncs: no key function"))

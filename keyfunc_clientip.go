@@ -28,28 +28,18 @@ func noClientIP(detail string, err error) error {
 // *IPOptions, like the zero value, takes the TCP peer for the client.
 type IPOptions struct {
 	// TrustedProxies lists the proxies whose forwarding header is believed
-	// when one is the TCP peer: CIDR prefixes ("10.0.0.0/8") or addresses,
-	// IPv4-mapped ones in IPv4 form; empty entries are skipped. Default:
-	// none, and the client is always the TCP peer.
+	// when one is the TCP peer: CIDR prefixes ("10.0.0.0/8") or addresses;
+	// empty entries are skipped. Default: none, the client is the peer.
 	TrustedProxies []string
-
-	// Header is the forwarding header read from a trusted proxy:
-	// "X-Forwarded-For" (the default, ""), "Forwarded" (RFC 7239's for=)
-	// or "X-Real-IP", in any case.
+	// Header is the forwarding header read from a trusted proxy, in any
+	// case: "X-Forwarded-For" (default), "Forwarded" or "X-Real-IP".
 	Header string
-
 	// IPv6Prefix groups IPv6 clients by their first IPv6Prefix bits, 1 to
-	// 128: the key is the network, "ip:2001:db8:1:2::/64". Default: 0,
-	// which means 64, the least a subscriber has (docs/keys.md#ipv6).
+	// 128. Default: 0, which means 64 (docs/keys.md#ipv6 says why).
 	IPv6Prefix int
-
-	// Logger receives the warnings, with the attribute "warning" naming
-	// their kind: "wide-trusted-range" (a trusted range such as 0.0.0.0/0)
-	// and, once, "forwarded-without-trusted-proxy" (requests carry
-	// X-Forwarded-For or Forwarded while no proxy is trusted). Default:
-	// slog.Default().
+	// Logger receives the warnings (docs/operating.md): "wide-trusted-range"
+	// and "forwarded-without-trusted-proxy". Default: slog.Default().
 	Logger *slog.Logger
-
 	// Quiet turns the warnings off. Default: false.
 	Quiet bool
 }

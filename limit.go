@@ -13,13 +13,11 @@ import (
 // int64 with room to spare (a debt may go further: it saturates).
 const maxSpan = 50 * 365 * 24 * time.Hour
 
-// Limit is a rate and a capacity: a bucket earns n tokens every period and
-// holds at most Burst. It decides exactly, in whole nanoseconds per token
-// ([Limit.Interval]), and keeps the rate as written for String and
-// RateLimit-Policy. Build it with [Per] or [PerSecond], or make it a quota
-// per calendar day or month with [Daily] or [Monthly]. The zero Limit is
-// invalid, as is a rate that whole nanoseconds per token miss by over 0.1%
-// (above about a million a second); [New] reports it.
+// Limit is a rate and a capacity: a bucket earns n tokens every period, in
+// whole nanoseconds per token ([Limit.Interval]), and holds at most Burst.
+// Build it with [Per] or [PerSecond], or make it a calendar quota with
+// [Daily] or [Monthly]. The zero Limit is invalid, as is a rate above about
+// a million a second (docs/algorithms.md); [New] reports it.
 type Limit struct {
 	interval time.Duration // time to earn one token; 0 for a calendar quota
 	burst    int64
@@ -52,9 +50,8 @@ var calendars = [...]struct{ period, kind, call string }{
 const maxQuota = 1_000_000_000_000
 
 // Daily returns a quota of n tokens per calendar day in loc, from 00:00 to
-// the next 00:00 (23 or 25 hours on a daylight-saving change; see
-// [Limit.Period] for the odder changes): they all come back at once, at
-// midnight. Its burst is n.
+// the next 00:00 (23 or 25 hours on a daylight-saving change): they all
+// come back at once, at midnight. Its burst is n.
 func Daily(n int64, loc *time.Location) Limit {
 	return Limit{burst: n, n: n, cal: day, loc: loc}
 }
@@ -66,11 +63,9 @@ func Monthly(n int64, loc *time.Location) Limit {
 }
 
 // Period returns the calendar period of a [Daily] or [Monthly] quota that
-// holds t: its first instant and the next period's. For a rate it returns
-// zero Times. The periods follow one another with neither gap nor overlap,
-// so an instant the clocks show on a date whose midnight they have yet to
-// pass for good (on a change that takes them back across it) is in the
-// period before.
+// holds t: its first instant and the next period's; zero Times for a rate.
+// Periods follow one another with neither gap nor overlap, even across
+// odd clock changes (docs/algorithms.md#calendar-quotas).
 func (l Limit) Period(t time.Time) (start, end time.Time) {
 	if l.cal == rate || l.loc == nil {
 		return time.Time{}, time.Time{}

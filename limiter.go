@@ -9,11 +9,10 @@ import (
 )
 
 // Limiter applies one or more policies to keys, keeping their state in a
-// store. A request passes only if every policy allows it, and a request
-// one policy refuses spends nothing from the others: a [BatchStore]
-// decides them in one step; otherwise what was taken before the refusal
-// is given back (concurrent requests may briefly see it spent), never lost
-// nor spent twice. A Limiter is safe for concurrent use.
+// store. A request passes only if every policy allows it, and one that a
+// policy refuses spends nothing from the others
+// (docs/algorithms.md#several-policies). A Limiter is safe for concurrent
+// use.
 type Limiter struct {
 	store    Store
 	policies []Policy

@@ -228,8 +228,8 @@ func TestLimitForManyLimits(t *testing.T) {
 		if i == 1 || i > 1024 {
 			require.NoError(t, h.lim.Refund(ctx, key, 1, took), "key %s", key)
 			require.Equal(t, int64(1), look(t, h.lim, key).Remaining, "key %s: Refund(1)", key)
-			require.NoError(t, h.lim.Charge(ctx, key, 2, took), "key %s", key)
-			require.Equal(t, time.Duration(i+1)*iv, look(t, h.lim, key).ResetAfter, "key %s: Charge(2)", key)
+			require.NoError(t, h.lim.Settle(ctx, key, "requests", int64(i), int64(i)+2, took), "key %s", key)
+			require.Equal(t, time.Duration(i+1)*iv, look(t, h.lim, key).ResetAfter, "key %s: 2 more", key)
 		}
 	}
 }

@@ -56,16 +56,12 @@ func NewMiddleware(l *Limiter, key KeyFunc, opts *MiddlewareOptions) (*Middlewar
 // Handle decides r, sets the rate-limit header fields on w and, when r may
 // proceed, calls next with the request to serve (r, or a copy carrying the
 // decision with MiddlewareOptions.ResultInContext); next runs the rest of
-// the chain and returns the response's status and the bytes of its body
-// (both 0 unless CountsResponses; the bytes negative, -1, when the handler
-// took the connection over, as http.Hijacker does: the request then keeps
-// what it reserved). Otherwise Handle writes the
-// whole answer, through OnDeny or OnError, and next never runs. A request
-// that a LeakyShape policy delays is held until its turn, or refused at
-// once when its wait would outlast its context's deadline or the server's
-// WriteTimeout, or MaxQueued requests wait already. It is the one entry
-// point of every adapter; docs/frameworks.md says what an adapter must do
-// when next panics.
+// the chain and returns the response's status and body bytes (both 0
+// unless CountsResponses; bytes -1 when the handler hijacked the
+// connection). Otherwise Handle writes the whole answer, through OnDeny or
+// OnError, and next never runs. A LeakyShape delay holds r until its turn.
+// Handle is every adapter's one entry point; docs/frameworks.md says what
+// an adapter must do.
 func (m *Middleware) Handle(w http.ResponseWriter, r *http.Request, next func(r *http.Request) (status int, written int64)) {
 	d := m.decide(r)
 	m.answer(w, r, next, &d)
@@ -80,7 +76,6 @@ func (m *Middleware) now() time.Time {
 }
 
 // CountsResponses reports whether the status and bytes next returns to
-// Handle matter (MiddlewareOptions.CountIf, a policy counting
-// "content-bytes", or MiddlewareOptions.LimiterFor, whose limiters may),
-// so an adapter can skip learning them.
+// Handle matter (CountIf, a "content-bytes" policy, or LimiterFor, whose
+// limiters may have one), so an adapter can skip learning them.
 func (m *Middleware) CountsResponses() bool { return m.counts }

@@ -110,7 +110,7 @@ func describe(err error) problem {
 	case errors.Is(err, ErrStore):
 		return problem{status: http.StatusServiceUnavailable, typ: problemReducedCapacity, title: "Temporary Reduced Capacity",
 			detail: "the rate limit cannot be checked for now; retry after 1 s", retryAfter: true}
-	case errors.Is(err, ErrWaitAbandoned):
+	case errors.Is(err, errWaitAbandoned):
 		return problem{status: http.StatusServiceUnavailable, typ: "about:blank", title: "Service Unavailable",
 			detail: "the request left the queue before its turn", retryAfter: true}
 	}
@@ -129,7 +129,7 @@ func (a errorAnswers) answer(w http.ResponseWriter, r *http.Request, err error) 
 	switch {
 	case p.status < 500 || p.misconfigured:
 		a.logRefusal(log, r, err, p)
-	case !errors.Is(err, ErrWaitAbandoned):
+	case !errors.Is(err, errWaitAbandoned):
 		args := []any{"method", r.Method, "path", r.URL.Path, "status", p.status, "err", err}
 		suppressed, ok := int64(0), true
 		if errors.Is(err, ErrStore) {

@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/tokenfair/ratelimit/internal/fieldname"
+	"github.com/tokenfair/ratelimit/internal/sfv"
 )
 
 // inflightName names the in-flight limit in header fields, problem bodies
@@ -22,7 +25,7 @@ func newInflight(perKey, total int, name string) *inflight {
 		q = total
 	}
 	f := &inflight{perKey: perKey, total: total, name: name, running: map[string]int{},
-		item:   `"` + inflightName + `";q=` + strconv.FormatInt(sfInteger(int64(q)), 10) + `;qu="concurrent-requests"`,
+		item:   `"` + inflightName + `";q=` + strconv.FormatInt(sfv.Clamp(int64(q)), 10) + `;qu="concurrent-requests"`,
 		policy: Policy{Name: inflightName, Limit: Per(int64(q), time.Second)},
 	}
 	f.refused = Result{Policy: &f.policy, RetryAfter: time.Second, ResetAfter: time.Second}
@@ -160,11 +163,11 @@ func (h *sharedSlots) release() {
 // IETF format, on the same field line, so that a client that reads only
 // the first line of the field sees it too.
 func (f *inflight) addPolicyItem(h map[string][]string, format HeaderFormat) {
-	switch v := h[policyKey.draft]; {
+	switch v := h[fieldname.Policy.Draft]; {
 	case format != HeadersIETF || len(v) != 1:
 	case v[0] == "": // no policy to list but this one
-		h[policyKey.draft] = []string{f.item}
+		h[fieldname.Policy.Draft] = []string{f.item}
 	default:
-		h[policyKey.draft] = []string{v[0] + "," + f.item}
+		h[fieldname.Policy.Draft] = []string{v[0] + "," + f.item}
 	}
 }

@@ -10,19 +10,17 @@ import (
 // Event describes one decision of a [Middleware], for
 // MiddlewareOptions.Observe.
 type Event struct {
-	// Limiter is the limiter that decided (LimiterFor's pick, if any); a
-	// MaxInFlight refusal's Result is the "inflight" policy's.
+	// Limiter is the limiter that decided (LimiterFor's pick, if any).
 	Limiter *Limiter
-	// KeyHash is a keyed hash of the request's key, to tell clients apart
-	// in logs without the key; 0 for none. Its seed is secret and made
-	// once per process, so compare hashes within one process only.
+	// KeyHash is a keyed hash of the request's key, 0 for none, to tell
+	// clients apart in logs; its secret seed is made once per process.
 	KeyHash uint64
-	// Result is the decision; the zero Result when Err is set.
+	// Result is the decision (the "inflight" policy's for a MaxInFlight
+	// refusal); the zero Result when Err is set.
 	Result Result
 	// Err is why no decision could be taken, or nil.
 	Err error
-	// Elapsed is the time the decision took, store round trip included,
-	// shaping delay excluded.
+	// Elapsed is the time deciding took, store included, shaping excluded.
 	Elapsed time.Duration
 }
 

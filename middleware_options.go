@@ -13,71 +13,55 @@ import (
 // zero value, or a nil *MiddlewareOptions, is the default of each.
 // docs/policies.md and docs/http.md show them at work.
 type MiddlewareOptions struct {
-	// Cost returns what a request costs the policies whose Unit is
-	// "requests"; an error, or a cost below 1 or above a policy's burst, is
-	// answered 400. Default: 1.
+	// Cost returns what a request costs policies of Unit "requests"; an
+	// error, or a cost below 1 or above a burst, gets 400. Default: 1.
 	Cost func(r *http.Request) (int64, error)
-	// Costs returns, by unit, what a request reserves of the policies
-	// counting that unit, as Cost does for requests: an application's unit
-	// (tokens), to be settled with Settle, or an estimate of
-	// "content-bytes", which the response settles. A unit without an entry
-	// reserves 1. Default: none.
+	// Costs returns, by unit, what a request reserves of other units: the
+	// application's, settled with Settle, or an estimate of "content-bytes",
+	// which the response settles. Default: each unit reserves 1.
 	Costs map[string]func(r *http.Request) (int64, error)
 	// Headers selects the rate-limit header fields. Default: HeadersIETF.
 	Headers HeaderFormat
-	// DryRunHeaders describes dry-run policies in the header fields as if
-	// they were enforced, so that clients see a limit coming. Default:
-	// dry-run policies are invisible to clients.
+	// DryRunHeaders shows dry-run policies in the header fields as if
+	// enforced. Default: clients never see them.
 	DryRunHeaders bool
-	// OnDeny answers a refused request, whose rate-limit header fields and
-	// Retry-After are already set. Default: 429 with an
-	// application/problem+json body naming the refusing policies.
+	// OnDeny answers a refused request, its header fields and Retry-After
+	// set. Default: 429 with a problem body naming the refusing policies.
 	OnDeny func(w http.ResponseWriter, r *http.Request, res Result)
 	// OnError answers a request that could not be decided. Default: a
-	// problem body without the error's text: 401 for ErrMissingKey, 400
-	// for ErrBadRequest, 503 with Retry-After: 1 for ErrStore and
-	// ErrWaitAbandoned, else 500. Whatever OnError is, the first 400 or
-	// 401 of each kind, and the first 500 from a misconfiguration, is
-	// logged to Logger.
+	// problem body without the error's text: 401 for ErrMissingKey, 400 for
+	// ErrBadRequest, 503 with Retry-After: 1 for ErrStore and an abandoned
+	// LeakyShape wait, else 500. The first 400 or 401 of each kind, and
+	// of a misconfiguration's 500s, is logged whatever OnError is.
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
-	// Challenge is the WWW-Authenticate field of the default 401 answers,
-	// such as `Bearer realm="api"`. Default: the key function's, as
-	// `ApiKey in="header", name="X-API-Key"` for KeyByAPIKey, else Bearer.
+	// Challenge is the WWW-Authenticate field of the default 401 answers.
+	// Default: the key function's (ApiKey for KeyByAPIKey), else Bearer.
 	Challenge string
 	// RetryJitter adds a random wait in [0, RetryJitter), at most an hour,
-	// to what refused clients are told, so they do not all come back at
-	// once. Default: none.
+	// to what refused clients are told. Default: none.
 	RetryJitter time.Duration
-	// LimiterFor chooses each request's limiter, for limits by route or
-	// plan; nil from it means the Middleware's own. Give each limiter's
-	// policies their own names. Default: the Middleware's limiter.
+	// LimiterFor picks each request's limiter (by route or plan); nil means
+	// the Middleware's own, the default. Give each its own policy names.
 	LimiterFor func(r *http.Request) *Limiter
 	// Skip exempts the requests for which it returns true: neither limited
 	// nor counted, no header fields. Default: none.
 	Skip func(r *http.Request) bool
-	// Block and Safe list clients by address, written as
-	// IPOptions.TrustedProxies is. A blocked client is answered 403 before
-	// anything else; a safe one is treated as skipped; one in both is
-	// blocked. The client is found as KeyByIP(ClientIP) finds it. Default:
-	// no list.
+	// Block and Safe list clients by address or CIDR: a blocked client is
+	// answered 403 before anything else, a safe one is skipped, one in both
+	// is blocked. Default: no list.
 	Block, Safe []string
-	// ClientIP is how Block and Safe find the client, whatever the key
-	// function: behind proxies, give it KeyByIP's TrustedProxies and
-	// Header. Default: nil, the TCP peer.
+	// ClientIP is how Block and Safe find the client, as KeyByIP does:
+	// behind proxies, give it KeyByIP's options. Default: the TCP peer.
 	ClientIP *IPOptions
-	// CountIf makes only the responses whose status it accepts spend the
-	// budget: a spent budget still refuses, and a request whose status does
-	// not count gets back its cost in every unit its handler did not
-	// settle but "content-bytes", whose bytes were sent (status >= 400: a
-	// login guard). Default: every request counts.
+	// CountIf makes only the responses whose status it accepts count; the
+	// others get back what they reserved and did not settle, but
+	// "content-bytes". Default: every request counts.
 	CountIf func(status int) bool
 	// MaxInFlight and MaxInFlightTotal limit the requests running at once,
-	// per key and in all; one over either is refused with 429 and the
-	// policy "inflight". Default: 0, no limit.
+	// per key and in all (429, policy "inflight"). Default: 0, no limit.
 	MaxInFlight, MaxInFlightTotal int
-	// MaxQueued bounds the requests waiting in LeakyShape queues at once,
-	// across all keys; one more is refused with 429. Default: 0, which
-	// means 256; a negative value removes the bound.
+	// MaxQueued bounds the requests waiting in LeakyShape queues, across
+	// keys (429 past it). Default: 0, which means 256; negative: no bound.
 	MaxQueued int
 	// Slots shares the in-flight slots among instances; its failure is
 	// answered like a store's. Default: nil, slots per process.
@@ -88,21 +72,17 @@ type MiddlewareOptions struct {
 	// SlotName names this Middleware's slots in Slots, the same on every
 	// instance: 1 to 64 characters from [A-Za-z0-9._-]. Required with Slots.
 	SlotName string
-	// ResultInContext puts each admitted request's decision in the context
-	// of the request next receives, for ResultFrom and Settle, at a few
-	// allocations per request. Default: false.
+	// ResultInContext puts each admitted request's decision in its context,
+	// for ResultFrom and Settle, at a few allocations. Default: false.
 	ResultInContext bool
-	// Clock is the time by which the header fields of calendar quotas are
-	// written (w, the period's length): the store's clock. Default:
-	// time.Now.
+	// Clock is the store's clock, by which calendar quotas' header fields
+	// (w, the period's length) are written. Default: time.Now.
 	Clock func() time.Time
-	// Observe is told about every decision, or failure to decide, for
-	// metrics and logs. It runs on the request path, so it must be fast and
-	// safe for concurrent use. Default: none, at no cost.
+	// Observe is told about every decision, or failure to decide, on the
+	// request path: keep it fast and safe for concurrent use. Default: none.
 	Observe func(r *http.Request, ev Event)
-	// Logger receives the lines about undecided requests (see OnError) and the warnings
-	// "one-key" and "shared-policy-name" (docs/operating.md). Default:
-	// slog.Default().
+	// Logger receives the lines about undecided requests and the warnings
+	// of docs/operating.md. Default: slog.Default().
 	Logger *slog.Logger
 	// Quiet turns the warnings off. Default: false.
 	Quiet bool

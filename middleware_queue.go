@@ -99,13 +99,13 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // wait holds the allowed request of d until its turn, then frees its
 // place in the shaping queues. A request whose context ends first is
-// answered with an error wrapping ErrWaitAbandoned, what it took to go
+// answered with an error wrapping its context's error (context.Canceled), what it took to go
 // back (finish).
 func (m *Middleware) wait(w http.ResponseWriter, r *http.Request, d *decision) {
 	err := sleep(r.Context(), d.res.Delay)
 	m.dequeue(d)
 	if err != nil {
 		d.back = d.res
-		m.cfg.OnError(w, r, fmt.Errorf("%w: %w", ErrWaitAbandoned, err))
+		m.cfg.OnError(w, r, fmt.Errorf("%w: %w", errWaitAbandoned, err))
 	}
 }

@@ -38,16 +38,13 @@ func ResultFrom(ctx context.Context) (Result, bool) {
 	return Result{}, false
 }
 
-// Settle sets the real cost in unit ("requests", or the application's,
-// such as "tokens") of the admitted request whose context ctx is, under a
-// Middleware with MiddlewareOptions.ResultInContext: for each policy
-// counting unit, less than it reserved gives the difference back, more
-// takes the rest even past empty (see [Limiter.Charge]). An admitted
-// request costs at least 1: a cost of 0 settles at 1. It does nothing and
-// returns an error for a negative cost, a unit no policy of the request
-// counts or "content-bytes" (the response settles it), a unit already
-// settled, a request whose response is complete, or a ctx without a
-// decision.
+// Settle sets the real cost in unit of the admitted request whose context
+// ctx is, under a Middleware with ResultInContext, as [Limiter.Settle]
+// does: less than reserved is given back, more taken even past empty; 0
+// settles at 1. It does nothing and returns an error for a negative cost,
+// "content-bytes" (the response settles it) or a unit the request's
+// policies do not count, a unit already settled, a complete response, or a
+// ctx without a decision.
 func Settle(ctx context.Context, unit string, cost int64) error {
 	s, ok := ctx.Value(resultKey{}).(*settlement)
 	if !ok {

@@ -8,14 +8,11 @@ import (
 )
 
 // Penalty is a policy's penalty box: a key the policy keeps refusing is
-// banned, all its requests refused, until the ban ends. After refusals in
-// a row, no two more than Within ÷ (After − 1) apart, always ban; a key
-// refused at most After − 1 times in every span of Within is never
-// banned. A ban lives in the store, so
-// it holds on every instance sharing it; Limiter.Reset lifts it. The zero
-// value bans nobody. docs/policies.md explains the arithmetic.
+// banned, all its requests refused, until the ban ends. The zero value
+// bans nobody. A ban lives in the store, on every instance sharing it;
+// [Limiter.Reset] lifts it. docs/policies.md says exactly what bans.
 type Penalty struct {
-	// After is the number of refusals that bans a key, at least 1.
+	// After, at least 1, is the number of refusals that bans a key.
 	// Zero, the default, turns the penalty box off.
 	After int64
 	// Within is the span in which After refusals ban (positive if After > 1).
@@ -23,8 +20,8 @@ type Penalty struct {
 	// For is how long a ban lasts: positive, at most 50 years.
 	For time.Duration
 	// Max, when longer than For, makes bans back off: For doubled for each
-	// earlier ban the key still has against it, up to Max; a key forgets
-	// one ban every 2 × Max; at most 50 years. Zero (default): no back-off.
+	// earlier ban the key still has, up to Max (at most 50 years); a key
+	// forgets one ban every 2 × Max. Zero (default): no back-off.
 	Max time.Duration
 }
 

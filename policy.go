@@ -8,17 +8,16 @@ import (
 	"github.com/tokenfair/ratelimit/internal/algo"
 )
 
-// Algorithm selects how a [Policy] applies its [Limit]. The zero value is
-// TokenBucket. Its text forms, "token-bucket", "leaky-police" and
-// "leaky-shape", let flag.TextVar and configuration files take it.
+// Algorithm selects how a [Policy] applies its [Limit]; the zero value is
+// TokenBucket. Its text forms ("token-bucket", "leaky-police",
+// "leaky-shape") let flag.TextVar and configuration files take it.
 type Algorithm uint8
 
 const (
 	// TokenBucket allows bursts up to the burst and refills continuously;
 	// a new key starts full.
 	TokenBucket Algorithm = iota
-	// LeakyPolice is the leaky bucket as a meter, which refuses what would
-	// overflow: the same decisions as TokenBucket, under the other name.
+	// LeakyPolice, the leaky bucket as a meter, decides as TokenBucket does.
 	LeakyPolice
 	// LeakyShape is the leaky bucket as a queue: a key's requests leave at
 	// a constant rate, each waiting its turn (Result.Delay); one whose wait
@@ -82,19 +81,15 @@ type Policy struct {
 	Name string
 	// Limit is the rate and capacity, counted in Unit.
 	Limit Limit
-	// Unit is what the policy counts: "requests", "content-bytes" (the
-	// bytes of response bodies, settled by the Middleware once a response
-	// is complete), or a unit the application names, such as "tokens",
-	// reserved and settled by the application (MiddlewareOptions.Costs,
-	// Settle): 1 to 64 of [a-z0-9._-], starting with a letter. A request
-	// costs each policy in the policy's unit. Default: "requests".
+	// Unit is what the policy counts, 1 to 64 of [a-z0-9._-] starting with
+	// a letter: "requests" (the default), "content-bytes" (response bodies,
+	// settled once complete) or the application's, such as "tokens"
+	// (reserved by MiddlewareOptions.Costs, settled by Settle).
 	Unit string
-	// LimitFor, if set, gives each key (as Take gets it: KeyByAPIKey's
-	// is a hash) its own limit, read at every decision: a plan table, a
-	// per-customer override; where it returns false, Limit applies. It
-	// runs on the request path and must be fast and safe for concurrent
-	// use; docs/policies.md says how a changed limit treats what the
-	// bucket holds. Default: Limit for every key.
+	// LimitFor, if set, gives each key (as Take gets it) its own limit,
+	// read at every decision; where it returns false, Limit applies. It
+	// must be fast and safe for concurrent use. docs/policies.md shows a
+	// plan table, and what a changed limit does to a bucket.
 	LimitFor func(key string) (Limit, bool)
 	// Algorithm is how Limit is applied. The zero value is TokenBucket.
 	Algorithm Algorithm
@@ -175,7 +170,7 @@ func (p Policy) validate() (Policy, error) {
 	case ban, strikes:
 		return p, fmt.Errorf("ratelimit: policy %q: the algorithm %s is a penalty box's own; set Policy.Penalty", p.Name, p.Algorithm.name())
 	case debt:
-		return p, fmt.Errorf("ratelimit: policy %q: the algorithm %s is a settlement's own (Limiter.Charge)", p.Name, p.Algorithm.name())
+		return p, fmt.Errorf("ratelimit: policy %q: the algorithm %s is a settlement's own (Limiter.Settle)", p.Name, p.Algorithm.name())
 	}
 	if err := p.Penalty.validate(&p); err != nil {
 		return p, fmt.Errorf("ratelimit: policy %q: %w", p.Name, err)

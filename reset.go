@@ -11,19 +11,16 @@ import (
 type ResetStore interface {
 	Store
 	// Reset forgets key's bucket under p, and only it, even while other
-	// calls decide: the next request finds it full. A bucket the store
-	// does not hold is no error; Reset fails only when it cannot tell that
-	// the bucket is forgotten.
+	// calls decide: the next request finds it full. It fails only when it
+	// cannot tell the bucket is forgotten; one it does not hold is no error.
 	Reset(ctx context.Context, p *Policy, key string) error
 }
 
-// Reset forgets key's state under each policy of the limiter, dry-run ones
-// and penalty boxes included, so that its next request finds every bucket
-// full, as a new client's; Global policies' shared buckets and in-flight
-// slots are left alone. key is what the KeyFunc returns. Reset returns an
-// error wrapping ErrMissingKey for an empty key, errors.ErrUnsupported
-// when the store is no [ResetStore], or ErrStore when the store fails
-// (trying the other policies still). docs/policies.md#reset says more.
+// Reset forgets key (as the KeyFunc returns it) under each policy, dry-run
+// ones and penalty boxes included, so that its next request finds every
+// bucket full; Global buckets and in-flight slots are left alone. Its
+// errors wrap ErrMissingKey (empty key), errors.ErrUnsupported (a store
+// that is no [ResetStore]) or ErrStore. docs/policies.md#reset says more.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return errEmptyKey

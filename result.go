@@ -5,29 +5,22 @@ import (
 	"time"
 )
 
-// Result is the outcome of one decision. For a [Limiter] of several
-// policies its fields are the binding policy's: the refusing one with the
-// longest wait, else the one with the least left relative to its burst
-// (the first of equals). The zero Result
-// has no Policy.
+// Result is the outcome of one decision; the zero Result has no Policy.
+// For a [Limiter] of several policies its fields are the binding policy's
+// (docs/algorithms.md#several-policies).
 type Result struct {
 	// Allowed reports whether the request may proceed.
 	Allowed bool
-	// Degraded reports that the store failed and a fallback decided (see
-	// the failover package): unchecked, with no figures and no rate-limit
-	// header field written for it, unless Local is set too.
+	// Degraded reports that the store failed and a fallback (the failover
+	// package) decided, unchecked, with no figures unless Local is set.
 	Degraded bool
-	// Local reports, with Degraded, that the fallback decided in an
-	// in-process bucket of its own (failover's Local mode): Policy is the
-	// limit it applied, a copy of the policy with this instance's share of
-	// the quota, and the figures are that bucket's, from which the
-	// rate-limit header fields are written, so that a client paces itself
-	// by what it may really use.
+	// Local reports, with Degraded, that the fallback decided in a bucket
+	// of its own (failover's Local mode): Policy, a copy with this
+	// instance's share of the quota, and the figures are that bucket's.
 	Local bool
 	// Policy is the policy that decided. It is shared: do not modify it.
 	Policy *Policy
-	// Remaining is the whole tokens left after the decision, also after a
-	// refusal; never negative.
+	// Remaining is the whole tokens left after the decision; never negative.
 	Remaining int64
 	// RetryAfter is how long until the same request would be allowed; 0
 	// when allowed, or when no wait can allow it.
@@ -37,14 +30,12 @@ type Result struct {
 	// Delay is how long an allowed request must wait before it proceeds
 	// (LeakyShape; with several policies the longest wait); 0 otherwise.
 	Delay time.Duration
-	// Until is what a store's Refund needs to give the tokens back exactly
-	// (see RefundStore); a Limiter hands it back untouched.
+	// Until is what a RefundStore needs to give tokens back exactly.
 	Until int64
-
-	// Results has every policy's result, in the Limiter's order, when it
-	// has several policies, a dry-run one or a Penalty, else nil; those not Allowed
-	// refused (a dry-run one would have). A ban's refusal has the ban's
-	// result alone, its Policy named POLICY/ban. Shared: do not modify it.
+	// Results has every policy's result, in order, for a Limiter of several
+	// policies, a dry-run one or a Penalty, else nil; those not Allowed
+	// refused (or, dry-run, would have). A ban's refusal has the ban's
+	// alone, its Policy named POLICY/ban. Shared: do not modify it.
 	Results []Result
 }
 

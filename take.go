@@ -164,7 +164,7 @@ func (l *Limiter) takeMany(ctx context.Context, rd *round) (Result, error) {
 // same atomic step as the policies decide.
 func (l *Limiter) takeBoxed(ctx context.Context, rd *round) (allowed bool, err error) {
 	allowed, err = l.takeBoxedBatch(ctx, rd)
-	if errors.Is(err, ErrNotAtomic) {
+	if errors.Is(err, errors.ErrUnsupported) {
 		if err = l.banned(ctx, rd); err != nil || rd.ban.Policy != nil {
 			return false, err
 		}
@@ -177,12 +177,12 @@ func (l *Limiter) takeBoxed(ctx context.Context, rd *round) (allowed bool, err e
 	return false, nil
 }
 
-// takeBoxedBatch is takeBoxed in one TakeAll; it returns ErrNotAtomic when
-// the store cannot.
+// takeBoxedBatch is takeBoxed in one TakeAll; it returns an error wrapping
+// errors.ErrUnsupported when the store cannot.
 func (l *Limiter) takeBoxedBatch(ctx context.Context, rd *round) (bool, error) {
 	bs, ok := l.store.(BatchStore)
 	if !ok {
-		return false, ErrNotAtomic
+		return false, errors.ErrUnsupported
 	}
 	checks := make([]BatchItem, len(l.boxes))
 	for k, b := range l.boxes {
@@ -275,7 +275,7 @@ func (l *Limiter) banResult(b *box, res Result) Result {
 func (l *Limiter) takeAll(ctx context.Context, idx []int, rd *round) (bool, error) {
 	if bs, ok := l.store.(BatchStore); ok && len(idx) > 1 {
 		all, _, err := l.batch(ctx, bs, idx, rd, nil)
-		if !errors.Is(err, ErrNotAtomic) {
+		if !errors.Is(err, errors.ErrUnsupported) {
 			return all, err
 		}
 	}
@@ -299,7 +299,7 @@ func (l *Limiter) takeAll(ctx context.Context, idx []int, rd *round) (bool, erro
 // the policies at idx and the requests of extra. It writes the policies'
 // results, reports whether they all allowed, and returns extra's results,
 // whose refusals are the caller's to read. It returns bs's error, such as
-// ErrNotAtomic, having decided nothing.
+// errors.ErrUnsupported, having decided nothing.
 func (l *Limiter) batch(ctx context.Context, bs BatchStore, idx []int, rd *round, extra []BatchItem) (bool, []Result, error) {
 	reqs := make([]BatchItem, len(idx), len(idx)+len(extra))
 	for k, i := range idx {

@@ -243,11 +243,11 @@ func (s *notAtomicStore) Refund(ctx context.Context, p *ratelimit.Policy, key st
 
 func (s *notAtomicStore) TakeAll(context.Context, []ratelimit.BatchItem, []ratelimit.Result) error {
 	s.batches.Add(1)
-	return ratelimit.ErrNotAtomic
+	return errors.ErrUnsupported
 }
 
-// A BatchStore that cannot decide a batch atomically says ErrNotAtomic, and
-// the Limiter decides the policies one at a time instead: the caller never
+// A BatchStore that cannot decide a batch atomically says
+// errors.ErrUnsupported, and the Limiter decides the policies one at a time instead: the caller never
 // sees that error.
 func TestNotAtomicFallsBack(t *testing.T) {
 	h := newEngine(t, setup{
@@ -557,7 +557,7 @@ func TestChargePastEmpty(t *testing.T) {
 	took, err := h.lim.Take(ctx, "k", 10)
 	require.NoError(t, err)
 	require.True(t, took.Allowed)
-	require.NoError(t, h.lim.Charge(ctx, "k", 5, took))
+	require.NoError(t, h.lim.Settle(ctx, "k", "requests", 10, 15, took))
 	res := look(t, h.lim, "k")
 	assert.Equal(t, int64(0), res.Remaining)
 	assert.Equal(t, 15*time.Second, res.ResetAfter, "10 s of burst and 5 s of debt")
@@ -595,8 +595,8 @@ func TestChargeExact(t *testing.T) {
 	h := newEngine(t, setup{limit: ratelimit.Per(10, 10*time.Second)}) // a token a second
 	took, err := h.lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
-	require.NoError(t, h.lim.Charge(ctx, "k", 100, took))
-	assert.Equal(t, 101*time.Second, look(t, h.lim, "k").ResetAfter, "after Charge(100)")
+	require.NoError(t, h.lim.Settle(ctx, "k", "requests", 1, 101, took))
+	assert.Equal(t, 101*time.Second, look(t, h.lim, "k").ResetAfter, "after a cost of 101")
 	res, err := h.lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
 	assert.Equal(t, 92*time.Second, res.RetryAfter, "the debt repaid, and one token")
@@ -613,11 +613,11 @@ func TestChargeExact(t *testing.T) {
 		key := fmt.Sprintf("k%d", cost)
 		took, err := h.lim.Take(ctx, key, 1)
 		require.NoError(t, err)
-		require.NoError(t, h.lim.Charge(ctx, key, cost, took))
+		require.NoError(t, h.lim.Settle(ctx, key, "requests", 1, cost, took))
 		res, err := h.lim.Take(ctx, key, 1)
 		require.NoError(t, err)
-		assert.False(t, res.Allowed, "after Charge(%d)", cost)
-		assert.Greater(t, res.RetryAfter, 200*365*24*time.Hour, "after Charge(%d): the saturated debt", cost)
+		assert.False(t, res.Allowed, "after a cost of %d", cost)
+		assert.Greater(t, res.RetryAfter, 200*365*24*time.Hour, "after a cost of %d: the saturated debt", cost)
 	}
 }
 
@@ -628,9 +628,9 @@ func TestChargeQuota(t *testing.T) {
 	h := newEngine(t, setup{limit: ratelimit.Daily(10, time.UTC)})
 	took, err := h.lim.Take(ctx, "k", 4)
 	require.NoError(t, err)
-	require.NoError(t, h.lim.Charge(ctx, "k", 3, took))
+	require.NoError(t, h.lim.Settle(ctx, "k", "requests", 4, 7, took))
 	assert.Equal(t, int64(3), look(t, h.lim, "k").Remaining, "7 spent")
-	require.NoError(t, h.lim.Charge(ctx, "k", 100, took))
+	require.NoError(t, h.lim.Settle(ctx, "k", "requests", 4, 104, took))
 	assert.Equal(t, int64(0), look(t, h.lim, "k").Remaining)
 	res, err := h.lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
@@ -646,8 +646,9 @@ func TestChargeQuota(t *testing.T) {
 	assert.Equal(t, int64(10), look(t, h.lim, "k").Remaining, "the debt ended at midnight")
 }
 
-// Charge charges every policy whose result allowed the request, dry-run
-// and Global ones included, and none that refused it.
+// A charge (Settle above what was reserved) charges every policy whose
+// result allowed the request, dry-run and Global ones included, and none
+// that refused it.
 func TestChargePolicies(t *testing.T) {
 	ctx := context.Background()
 	h := newEngine(t, setup{policies: []ratelimit.Policy{
@@ -662,15 +663,15 @@ func TestChargePolicies(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, took.Allowed)
 	require.Equal(t, []string{"tight"}, refusers.Names(took, true))
-	require.NoError(t, h.lim.Charge(ctx, "k", 3, took))
+	require.NoError(t, h.lim.Settle(ctx, "k", "requests", 5, 8, took))
 	assert.Equal(t, []int64{2, 92, 12, 4, 992, 42}, remaining(t, h.lim, "k"))
 	assert.Equal(t, int64(992), look(t, h.lim, "other").Results[4].Remaining, "the global bucket is every key's")
 }
 
-// Charge does nothing for a refused Result or a cost ≤ 0, and
-// refuses an empty key and a Result of another Limiter; a store's failure
-// is ErrStore.
-func TestChargeNothingAndErrors(t *testing.T) {
+// Settle charges nothing for a refused Result or a cost at most what was
+// reserved, and refuses an empty key and a Result of another Limiter; a
+// store's failure to charge is ErrStore.
+func TestSettleChargesNothingAndErrors(t *testing.T) {
 	ctx := context.Background()
 	p := ratelimit.Policy{Name: "api", Limit: ratelimit.Per(3, time.Hour)}
 	h := newEngine(t, setup{policies: []ratelimit.Policy{p}})
@@ -683,28 +684,28 @@ func TestChargeNothingAndErrors(t *testing.T) {
 		cost int64
 		took ratelimit.Result
 		what string
-	}{{5, refused, "a refusal"}, {0, took, "a cost of 0"}, {-3, took, "a negative cost"}} {
-		require.NoError(t, h.lim.Charge(ctx, "k", tc.cost, tc.took), "Charge of %s", tc.what)
-		assert.Equal(t, 40*time.Minute, look(t, h.lim, "k").ResetAfter, "Charge of %s charges nothing", tc.what)
+	}{{7, refused, "a refusal"}, {2, took, "the cost reserved"}} {
+		require.NoError(t, h.lim.Settle(ctx, "k", "requests", 2, tc.cost, tc.took), "Settle of %s", tc.what)
+		assert.Equal(t, 40*time.Minute, look(t, h.lim, "k").ResetAfter, "Settle of %s charges nothing", tc.what)
 	}
 
-	err = h.lim.Charge(ctx, "", 1, took)
+	err = h.lim.Settle(ctx, "", "requests", 2, 3, took)
 	assert.ErrorIs(t, err, ratelimit.ErrMissingKey)
 	other, err := ratelimit.New(h.store, p)
 	require.NoError(t, err)
-	assert.EqualError(t, other.Charge(ctx, "k", 1, took), `ratelimit: Charge: the Result is not of this Limiter's Take (its policy: "api")`)
-	assert.ErrorContains(t, h.lim.Charge(ctx, "k", 1, ratelimit.Result{Allowed: true}), "(its policy: none)")
+	assert.EqualError(t, other.Settle(ctx, "k", "requests", 2, 3, took), `ratelimit: Settle: the Result is not of this Limiter's Take (its policy: "api")`)
+	assert.ErrorContains(t, h.lim.Settle(ctx, "k", "requests", 2, 3, ratelimit.Result{Allowed: true}), "(its policy: none)")
 	assert.Equal(t, 40*time.Minute, look(t, h.lim, "k").ResetAfter, "nothing charged")
 
 	failing := newEngine(t, setup{policies: []ratelimit.Policy{p}, wrap: func(s ratelimit.Store) ratelimit.Store { return debtFails{s} }})
 	took, err = failing.lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
-	err = failing.lim.Charge(ctx, "k", 1, took)
+	err = failing.lim.Settle(ctx, "k", "requests", 1, 2, took)
 	assert.ErrorIs(t, err, ratelimit.ErrStore)
 	assert.ErrorContains(t, err, "connection reset")
 }
 
-// debtFails is a store whose charges (the takes of Limiter.Charge) fail.
+// debtFails is a store whose charges (the takes of a debt) fail.
 type debtFails struct{ ratelimit.Store }
 
 func (s debtFails) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
@@ -819,7 +820,7 @@ func TestSettleMatchesModel(t *testing.T) {
 				require.NoError(t, h.lim.Refund(ctx, "k", r-s, took))
 				m.refund(now, r-s)
 			case s > r:
-				require.NoError(t, h.lim.Charge(ctx, "k", s-r, took))
+				require.NoError(t, h.lim.Settle(ctx, "k", "requests", r, s, took))
 				m.charge(now, s-r)
 			}
 			allowed, remaining, retry, reset = m.take(now, 0)
@@ -856,7 +857,7 @@ func TestSettleStillClock(t *testing.T) {
 			if s < r {
 				require.NoError(t, h.lim.Refund(ctx, "k", r-s, took))
 			} else {
-				require.NoError(t, h.lim.Charge(ctx, "k", s-r, took))
+				require.NoError(t, h.lim.Settle(ctx, "k", "requests", r, s, took))
 			}
 			settled += s
 			inDebt = settled > burst
@@ -906,7 +907,7 @@ func BenchmarkTakeLimitFor(b *testing.B) {
 	b.Run("policy-limit", func(b *testing.B) { benchTake(b, p, "ak:one") })
 }
 
-// Refund and Charge of one policy's result, of a Limiter of several, are
+// Refund and Settle of one policy's result, of a Limiter of several, are
 // errors naming the cause: they would otherwise do nothing.
 func TestSettleOnePolicysResult(t *testing.T) {
 	ctx := context.Background()
@@ -916,9 +917,9 @@ func TestSettleOnePolicysResult(t *testing.T) {
 	res, err := h.lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
 	const want = `ratelimit: %s: the Result is policy "a"'s alone; pass the Result Take returned, which holds each of the 2 policies'`
-	assert.EqualError(t, h.lim.Charge(ctx, "k", 1000, res.Results[0]), fmt.Sprintf(want, "Charge"))
+	assert.EqualError(t, h.lim.Settle(ctx, "k", "requests", 1, 1001, res.Results[0]), fmt.Sprintf(want, "Settle"))
 	assert.EqualError(t, h.lim.Refund(ctx, "k", 1, res.Results[0]), fmt.Sprintf(want, "Refund"))
-	require.NoError(t, h.lim.Charge(ctx, "k", 1000, res))
+	require.NoError(t, h.lim.Settle(ctx, "k", "requests", 1, 1001, res))
 	res, err = h.lim.Take(ctx, "k", 1)
 	require.NoError(t, err)
 	assert.False(t, res.Allowed, "the whole Result: charged")

@@ -155,7 +155,7 @@ func TestTakeUnitsOneAtATime(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, res.Allowed, "41 tokens of 40")
 	assert.Equal(t, []int64{9, 600, 40}, remaining(t, lim, "k"), "the 3 requests and 500 bytes taken before the refusal went back")
-	assert.Positive(t, na.batches.Load(), "TakeAll was asked, and said ErrNotAtomic")
+	assert.Positive(t, na.batches.Load(), "TakeAll was asked, and said errors.ErrUnsupported")
 }
 
 // BenchmarkTakeUnits is one decision of three policies: of one unit (Take,

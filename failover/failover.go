@@ -40,7 +40,7 @@ const (
 	// Its Results are Degraded and Local, with Policy the share (a copy of
 	// the policy, named the same) and the share's figures, from which the
 	// middleware writes the rate-limit header fields.
-	// What it spends stays spent, and a settled cost (Limiter.Charge) is
+	// What it spends stays spent, and a settled cost (Limiter.Settle) is
 	// charged to the share; a penalty box goes on in the Local store,
 	// undivided (docs/stores.md).
 	Local
@@ -244,7 +244,7 @@ func (f *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 }
 
 // TakeAll implements [ratelimit.BatchStore]: with the primary's TakeAll
-// while healthy (ratelimit.ErrNotAtomic if it has none), and in Local mode
+// while healthy (errors.ErrUnsupported if it has none), and in Local mode
 // while degraded with the Local store's, if it is a BatchStore. The health
 // is that of the part of reqs' first key (a primary's TakeAll decides keys
 // of one part together).
@@ -255,11 +255,11 @@ func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.BatchItem, results
 		h = f.health(reqs[0].Policy, reqs[0].Key)
 	}
 	if ask, probe := f.askPrimary(h); ask {
-		err := ratelimit.ErrNotAtomic
+		err := errors.ErrUnsupported
 		if bs, ok := f.primary.(ratelimit.BatchStore); ok {
 			err = bs.TakeAll(ctx, reqs, results)
 		}
-		if errors.Is(err, ratelimit.ErrNotAtomic) {
+		if errors.Is(err, errors.ErrUnsupported) {
 			h.handBack(probe) // no I/O was done: the Limiter's next Take probes
 			return err
 		}
@@ -272,7 +272,7 @@ func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.BatchItem, results
 	case Local:
 		local, ok := f.cfg.Local.(ratelimit.BatchStore)
 		if !ok {
-			return ratelimit.ErrNotAtomic
+			return errors.ErrUnsupported
 		}
 		shared := slices.Clone(reqs)
 		for i := range shared {

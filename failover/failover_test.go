@@ -350,7 +350,7 @@ var (
 type notAtomic struct{ *flakyStore }
 
 func (notAtomic) TakeAll(context.Context, []ratelimit.BatchItem, []ratelimit.Result) error {
-	return ratelimit.ErrNotAtomic
+	return errors.ErrUnsupported
 }
 
 // TestFailoverRecoversWithoutBatches: a probe that finds the primary cannot
@@ -767,7 +767,7 @@ func TestFailoverLocalPenaltyUndivided(t *testing.T) {
 	assert.Equal(t, time.Minute, res.RetryAfter, "a first ban lasts Penalty.For")
 }
 
-// TestFailoverSettledCosts: a settled cost (Limiter.Charge of a degraded
+// TestFailoverSettledCosts: a settled cost (Limiter.Settle of a degraded
 // Result) is charged to the Local share while degraded, so that 30
 // responses of 10 000 bytes under a 1 000-byte budget are not 30 × 1 byte;
 // Open charges nothing (it limits nothing); Closed admitted nothing.
@@ -791,7 +791,7 @@ func TestFailoverSettledCosts(t *testing.T) {
 				continue
 			}
 			admitted++
-			require.NoError(t, lim.Charge(ctx, "k", 10_000-1, res), "%v", mode)
+			require.NoError(t, lim.Settle(ctx, "k", "requests", 1, 10_000, res), "%v", mode)
 		}
 		want := map[failover.Mode]int{failover.Local: 1, failover.Open: 30}[mode]
 		assert.Equal(t, want, admitted, "%v, %d instances: responses of 10 000 bytes under 1 000 bytes a minute", mode, tc.instances)

@@ -107,7 +107,7 @@ func TestLocalResultIsTheLimiters(t *testing.T) {
 	assert.Equal(t, int64(49), took.Results[1].Remaining, "daily: 50 − 1")
 
 	require.NoError(t, lim.Refund(ctx, "k", 1, took))
-	require.NoError(t, lim.Charge(ctx, "k", 2, took))
+	require.NoError(t, lim.Settle(ctx, "k", "requests", 1, 3, took))
 	res, err := lim.Take(ctx, "k", 0)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), res.Results[0].Remaining, "rate: 4 − 1 − 2, nothing given back")

@@ -100,7 +100,7 @@ func refuse(ctx context.Context, wait time.Duration, pb string) error {
 	if pb != "" {
 		grpc.SetTrailer(ctx, metadata.Pairs(pushbackKey, pb))
 	}
-	return refusal(ratelimit.Result{Policy: &pacedPolicy, RetryAfter: wait}).Err()
+	return refusal(ratelimit.Result{Policy: &pacedPolicy, RetryAfter: wait}).err
 }
 
 // retryInfo returns a RESOURCE_EXHAUSTED with a RetryInfo of d, valid or not.
@@ -205,7 +205,7 @@ func TestClientFailsAtOnceBeyondMaxWait(t *testing.T) {
 		assert.Equal(t, codes.ResourceExhausted, st.Code())
 		assert.Equal(t, err.Error(), st.Message())
 		assert.Len(t, st.Details(), 2, "the refusal's RetryInfo and QuotaFailure")
-		assert.ErrorIs(t, err, refusal(ratelimit.Result{Policy: &pacedPolicy, RetryAfter: time.Minute}).Err())
+		assert.ErrorIs(t, err, refusal(ratelimit.Result{Policy: &pacedPolicy, RetryAfter: time.Minute}).err)
 
 		// 5 s before the wait is over, a call with 2 s to its deadline
 		// fails at once too, without reaching the server.

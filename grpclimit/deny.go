@@ -41,13 +41,14 @@ import (
 // request's body, and on HTTP/1.x it closes the connection of a request
 // whose body may still be on its way, so that the answer goes out at once.
 func OnDeny(w http.ResponseWriter, r *http.Request, res ratelimit.Result) {
-	writeStatus(w, r, refusal(res), pushback(res.RetryAfter))
+	rf := refusal(res)
+	writeStatus(w, r, rf.st, rf.pushback[0])
 }
 
 // OnError answers, in the caller's protocol, an RPC that could not be
 // decided, for MiddlewareOptions.OnError: unauthenticated for
 // ratelimit.ErrMissingKey, invalid_argument for ErrBadRequest, unavailable
-// with a RetryInfo of 1 s for ErrStore and ErrWaitAbandoned, internal
+// with a RetryInfo of 1 s for ErrStore and a wait abandoned (context.Canceled), internal
 // otherwise, never the error's text. It answers as OnDeny does, and with
 // Retry-After: 1 and grpc-retry-pushback-ms: 1000 when unavailable.
 func OnError(w http.ResponseWriter, r *http.Request, err error) {

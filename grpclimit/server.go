@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/fieldname"
 )
 
 // Server limits the calls of a grpc.Server with a ratelimit.Middleware:
@@ -30,7 +31,7 @@ import (
 // five minutes). A call that cannot be decided ends as the Middleware's
 // OnError would answer it, in gRPC codes and with a fixed message, never
 // the error's text: ErrMissingKey is UNAUTHENTICATED, ErrBadRequest
-// INVALID_ARGUMENT, ErrStore and ErrWaitAbandoned UNAVAILABLE with a
+// INVALID_ARGUMENT, ErrStore and a wait abandoned (context.Canceled) UNAVAILABLE with a
 // RetryInfo and a pushback of a second, any other error INTERNAL; a client
 // that MiddlewareOptions.Block lists is PERMISSION_DENIED. Every answer
 // carries the Middleware's rate-limit header fields as metadata, their
@@ -121,9 +122,9 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if admitted {
 		return resp, err
 	}
-	st, md := c.status()
+	md, err := c.ending()
 	_ = grpc.SetTrailer(ctx, md)
-	return nil, st.Err()
+	return nil, err
 }
 
 func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
@@ -166,9 +167,7 @@ func (ms *meteredStream) RecvMsg(msg any) error {
 		return http.StatusOK, 0
 	})
 	if !admitted {
-		var st *status.Status
-		st, ms.trailer = c.status()
-		ms.ended = st.Err()
+		ms.trailer, ms.ended = c.ending()
 		return ms.ended
 	}
 	if md := c.metadata(); md != nil {
@@ -364,12 +363,8 @@ func keepError(w http.ResponseWriter, _ *http.Request, err error) {
 	}
 }
 
-// The metadata names of the answers.
-const (
-	pushbackKey = "grpc-retry-pushback-ms"
-	policyMD    = "ratelimit-policy"
-	quotaMD     = "ratelimit"
-)
+// pushbackKey is the metadata name of grpc-go's retry pushback.
+const pushbackKey = "grpc-retry-pushback-ms"
 
 // metadata turns the header that the Middleware set into metadata, and
 // returns it: the rate-limit fields, their names in lower case, and
@@ -380,23 +375,11 @@ func (a *answer) metadata() metadata.MD {
 	a.header = nil
 	for k, v := range md {
 		name := ""
-		switch k {
-		case "RateLimit-Policy", "Ratelimit-Policy", policyMD:
-			name = policyMD
-		case "RateLimit", "Ratelimit", quotaMD:
-			name = quotaMD
-		case "RateLimit-Limit", "Ratelimit-Limit", "ratelimit-limit":
-			name = "ratelimit-limit"
-		case "RateLimit-Remaining", "Ratelimit-Remaining", "ratelimit-remaining":
-			name = "ratelimit-remaining"
-		case "RateLimit-Reset", "Ratelimit-Reset", "ratelimit-reset":
-			name = "ratelimit-reset"
-		case "X-RateLimit-Limit", "X-Ratelimit-Limit", "x-ratelimit-limit":
-			name = "x-ratelimit-limit"
-		case "X-RateLimit-Remaining", "X-Ratelimit-Remaining", "x-ratelimit-remaining":
-			name = "x-ratelimit-remaining"
-		case "X-RateLimit-Reset", "X-Ratelimit-Reset", "x-ratelimit-reset":
-			name = "x-ratelimit-reset"
+		for _, f := range fieldname.All {
+			if k == f.Draft || k == f.Canonical || k == f.Metadata {
+				name = f.Metadata
+				break
+			}
 		}
 		if name != k { // a name met again, in lower case, is kept
 			delete(md, k)
@@ -411,29 +394,35 @@ func (a *answer) metadata() metadata.MD {
 	return md
 }
 
-// status returns the status and the trailer metadata of a call that a
-// did not admit.
-func (a *answer) status() (*status.Status, metadata.MD) {
+// ending returns the trailer and the error that end the call a answered
+// without running it: the rate-limit metadata, and for a refusal or an
+// unavailable store the pushback.
+func (a *answer) ending() (metadata.MD, error) {
 	md := a.metadata()
 	var st *status.Status
-	var wait time.Duration
+	var retry []string
 	switch {
 	case a.denied:
-		st, wait = refusal(a.refused), a.refused.RetryAfter
-	case a.err != nil:
-		st = failure(a.err)
-		if st.Code() != codes.Unavailable {
-			return st, md
+		rf := refusal(a.refused) // shared: its error and pushback are made once
+		if md == nil {
+			md = make(metadata.MD, 1)
 		}
-		wait = time.Second // unavailable's RetryInfo
+		md[pushbackKey] = rf.pushback
+		return md, rf.err
+	case a.err != nil:
+		if st = failure(a.err); st.Code() == codes.Unavailable {
+			retry = []string{pushback(time.Second)} // unavailable's RetryInfo
+		}
 	case a.code == http.StatusForbidden:
-		return status.New(codes.PermissionDenied, "ratelimit: the client's address is blocked"), md
+		st = status.New(codes.PermissionDenied, "ratelimit: the client's address is blocked")
 	default:
-		return status.New(codes.Internal, "ratelimit: the call could not be limited"), md
+		st = status.New(codes.Internal, "ratelimit: the call could not be limited")
 	}
-	if md == nil {
-		md = make(metadata.MD, 1)
+	if retry != nil {
+		if md == nil {
+			md = make(metadata.MD, 1)
+		}
+		md[pushbackKey] = retry
 	}
-	md[pushbackKey] = []string{pushback(wait)}
-	return st, md
+	return md, st.Err()
 }

@@ -1,6 +1,7 @@
 package grpclimit
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"sync/atomic"
@@ -36,10 +37,11 @@ func pushback(d time.Duration) string {
 	return strconv.FormatInt(int64(retryDelay(d)/time.Millisecond), 10)
 }
 
-// refusal returns the status of a call that res refused:
+// refusal returns the answer to a call that res refused: the status
 // RESOURCE_EXHAUSTED naming the refusing policies, with a RetryInfo of the
-// wait and a QuotaFailure of a violation per refusing policy.
-func refusal(res ratelimit.Result) *status.Status {
+// wait and a QuotaFailure of a violation per refusing policy, and its
+// pushback.
+func refusal(res ratelimit.Result) *refused {
 	wait := time.Duration(0) // no wait allows it: no RetryInfo, which would say "now"
 	if res.RetryAfter > 0 {
 		wait = retryDelay(res.RetryAfter)
@@ -48,7 +50,7 @@ func refusal(res ratelimit.Result) *status.Status {
 	n := 0
 	eachRefusing(res, func(p *ratelimit.Policy) { one, n = p, n+1 })
 	if last := lastRefusal.Load(); n == 1 && last != nil && last.policy == one && last.wait == wait {
-		return last.st
+		return last
 	}
 	qf := &errdetails.QuotaFailure{}
 	msg := "rate limited by policy "
@@ -68,23 +70,27 @@ func refusal(res ratelimit.Result) *status.Status {
 	}
 	sp.Details = append(sp.Details, detail(qf))
 	st := status.FromProto(sp)
+	rf := &refused{policy: one, wait: wait, st: st, err: st.Err(), pushback: []string{pushback(wait)}}
 	if n == 1 {
-		lastRefusal.Store(&refused{one, wait, st})
+		lastRefusal.Store(rf)
 	}
-	return st
+	return rf
 }
 
-// lastRefusal is the status of the last refusal by one policy: a flood of
-// refusals by it with the same wait, to the millisecond (a client that
-// retries at once, or many clients of one bucket), shares one status
-// rather than building one each, which costs more than deciding.
+// lastRefusal is the last refusal by one policy: a flood of refusals by it
+// with the same wait, to the millisecond (a client that retries at once,
+// or many clients of one bucket), shares one status, error and pushback
+// rather than building them each, which costs more than deciding.
 var lastRefusal atomic.Pointer[refused]
 
-// refused is a refusal's status, and the policy and the wait it tells.
+// refused is a refusal's status, its error and its pushback, and the
+// policy and the wait it tells. It is shared: do not modify it.
 type refused struct {
-	policy *ratelimit.Policy
-	wait   time.Duration
-	st     *status.Status
+	policy   *ratelimit.Policy
+	wait     time.Duration
+	st       *status.Status
+	err      error    // st.Err()
+	pushback []string // the value of grpc-retry-pushback-ms
 }
 
 // eachRefusing calls f with each policy whose refusal of res counts: each
@@ -126,10 +132,10 @@ func failure(err error) *status.Status {
 		return status.New(codes.Unauthenticated, "ratelimit: the call carries no client key")
 	case errors.Is(err, ratelimit.ErrBadRequest):
 		return status.New(codes.InvalidArgument, "ratelimit: the call cannot be limited as it is")
-	case errors.Is(err, ratelimit.ErrWaitAbandoned):
-		return unavailable("ratelimit: the call left before its turn")
 	case errors.Is(err, ratelimit.ErrStore):
 		return unavailable("ratelimit: the rate limiter is unavailable")
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded): // it left a shaping queue
+		return unavailable("ratelimit: the call left before its turn")
 	}
 	return status.New(codes.Internal, "ratelimit: the call could not be limited")
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tokenfair/ratelimit/internal/fieldname"
 	"github.com/tokenfair/ratelimit/internal/sfv"
 )
 
@@ -40,25 +41,14 @@ type Quota struct {
 	Cost int64
 }
 
-// A field's name as http.Header canonicalises it, and as the drafts spell
-// it, which a handler in the same process may have set directly (this
-// module's middleware does): Read looks for both.
-type field struct{ canonical, draft string }
-
-var (
-	rateLimitField = field{"Ratelimit", "RateLimit"}
-	policyField    = field{"Ratelimit-Policy", "RateLimit-Policy"}
-	// The older families: RateLimit-* and X-RateLimit-*.
-	families = [...][3]field{
-		{{"Ratelimit-Remaining", "RateLimit-Remaining"}, {"Ratelimit-Limit", "RateLimit-Limit"}, {"Ratelimit-Reset", "RateLimit-Reset"}},
-		{{"X-Ratelimit-Remaining", "X-RateLimit-Remaining"}, {"X-Ratelimit-Limit", "X-RateLimit-Limit"}, {"X-Ratelimit-Reset", "X-RateLimit-Reset"}},
-	}
-)
+// The fields' names come from fieldname's table; Read looks for each in
+// both spellings, canonical and as the drafts spell it, which a handler in
+// the same process may have set directly (this module's middleware does).
 
 // lines returns the field lines of f in h, in either spelling.
-func lines(h http.Header, f field) []string {
-	v := h[f.canonical]
-	if w := h[f.draft]; len(w) > 0 {
+func lines(h http.Header, f fieldname.Name) []string {
+	v := h[f.Canonical]
+	if w := h[f.Draft]; len(w) > 0 {
 		v = append(v[:len(v):len(v)], w...)
 	}
 	return v
@@ -66,7 +56,7 @@ func lines(h http.Header, f field) []string {
 
 // value returns the field lines of f in h as one value, and false when
 // there is none or it is longer than the parser takes.
-func value(h http.Header, f field) (string, bool) {
+func value(h http.Header, f fieldname.Name) (string, bool) {
 	v, ok := sfv.JoinLines(lines(h, f))
 	return v, ok && v != ""
 }
@@ -122,7 +112,7 @@ func ReadAll(h http.Header, now time.Time) []Quota {
 // scan calls each for every quota of the first form in h present and
 // well-formed, in order (see ReadAll).
 func scan(h http.Header, now time.Time, each func(Quota)) {
-	if v, ok := value(h, rateLimitField); ok {
+	if v, ok := value(h, fieldname.Quota); ok {
 		if readServiceLimits(h, v, each) {
 			return
 		}
@@ -131,7 +121,7 @@ func scan(h http.Header, now time.Time, each func(Quota)) {
 			return
 		}
 	}
-	for _, f := range families {
+	for _, f := range [...]*[3]fieldname.Name{&fieldname.Legacy, &fieldname.X} {
 		if q, ok := readFamily(h, f, now); ok {
 			each(q)
 			return
@@ -152,7 +142,7 @@ func readServiceLimits(h http.Header, v string, each func(Quota)) bool {
 		return false
 	}
 	var policies []sfv.Item
-	if v, ok := value(h, policyField); ok {
+	if v, ok := value(h, fieldname.Policy); ok {
 		policies, _ = sfv.ParseList(v)
 	}
 	found := false
@@ -283,8 +273,8 @@ func readDraft07(h http.Header, v string) (Quota, bool) {
 // readFamily reads the fields f (Remaining, Limit, Reset) of one of the
 // older families. Each is an Integer, or a Decimal as some servers send;
 // Limit may be a List, whose first member is the limit (`10, 10;w=1`).
-func readFamily(h http.Header, f [3]field, now time.Time) (Quota, bool) {
-	v, ok := value(h, f[0])
+func readFamily(h http.Header, f *[3]fieldname.Name, now time.Time) (Quota, bool) {
+	v, ok := value(h, f[fieldname.Remaining])
 	if !ok {
 		return Quota{}, false
 	}
@@ -296,7 +286,7 @@ func readFamily(h http.Header, f [3]field, now time.Time) (Quota, bool) {
 	if rem.Bare.Kind == sfv.Decimal {
 		q.Remaining /= 1000
 	}
-	if v, ok := value(h, f[1]); ok {
+	if v, ok := value(h, f[fieldname.Limit]); ok {
 		if limits, ok := sfv.ParseList(v); ok && len(limits) > 0 && isCount(limits[0].Bare) {
 			q.Limit = limits[0].Bare.N
 			if limits[0].Bare.Kind == sfv.Decimal {
@@ -313,7 +303,7 @@ func readFamily(h http.Header, f [3]field, now time.Time) (Quota, bool) {
 	if q.Window == 0 {
 		q.Window = policyWindow(h)
 	}
-	if v, ok := value(h, f[2]); ok {
+	if v, ok := value(h, f[fieldname.Reset]); ok {
 		if it, ok := sfv.ParseItem(v); ok && isCount(it.Bare) {
 			q.Reset, _ = resetAfter(it.Bare, h, now)
 		}
@@ -334,7 +324,7 @@ func windowParam(it *sfv.Item) (time.Duration, bool) {
 // policyWindow returns the w of the first item of RateLimit-Policy in its
 // form of the drafts -04 to -07 (`100;w=60`), or 0.
 func policyWindow(h http.Header) time.Duration {
-	if v, ok := value(h, policyField); ok {
+	if v, ok := value(h, fieldname.Policy); ok {
 		if items, ok := sfv.ParseList(v); ok && len(items) > 0 && items[0].Bare.Kind == sfv.Integer {
 			w, _ := windowParam(&items[0])
 			return w

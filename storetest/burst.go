@@ -67,10 +67,10 @@ func (g *gate) Take(ctx context.Context, p *ratelimit.Policy, key string, cost i
 func (g *gate) TakeAll(ctx context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
 	bs, ok := g.Store.(ratelimit.BatchStore)
 	if !ok {
-		return ratelimit.ErrNotAtomic
+		return errors.ErrUnsupported
 	}
 	err := bs.TakeAll(ctx, reqs, results)
-	if errors.Is(err, ratelimit.ErrNotAtomic) {
+	if errors.Is(err, errors.ErrUnsupported) {
 		return err
 	}
 	for _, r := range reqs {

@@ -14,7 +14,7 @@ import (
 )
 
 // owing returns the policy of a charge past empty to p's buckets
-// (Limiter.Charge): p with the algorithm algo.Debt.
+// (Limiter.Settle): p with the algorithm algo.Debt.
 func owing(p *ratelimit.Policy) *ratelimit.Policy {
 	d := *p
 	d.Algorithm = algo.Debt
@@ -54,13 +54,13 @@ func testDebt(t *testing.T, c *Clock, s ratelimit.Store) {
 	run(t, c, s, d, []step{{key: "new", cost: 3, want: allowed(7, 600*ms)}})
 }
 
-// testDebtCharge: Limiter.Charge of an allowed request that cost more than
-// it reserved: the key's next request waits until the debt is repaid.
+// testDebtCharge: Limiter.Settle of an allowed request that cost more
+// than it reserved: the key's next request waits until the debt is repaid.
 func testDebtCharge(t *testing.T, c *Clock, s ratelimit.Store) {
 	l := limiter(t, s, ratelimit.Policy{Name: "api", Limit: fivePerSecond})
 	took := limit(t, l, "k", 2)
 	require.True(t, took.Allowed)
-	require.NoError(t, l.Charge(context.Background(), "k", 12, took))
+	require.NoError(t, l.Settle(context.Background(), "k", "requests", 2, 14, took))
 	res := limit(t, l, "k", 1)
 	assert.False(t, res.Allowed)
 	assert.Equal(t, time.Second, res.RetryAfter, "2.8 s to full: one token in 1 s")

@@ -70,7 +70,7 @@ func testRefusedByGlobal(t *testing.T, c *Clock, s ratelimit.Store) {
 // global bucket while batches run that an empty per-client bucket refuses
 // never sees the global one spent. (A TakeAll that takes each request and
 // gives back on a refusal shows the spend.) Skipped for a store that is no
-// BatchStore, or whose TakeAll answers ratelimit.ErrNotAtomic.
+// BatchStore, or whose TakeAll answers errors.ErrUnsupported.
 func testBatchNoMoment(t *testing.T, c *Clock, s ratelimit.Store) {
 	bs, ok := s.(ratelimit.BatchStore)
 	if !ok {
@@ -82,8 +82,8 @@ func testBatchNoMoment(t *testing.T, c *Clock, s ratelimit.Store) {
 	ctx := context.Background()
 	require.True(t, take(t, s, perClient, "c", 1).Allowed)
 	batch := []ratelimit.BatchItem{{Policy: global, Key: "*", Cost: 1}, {Policy: perClient, Key: "c", Cost: 1}}
-	if err := bs.TakeAll(ctx, batch, make([]ratelimit.Result, 2)); errors.Is(err, ratelimit.ErrNotAtomic) {
-		t.Skip("TakeAll answers ErrNotAtomic")
+	if err := bs.TakeAll(ctx, batch, make([]ratelimit.Result, 2)); errors.Is(err, errors.ErrUnsupported) {
+		t.Skip("TakeAll answers errors.ErrUnsupported")
 	}
 	const batchers, each = 4, 1000
 	var finished atomic.Int64

@@ -26,7 +26,7 @@ import (
 // batch of several policies. It knows only the token bucket, so it refuses
 // to decide a shaping policy or a penalty box's ban, whose state is no
 // token count, a calendar quota (ratelimit.Daily, Monthly), whose tokens
-// come back at a fixed time, and a charge past empty (Limiter.Charge).
+// come back at a fixed time, and a charge past empty (Limiter.Settle).
 type xrateStore struct {
 	mu  sync.Mutex
 	lim map[bucket]*rate.Limiter

@@ -516,11 +516,12 @@ func IsTChar(c byte) bool {
 // MaxInteger is the largest Integer a Structured Field carries.
 const MaxInteger = 999_999_999_999_999
 
-// AppendInteger appends n as an Integer, clamped to [0, MaxInteger]: the
-// counts and seconds the root writes are never negative.
-func AppendInteger(b []byte, n int64) []byte {
-	return strconv.AppendInt(b, min(max(n, 0), MaxInteger), 10)
-}
+// Clamp returns n clamped to [0, MaxInteger]: the counts and seconds the
+// root writes are never negative.
+func Clamp(n int64) int64 { return min(max(n, 0), MaxInteger) }
+
+// AppendInteger appends n as an Integer, clamped (Clamp).
+func AppendInteger(b []byte, n int64) []byte { return strconv.AppendInt(b, Clamp(n), 10) }
 
 // AppendString appends s as a String: quoted, with '"' and '\\'
 // escaped. s must be printable ASCII, as the root's policy names and
