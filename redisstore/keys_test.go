@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -126,7 +127,7 @@ func TestClusterManyKeys(t *testing.T) {
 	}
 
 	// Several policies in one atomic step when the keys share a slot (a
-	// hash tag); ErrNotAtomic, having done nothing, when they do not.
+	// hash tag); errors.ErrUnsupported, having done nothing, when they do not.
 	daily := &ratelimit.Policy{Name: "daily", Limit: ratelimit.Per(3, 24*time.Hour)}
 	results := make([]ratelimit.Result, 2)
 	for i := range 3 {
@@ -143,7 +144,7 @@ func TestClusterManyKeys(t *testing.T) {
 
 	global := &ratelimit.Policy{Name: "global", Limit: ratelimit.PerSecond(100), Global: true}
 	err = s.TakeAll(ctx, []ratelimit.BatchItem{{Policy: slow, Key: "user-1", Cost: 1}, {Policy: global, Key: "*", Cost: 1}}, results)
-	assert.ErrorIs(t, err, ratelimit.ErrNotAtomic)
+	assert.ErrorIs(t, err, errors.ErrUnsupported)
 }
 
 func TestPrefix(t *testing.T) {

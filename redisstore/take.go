@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	"github.com/redis/go-redis/v9"
@@ -66,14 +67,14 @@ func (s *Store) takeOne(ctx context.Context, fp uint64, p *ratelimit.Policy, key
 
 // TakeAll implements [ratelimit.BatchStore] in one round trip, or none when
 // the refusal cache refuses one of the requests. It returns
-// ratelimit.ErrNotAtomic, and the Limiter takes the policies one at a
+// errors.ErrUnsupported, and the Limiter takes the policies one at a
 // time, when the keys may live on different nodes (on a Cluster, keys of
 // different slots: give per-client keys a hash tag such as "{client-42}";
 // on a Ring, any two keys) and, with Options.Lease, when a policy may
 // lease.
 func (s *Store) TakeAll(ctx context.Context, reqs []ratelimit.BatchItem, results []ratelimit.Result) error {
 	if !s.oneNode(reqs) || s.leases != nil && slices.ContainsFunc(reqs, func(r ratelimit.BatchItem) bool { return leasable(r.Policy) }) {
-		return ratelimit.ErrNotAtomic
+		return errors.ErrUnsupported
 	}
 	if s.refusals == nil {
 		return s.run(ctx, reqs, results)
