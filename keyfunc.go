@@ -174,7 +174,7 @@ func KeyByContextValue(ctxKey any) KeyFunc {
 	}
 	under := fmt.Sprintf("KeyByContextValue(%#v)", ctxKey)
 	return func(r *http.Request) (string, error) {
-		id, err := keyErrors.User(r.Context().Value(ctxKey))
+		id, err := clientKeys.FromUser(r.Context().Value(ctxKey))
 		if err != nil {
 			return "", fmt.Errorf("%w (%s)", err, under)
 		}
@@ -282,5 +282,5 @@ func JoinKeyFuncs(fs ...KeyFunc) KeyFunc {
 	}
 }
 
-// keyErrors makes clientkey's refusals wrap this package's errors.
-var keyErrors = clientkey.Sentinels{MissingKey: ErrMissingKey, BadRequest: ErrBadRequest}
+// clientKeys makes clientkey's refusals wrap this package's errors.
+var clientKeys = clientkey.Keys{MissingKey: ErrMissingKey, BadRequest: ErrBadRequest}

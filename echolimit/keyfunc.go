@@ -35,9 +35,9 @@ func KeyByRealIP(opts *ratelimit.IPOptions) (KeyFunc, error) {
 	}
 	return func(c echo.Context) (string, error) {
 		if e := c.Echo(); e != nil && e.IPExtractor != nil {
-			return keyErrors.IP(c.RealIP(), bits)
+			return clientKeys.FromIP(c.RealIP(), bits)
 		}
-		return keyErrors.IP(c.Request().RemoteAddr, bits)
+		return clientKeys.FromIP(c.Request().RemoteAddr, bits)
 	}, nil
 }
 
@@ -46,8 +46,8 @@ func KeyByRealIP(opts *ratelimit.IPOptions) (KeyFunc, error) {
 // [ratelimit.KeyByContextValue] does; no value gives an error wrapping
 // [ratelimit.ErrMissingKey].
 func KeyByValue(name string) KeyFunc {
-	return func(c echo.Context) (string, error) { return keyErrors.User(c.Get(name)) }
+	return func(c echo.Context) (string, error) { return clientKeys.FromUser(c.Get(name)) }
 }
 
-// keyErrors makes clientkey's refusals wrap ratelimit's errors.
-var keyErrors = clientkey.Sentinels{MissingKey: ratelimit.ErrMissingKey, BadRequest: ratelimit.ErrBadRequest}
+// clientKeys makes clientkey's refusals wrap ratelimit's errors.
+var clientKeys = clientkey.Keys{MissingKey: ratelimit.ErrMissingKey, BadRequest: ratelimit.ErrBadRequest}

@@ -40,7 +40,7 @@ func KeyByClientIP(opts *ratelimit.IPOptions) (KeyFunc, error) {
 		if peer := c.RemoteIP(); ip != peer && trustsEveryProxy(c, ip, peer) {
 			ip = peer
 		}
-		return keyErrors.IP(ip, bits)
+		return clientKeys.FromIP(ip, bits)
 	}, nil
 }
 
@@ -87,9 +87,9 @@ func trustsEveryProxy(c *gin.Context, ip, peer string) bool {
 func KeyByValue(name string) KeyFunc {
 	return func(c *gin.Context) (string, error) {
 		v, _ := c.Get(name)
-		return keyErrors.User(v)
+		return clientKeys.FromUser(v)
 	}
 }
 
-// keyErrors makes clientkey's refusals wrap ratelimit's errors.
-var keyErrors = clientkey.Sentinels{MissingKey: ratelimit.ErrMissingKey, BadRequest: ratelimit.ErrBadRequest}
+// clientKeys makes clientkey's refusals wrap ratelimit's errors.
+var clientKeys = clientkey.Keys{MissingKey: ratelimit.ErrMissingKey, BadRequest: ratelimit.ErrBadRequest}

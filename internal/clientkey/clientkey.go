@@ -14,17 +14,17 @@ import (
 	"strings"
 )
 
-// Sentinels are the errors that the refusals of User and IP wrap:
-// ratelimit's ErrMissingKey and ErrBadRequest, which its callers pass in,
-// since this package cannot import ratelimit.
-type Sentinels struct{ MissingKey, BadRequest error }
+// Keys makes the keys of clients (FromUser, FromIP), whose refusals wrap
+// its errors: ratelimit's ErrMissingKey and ErrBadRequest, which its
+// callers pass in, since this package cannot import ratelimit.
+type Keys struct{ MissingKey, BadRequest error }
 
 // Error is a refusal of a request that explains itself safely. Its text,
 // for logs, names the cause and the value at fault; Detail, for the
 // client, is one sentence that quotes no header value, no key and no
 // secret, only header names, type names, numbers and policy names.
 type Error struct {
-	Err       error  // the full error, wrapping a sentinel (see Sentinels)
+	Err       error  // the full error, wrapping a sentinel (see Keys)
 	Kind      Kind   // the kind of refusal
 	Detail    string // what was wrong, safe to show the client
 	Challenge string // for a missing key: the WWW-Authenticate challenge; "" for the default
@@ -84,7 +84,7 @@ func Hash(prefix, v string) string {
 // MaxUserIDLen is the longest user ID that User keeps as is.
 const MaxUserIDLen = 128
 
-// User returns the key of the user ID v, "user:" and the ID, for the types
+// FromUser returns the key of the user ID v, "user:" and the ID, for the types
 // of ID that authentication libraries store: a string; an integer of any
 // size, in decimal (so 42 and "42" are one ID, "user:42"); a [fmt.Stringer];
 // or a [16]byte, such as a UUID, in the canonical 8-4-4-4-12 lowercase hex
@@ -93,7 +93,7 @@ const MaxUserIDLen = 128
 // ID gives an *Error wrapping s.MissingKey. A value of another type is the
 // server's mistake: an *Error of KindUserIDType, wrapping no sentinel,
 // whose text names the type, never the value.
-func (s Sentinels) User(v any) (string, error) {
+func (s Keys) FromUser(v any) (string, error) {
 	var id string
 	switch v := v.(type) {
 	case nil:
@@ -146,7 +146,7 @@ func (s Sentinels) User(v any) (string, error) {
 }
 
 // noUser is User's refusal of a missing or empty ID, which quotes no value.
-func (s Sentinels) noUser(msg, detail string) *Error {
+func (s Keys) noUser(msg, detail string) *Error {
 	return &Error{Err: fmt.Errorf("%w: %s", s.MissingKey, msg), Kind: KindMissingKey, Detail: detail, Challenge: "Bearer"}
 }
 
@@ -223,10 +223,10 @@ func Addr(a netip.Addr, bits int) string {
 	return string(b)
 }
 
-// IP returns the key of the address s, with or without a port (see
+// FromIP returns the key of the address s, with or without a port (see
 // ParseAddr), grouped by bits as by Addr. An address that cannot be parsed
 // gives an *Error wrapping e.BadRequest.
-func (e Sentinels) IP(s string, bits int) (string, error) {
+func (e Keys) FromIP(s string, bits int) (string, error) {
 	a, ok := ParseAddr(s)
 	if !ok {
 		return "", &Error{

@@ -21,12 +21,12 @@ func TestIP(t *testing.T) {
 		"[2001:db8::1]:8080": "ip:2001:db8::/64",
 		"fe80::1%eth0":       "ip:fe80::/64",
 	} {
-		got, err := sentinels.IP(addr, bits)
+		got, err := sentinels.FromIP(addr, bits)
 		require.NoError(t, err, addr)
 		assert.Equal(t, want, got, "IP(%q, %d)", addr, bits)
 	}
 	for _, bad := range []string{"", "garbage", "0.0.0.0", "1.2.3.4:99999"} {
-		_, err := sentinels.IP(bad, bits)
+		_, err := sentinels.FromIP(bad, bits)
 		assert.ErrorIs(t, err, errBad, "%q", bad)
 	}
 }
@@ -72,7 +72,7 @@ func TestUser(t *testing.T) {
 		{stringer("42"), "user:42"},
 		{uuid, "user:123e4567-e89b-12d3-a456-426614174000"},
 	} {
-		got, err := sentinels.User(tc.v)
+		got, err := sentinels.FromUser(tc.v)
 		require.NoError(t, err, "User(%T %v)", tc.v, tc.v)
 		assert.Equal(t, tc.want, got, "User(%T %v)", tc.v, tc.v)
 	}
@@ -84,7 +84,7 @@ func TestUser(t *testing.T) {
 		{"", "the user ID in the request's context is empty"},
 		{stringer(""), "the user ID in the request's context is empty"},
 	} {
-		_, err := sentinels.User(tc.v)
+		_, err := sentinels.FromUser(tc.v)
 		require.ErrorIs(t, err, errMissing, "User(%T)", tc.v)
 		var ce *clientkey.Error
 		require.ErrorAs(t, err, &ce, "User(%T)", tc.v)
@@ -109,7 +109,7 @@ func TestUserUnusableType(t *testing.T) {
 		{[15]byte{}, "ratelimit: the user ID in the request's context is a [15]uint8, not a string, integer, fmt.Stringer or [16]byte"},
 		{[16]int8{}, "ratelimit: the user ID in the request's context is a [16]int8, not a string, integer, fmt.Stringer or [16]byte"},
 	} {
-		_, err := sentinels.User(tc.v)
+		_, err := sentinels.FromUser(tc.v)
 		assert.EqualError(t, err, tc.text, "User(%T)", tc.v)
 		assert.NotErrorIs(t, err, errMissing, "User(%T)", tc.v)
 		assert.NotErrorIs(t, err, errBad, "User(%T)", tc.v)
@@ -139,17 +139,17 @@ func TestUserNamedTypes(t *testing.T) {
 		{uuid{0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x12, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x14, 0x17, 0x40, 0x00}, "user:123e4567-e89b-12d3-a456-426614174000"},
 		{userID(strings.Repeat("x", clientkey.MaxUserIDLen+1)), clientkey.Hash("user#:", strings.Repeat("x", clientkey.MaxUserIDLen+1))},
 	} {
-		got, err := sentinels.User(tc.v)
+		got, err := sentinels.FromUser(tc.v)
 		require.NoError(t, err, "User(%T %v)", tc.v, tc.v)
 		assert.Equal(t, tc.want, got, "User(%T %v)", tc.v, tc.v)
 	}
-	_, err := sentinels.User(userID(""))
+	_, err := sentinels.FromUser(userID(""))
 	assert.ErrorIs(t, err, errMissing, "an empty named ID")
 }
 
 // IP's refusal explains itself without the address it could not parse.
 func TestIPDetail(t *testing.T) {
-	_, err := sentinels.IP("sk_secret", 0)
+	_, err := sentinels.FromIP("sk_secret", 0)
 	var ce *clientkey.Error
 	require.ErrorAs(t, err, &ce)
 	assert.ErrorIs(t, err, errBad)
@@ -170,5 +170,5 @@ func TestHash(t *testing.T) {
 var (
 	errMissing = errors.New("missing")
 	errBad     = errors.New("bad")
-	sentinels  = clientkey.Sentinels{MissingKey: errMissing, BadRequest: errBad}
+	sentinels  = clientkey.Keys{MissingKey: errMissing, BadRequest: errBad}
 )
