@@ -145,13 +145,13 @@ func (s Keys) FromUser(v any) (string, error) {
 	return "user:" + id, nil
 }
 
-// noUser is User's refusal of a missing or empty ID, which quotes no value.
+// noUser is FromUser's refusal of a missing or empty ID, which quotes no value.
 func (s Keys) noUser(msg, detail string) *Error {
 	return &Error{Err: fmt.Errorf("%w: %s", s.MissingKey, msg), Kind: KindMissingKey, Detail: detail, Challenge: "Bearer"}
 }
 
 // named returns the ID held by v, of a named type whose underlying type is
-// a string, an integer or a [16]byte, as User writes the underlying value.
+// a string, an integer or a [16]byte, as FromUser writes the underlying value.
 func named(v any) (string, bool) {
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {
