@@ -85,7 +85,7 @@ func (l *Limiter) charge(ctx context.Context, i int, key string, cost int64, too
 	}
 	q := *p
 	q.Algorithm = debt
-	if _, err := l.take(ctx, &q, key, cost); err != nil {
+	if _, err := l.ask(ctx, &q, key, cost); err != nil {
 		return storeError(err)
 	}
 	return nil

@@ -94,7 +94,7 @@ func (m *Middleware) decide(r *http.Request) (d decision) {
 			return d
 		}
 	}
-	d.res, d.err = d.lim.takeRound(r.Context(), &round{key: key, costs: d.costs})
+	d.res, d.err = d.lim.decideRound(r.Context(), &round{key: key, costs: d.costs})
 	return d
 }
 

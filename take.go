@@ -21,9 +21,9 @@ import (
 func (l *Limiter) Take(ctx context.Context, key string, cost int64) (res Result, err error) {
 	p := l.single
 	if p == nil || key == "" || cost < 0 || cost > p.Limit.burst {
-		return l.takeRound(ctx, &round{key: key, cost: cost})
+		return l.decideRound(ctx, &round{key: key, cost: cost})
 	}
-	// l.take(ctx, p, key, cost), by hand: the call would not be inlined.
+	// l.ask(ctx, p, key, cost), by hand: the call would not be inlined.
 	if res, err = l.store.Take(ctx, p, bucketKey(p, key), cost); err != nil {
 		return Result{}, storeError(err)
 	}
@@ -55,7 +55,7 @@ func (l *Limiter) TakeUnits(ctx context.Context, key string, costs map[string]in
 			}
 		}
 	}
-	return l.takeRound(ctx, &round{key: key, costs: byUnit})
+	return l.decideRound(ctx, &round{key: key, costs: byUnit})
 }
 
 // round is one request's decision under a Limiter's policies: its key,
@@ -78,10 +78,10 @@ func (rd *round) costOf(l *Limiter, i int) int64 {
 	return rd.costs[l.unitOf[i]]
 }
 
-// takeRound is Take for a Limiter of several policies, or of one that is
+// decideRound is Take for a Limiter of several policies, or of one that is
 // dry-run or has LimitFor, for a key or cost that Take cannot decide, and
 // for costs by unit.
-func (l *Limiter) takeRound(ctx context.Context, rd *round) (Result, error) {
+func (l *Limiter) decideRound(ctx context.Context, rd *round) (Result, error) {
 	if rd.key == "" {
 		return Result{}, errEmptyKey
 	}
@@ -95,7 +95,7 @@ func (l *Limiter) takeRound(ctx context.Context, rd *round) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		res, err := l.take(ctx, p, rd.key, cost)
+		res, err := l.ask(ctx, p, rd.key, cost)
 		if err != nil {
 			return Result{}, storeError(err)
 		}
@@ -119,18 +119,18 @@ func (l *Limiter) takeRound(ctx context.Context, rd *round) (Result, error) {
 			return Result{}, checkCost(rd.results[i].Policy, c)
 		}
 	}
-	return l.takeMany(ctx, rd)
+	return l.decidePolicies(ctx, rd)
 }
 
-// takeMany is Take for a Limiter of several policies, or only dry-run ones,
+// decidePolicies is Take for a Limiter of several policies, or only dry-run ones,
 // with the policy that decides rd's key under each in rd.results.
-func (l *Limiter) takeMany(ctx context.Context, rd *round) (Result, error) {
+func (l *Limiter) decidePolicies(ctx context.Context, rd *round) (Result, error) {
 	var allowed bool
 	var err error
 	if l.boxes == nil {
-		allowed, err = l.takeAll(ctx, l.enforce, rd)
+		allowed, err = l.spendAll(ctx, l.enforce, rd)
 	} else {
-		if allowed, err = l.takeBoxed(ctx, rd); rd.ban.Policy != nil && err == nil {
+		if allowed, err = l.spendBoxed(ctx, rd); rd.ban.Policy != nil && err == nil {
 			return rd.ban, nil
 		}
 	}
@@ -144,7 +144,7 @@ func (l *Limiter) takeMany(ctx context.Context, rd *round) (Result, error) {
 		if !allowed || cost > p.Limit.burst {
 			c = 0 // the request does not happen, or could never pass: only look
 		}
-		res, err := l.take(ctx, p, rd.key, c)
+		res, err := l.ask(ctx, p, rd.key, c)
 		if err != nil {
 			// A dry-run policy never refuses, not even when its store fails.
 			rd.results[i] = Result{Allowed: true, Policy: p, Degraded: true}
@@ -158,17 +158,17 @@ func (l *Limiter) takeMany(ctx context.Context, rd *round) (Result, error) {
 	return l.combine(rd.results, allowed), nil
 }
 
-// takeBoxed is takeAll of the enforcing policies for a Limiter with
+// spendBoxed is spendAll of the enforcing policies for a Limiter with
 // penalty boxes: a banned key is refused (rd.ban), and spends nothing; a
 // refusal counts a strike. With a BatchStore, the bans are asked in the
 // same atomic step as the policies decide.
-func (l *Limiter) takeBoxed(ctx context.Context, rd *round) (allowed bool, err error) {
-	allowed, err = l.takeBoxedBatch(ctx, rd)
+func (l *Limiter) spendBoxed(ctx context.Context, rd *round) (allowed bool, err error) {
+	allowed, err = l.spendBoxedBatch(ctx, rd)
 	if errors.Is(err, errors.ErrUnsupported) {
 		if err = l.banned(ctx, rd); err != nil || rd.ban.Policy != nil {
 			return false, err
 		}
-		allowed, err = l.takeAll(ctx, l.enforce, rd)
+		allowed, err = l.spendAll(ctx, l.enforce, rd)
 	}
 	if err != nil || rd.ban.Policy != nil || allowed {
 		return allowed, err
@@ -177,9 +177,9 @@ func (l *Limiter) takeBoxed(ctx context.Context, rd *round) (allowed bool, err e
 	return false, nil
 }
 
-// takeBoxedBatch is takeBoxed in one TakeAll; it returns an error wrapping
+// spendBoxedBatch is spendBoxed in one TakeAll; it returns an error wrapping
 // errors.ErrUnsupported when the store cannot.
-func (l *Limiter) takeBoxedBatch(ctx context.Context, rd *round) (bool, error) {
+func (l *Limiter) spendBoxedBatch(ctx context.Context, rd *round) (bool, error) {
 	bs, ok := l.store.(BatchStore)
 	if !ok {
 		return false, errors.ErrUnsupported
@@ -270,9 +270,9 @@ func (l *Limiter) banResult(b *box, res Result) Result {
 	return Result{Policy: &l.policies[b.policy], RetryAfter: res.RetryAfter, ResetAfter: res.ResetAfter, Results: []Result{res}}
 }
 
-// takeAll takes rd's costs under the policies at idx, all or nothing, and
+// spendAll takes rd's costs under the policies at idx, all or nothing, and
 // writes their results over those that hold their policies.
-func (l *Limiter) takeAll(ctx context.Context, idx []int, rd *round) (bool, error) {
+func (l *Limiter) spendAll(ctx context.Context, idx []int, rd *round) (bool, error) {
 	if bs, ok := l.store.(BatchStore); ok && len(idx) > 1 {
 		all, _, err := l.batch(ctx, bs, idx, rd, nil)
 		if !errors.Is(err, errors.ErrUnsupported) {
@@ -281,7 +281,7 @@ func (l *Limiter) takeAll(ctx context.Context, idx []int, rd *round) (bool, erro
 	}
 	all := true
 	for k, i := range idx {
-		res, err := l.take(ctx, rd.results[i].Policy, rd.key, rd.costOf(l, i))
+		res, err := l.ask(ctx, rd.results[i].Policy, rd.key, rd.costOf(l, i))
 		if err != nil {
 			l.giveBackAll(ctx, idx[:k], rd)
 			return false, err
@@ -322,9 +322,9 @@ func (l *Limiter) batch(ctx context.Context, bs BatchStore, idx []int, rd *round
 	return all, out[len(idx):], nil
 }
 
-// take has the store decide key under p. A Result a store built without
+// ask has the store decide key under p. A Result a store built without
 // its Policy gets the one it was asked about.
-func (l *Limiter) take(ctx context.Context, p *Policy, key string, cost int64) (res Result, err error) {
+func (l *Limiter) ask(ctx context.Context, p *Policy, key string, cost int64) (res Result, err error) {
 	if res, err = l.store.Take(ctx, p, bucketKey(p, key), cost); err == nil && res.Policy == nil {
 		res.Policy = p
 	}
