@@ -312,18 +312,15 @@ func (m *Middleware) answer(w http.ResponseWriter, r *http.Request, next func(*h
 	if m.cfg.Observe != nil {
 		m.cfg.Observe(r, Event{Limiter: d.lim, KeyHash: keyhash.Sum(d.key), Result: d.res, Err: d.err, Elapsed: time.Since(d.start)})
 	}
+	if m.keys != nil && d.err == nil {
+		m.keys.see(d.key, m.cfg.Logger)
+	}
 	switch {
 	case d.err != nil:
 		m.fail(w, r, d.err)
 	case !d.res.Allowed:
-		if m.keys != nil {
-			m.keys.see(d.key, m.cfg.Logger)
-		}
 		m.refuse(w, r, d)
 	default:
-		if m.keys != nil {
-			m.keys.see(d.key, m.cfg.Logger)
-		}
 		m.writeHeaders(w.Header(), d.lim, d.res)
 		if d.res.Delay > 0 {
 			m.wait(w, r, d)
