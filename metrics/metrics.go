@@ -30,7 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/internal/algo"
+	"github.com/tokenfair/ratelimit/internal/outcome"
 )
 
 // Outcome label values: allowed; limited, refused by the policy (by its
@@ -104,7 +104,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"policy"}),
 		reg: reg,
 	}
-	m.nearFraction.Store(defaultNearLimit)
+	m.nearFraction.Store(outcome.DefaultNear)
 	names := []string{"ratelimit_decisions_total", "ratelimit_decision_duration_seconds", "ratelimit_shaping_delay_seconds",
 		"ratelimit_store_degraded", "ratelimit_store_errors_total", "ratelimit_warnings_total", "ratelimit_near_limit_total"}
 	cs := []prometheus.Collector{m.decisions, m.duration, m.delay, m.degraded, m.storeErrors, m.warnings, m.nearLimit}
@@ -132,12 +132,12 @@ func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 		policies = ev.Limiter.Policies()
 	}
 	if ev.Err != nil {
-		outcome := Invalid
+		o := Invalid
 		if errors.Is(ev.Err, ratelimit.ErrStore) {
-			outcome = StoreError
+			o = StoreError
 		}
 		for i := range policies {
-			m.decisions.WithLabelValues(policies[i].Name, outcome).Inc()
+			m.decisions.WithLabelValues(policies[i].Name, o).Inc()
 		}
 		return
 	}
@@ -148,7 +148,7 @@ func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 		case name == inFlightPolicy:
 			m.decisions.WithLabelValues(inFlightPolicy, Limited).Inc()
 			return
-		case banned(res):
+		case outcome.IsBan(res):
 			// A ban answers before the other policies are asked.
 			m.decisions.WithLabelValues(name, Banned).Inc()
 			return
@@ -165,37 +165,15 @@ func (m *Metrics) Observe(_ *http.Request, ev ratelimit.Event) {
 		if all != nil {
 			own = all[i]
 		}
-		o := outcome(p, res, own)
-		m.decisions.WithLabelValues(p.Name, o).Inc()
-		if o != Allowed || !res.Allowed {
+		o := outcome.Of(p, own)
+		m.decisions.WithLabelValues(p.Name, outcome.Names[o]).Inc()
+		if o != outcome.Allowed || !res.Allowed {
 			continue
 		}
-		if nearLimit(own.Remaining, p.Limit.Burst(), near) {
+		if outcome.Near(own.Remaining, p.Limit.Burst(), near) {
 			m.nearLimit.WithLabelValues(p.Name).Inc()
 		}
 	}
-}
-
-// banned reports whether res is the refusal of a penalty box's ban: its
-// only result is the ban's.
-func banned(res ratelimit.Result) bool {
-	return len(res.Results) == 1 && res.Results[0].Policy != nil && res.Results[0].Policy.Algorithm == algo.Ban
-}
-
-// outcome returns the outcome for p of the request that res answers,
-// where own is p's own result.
-func outcome(p *ratelimit.Policy, res, own ratelimit.Result) string {
-	switch {
-	case !own.Allowed && p.DryRun:
-		return DryRunLimited
-	case !own.Allowed:
-		return Limited
-	case own.Local:
-		return Local
-	case own.Degraded:
-		return Fallback
-	}
-	return Allowed
 }
 
 // Logger returns a logger that counts the warnings logged through it (the

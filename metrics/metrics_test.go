@@ -20,6 +20,7 @@ import (
 
 	"github.com/tokenfair/ratelimit"
 	"github.com/tokenfair/ratelimit/failover"
+	"github.com/tokenfair/ratelimit/internal/outcome"
 	"github.com/tokenfair/ratelimit/memorystore"
 	"github.com/tokenfair/ratelimit/metrics"
 	"github.com/tokenfair/ratelimit/nethttp"
@@ -420,4 +421,11 @@ func TestBanCountsOnlyItsPolicy(t *testing.T) {
 	assert.Equal(t, 4, r.count("login", metrics.Banned))
 	assert.Equal(t, 2, r.count("api", metrics.Allowed), "api counted for the requests it decided only")
 	assert.Equal(t, 4, testutil.CollectAndCount(r.reg, "ratelimit_decisions_total"), "no other series")
+}
+
+// TestOutcomeNames: the outcome label values are the names the two
+// observers share (internal/outcome), in its order.
+func TestOutcomeNames(t *testing.T) {
+	assert.Equal(t, outcome.Names, [outcome.N]string{metrics.Allowed, metrics.Limited, metrics.Banned, metrics.DryRunLimited,
+		metrics.Fallback, metrics.Local, metrics.StoreError, metrics.Invalid})
 }

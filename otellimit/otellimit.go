@@ -59,8 +59,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tokenfair/ratelimit"
-	"github.com/tokenfair/ratelimit/internal/algo"
 	"github.com/tokenfair/ratelimit/internal/occupancy"
+	"github.com/tokenfair/ratelimit/internal/outcome"
 )
 
 // scope is the name of the meter: the instrumenting package's import path.
@@ -72,24 +72,6 @@ const (
 	resultKey     = attribute.Key("rate_limiting.result")
 	retryAfterKey = attribute.Key("rate_limiting.retry_after")
 )
-
-// result is a value of rate_limiting.result: the outcomes of package
-// metrics.
-type result uint8
-
-const (
-	allowed result = iota
-	limited
-	banned
-	dryRunLimited
-	fallback
-	local
-	storeError
-	invalid
-	nResults
-)
-
-var resultNames = [nResults]string{"allowed", "limited", "banned", "dry_run_limited", "fallback", "local", "store_error", "invalid"}
 
 // inFlightPolicy is the name of the policy that a refusal by
 // ratelimit.MiddlewareOptions.MaxInFlight reports.
@@ -126,8 +108,8 @@ type Metrics struct {
 type limiterAttrs struct {
 	lim      *ratelimit.Limiter
 	occ      *occupancy.Counts
-	requests [][nResults][]metric.AddOption // of each policy, of each result
-	near     [][]metric.AddOption           // of each policy
+	requests [][outcome.N][]metric.AddOption // of each policy, of each result
+	near     [][]metric.AddOption            // of each policy
 }
 
 // New returns Metrics whose instruments come from mp's meter named
@@ -140,8 +122,8 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 		mp = otel.GetMeterProvider()
 	}
 	meter := mp.Meter(scope)
-	m := &Metrics{inFlightLimited: addOptions(inFlightPolicy, limited)}
-	m.nearFraction.Store(defaultNearLimit)
+	m := &Metrics{inFlightLimited: addOptions(inFlightPolicy, outcome.Limited)}
+	m.nearFraction.Store(outcome.DefaultNear)
 	var errs []error
 	check := func(name string, err error) {
 		if err != nil {
@@ -173,7 +155,7 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 		metric.WithDescription("Errors of the rate-limit store."))
 	check("rate_limiting.store.errors", err)
 	m.degraded, err = meter.Int64Gauge("rate_limiting.store.degraded", metric.WithUnit("1"),
-		metric.WithDescription("1 while the rate-limit store fails and a fallback decides, else 0."))
+		metric.WithDescription("1 while the rate-limit store fails and a outcome.Fallback decides, else 0."))
 	check("rate_limiting.store.degraded", err)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -187,8 +169,8 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 
 // addOptions returns the options that give a measurement the attributes
 // of policy and res, as a slice to pass on whole (no allocation).
-func addOptions(policy string, res result) []metric.AddOption {
-	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(policyKey.String(policy), resultKey.String(resultNames[res])))}
+func addOptions(policy string, res outcome.Outcome) []metric.AddOption {
+	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(policyKey.String(policy), resultKey.String(outcome.Names[res])))}
 }
 
 // Observe is a ratelimit.MiddlewareOptions.Observe function: it counts the
@@ -204,9 +186,9 @@ func (m *Metrics) Observe(r *http.Request, ev ratelimit.Event) {
 		policies = ev.Limiter.Policies()
 	}
 	if ev.Err != nil {
-		res := invalid
+		res := outcome.Invalid
 		if errors.Is(ev.Err, ratelimit.ErrStore) {
-			res = storeError
+			res = outcome.StoreError
 		}
 		for i := range policies {
 			m.requests.Add(ctx, 1, la.requests[i][res]...)
@@ -220,12 +202,12 @@ func (m *Metrics) Observe(r *http.Request, ev ratelimit.Event) {
 		switch {
 		case res.Policy.Name == inFlightPolicy:
 			m.requests.Add(ctx, 1, m.inFlightLimited...)
-			markRefused(ctx, inFlightPolicy, limited, res)
+			markRefused(ctx, inFlightPolicy, outcome.Limited, res)
 			return
-		case isBan(res) && la != nil:
+		case outcome.IsBan(res) && la != nil:
 			// A ban answers before the other policies are asked.
-			m.requests.Add(ctx, 1, la.requests[la.index(policies, res.Policy)][banned]...)
-			markRefused(ctx, res.Policy.Name, banned, res)
+			m.requests.Add(ctx, 1, la.requests[la.index(policies, res.Policy)][outcome.Banned]...)
+			markRefused(ctx, res.Policy.Name, outcome.Banned, res)
 			return
 		}
 	}
@@ -240,34 +222,13 @@ func (m *Metrics) Observe(r *http.Request, ev ratelimit.Event) {
 		if all != nil {
 			own = all[i]
 		}
-		o := outcome(p, own)
+		o := outcome.Of(p, own)
 		m.requests.Add(ctx, 1, la.requests[i][o]...)
-		if o == allowed && res.Allowed && nearLimit(own.Remaining, p.Limit.Burst(), near) {
+		if o == outcome.Allowed && res.Allowed && outcome.Near(own.Remaining, p.Limit.Burst(), near) {
 			m.nearLimit.Add(ctx, 1, la.near[i]...)
 		}
 	}
 	markDecided(ctx, policies, res)
-}
-
-// isBan reports whether res is the refusal of a penalty box's ban: its
-// only result is the ban's.
-func isBan(res ratelimit.Result) bool {
-	return len(res.Results) == 1 && res.Results[0].Policy != nil && res.Results[0].Policy.Algorithm == algo.Ban
-}
-
-// outcome returns the result of p, whose own result is own.
-func outcome(p *ratelimit.Policy, own ratelimit.Result) result {
-	switch {
-	case !own.Allowed && p.DryRun:
-		return dryRunLimited
-	case !own.Allowed:
-		return limited
-	case own.Local:
-		return local
-	case own.Degraded:
-		return fallback
-	}
-	return allowed
 }
 
 // attrs returns the attribute sets of l's policies, made the first time l
@@ -297,9 +258,9 @@ func (m *Metrics) attrs(l *ratelimit.Limiter) *limiterAttrs {
 func newLimiterAttrs(l *ratelimit.Limiter) *limiterAttrs {
 	policies := l.Policies()
 	la := &limiterAttrs{lim: l, occ: occupancy.Of(l),
-		requests: make([][nResults][]metric.AddOption, len(policies)), near: make([][]metric.AddOption, len(policies))}
+		requests: make([][outcome.N][]metric.AddOption, len(policies)), near: make([][]metric.AddOption, len(policies))}
 	for i, p := range policies {
-		for res := range nResults {
+		for res := range outcome.N {
 			la.requests[i][res] = addOptions(p.Name, res)
 		}
 		la.near[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(policyKey.String(p.Name)))}

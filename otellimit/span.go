@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tokenfair/ratelimit"
+	"github.com/tokenfair/ratelimit/internal/outcome"
 )
 
 // refusedEvent is the name of the span event of a refusal.
@@ -14,20 +15,20 @@ const refusedEvent = "rate_limiting.refused"
 
 // markUndecided sets the result of a request that could not be decided on
 // its span, if that is recording.
-func markUndecided(ctx context.Context, res result) {
+func markUndecided(ctx context.Context, res outcome.Outcome) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(resultKey.String(resultNames[res]))
+		span.SetAttributes(resultKey.String(outcome.Names[res]))
 	}
 }
 
 // markRefused sets the policy and result of a refusal on the request's
 // span, if that is recording, and adds the event rate_limiting.refused.
-func markRefused(ctx context.Context, policy string, res result, r ratelimit.Result) {
+func markRefused(ctx context.Context, policy string, res outcome.Outcome, r ratelimit.Result) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
 	}
-	attrs := []attribute.KeyValue{policyKey.String(policy), resultKey.String(resultNames[res])}
+	attrs := []attribute.KeyValue{policyKey.String(policy), resultKey.String(outcome.Names[res])}
 	span.SetAttributes(attrs...)
 	span.AddEvent(refusedEvent, trace.WithAttributes(append(attrs, retryAfterKey.Float64(r.RetryAfter.Seconds()))...))
 }
@@ -47,19 +48,19 @@ func markDecided(ctx context.Context, policies []ratelimit.Policy, res ratelimit
 		name = res.Policy.Name
 	}
 	if !res.Allowed {
-		markRefused(ctx, name, limited, res)
+		markRefused(ctx, name, outcome.Limited, res)
 		return
 	}
-	mark := allowed
+	mark := outcome.Allowed
 	for i := range policies {
 		own := res
 		if res.Results != nil {
 			own = res.Results[i]
 		}
-		switch o := outcome(&policies[i], own); {
-		case o == dryRunLimited && mark != dryRunLimited, (o == fallback || o == local) && mark == allowed:
+		switch o := outcome.Of(&policies[i], own); {
+		case o == outcome.DryRunLimited && mark != outcome.DryRunLimited, (o == outcome.Fallback || o == outcome.Local) && mark == outcome.Allowed:
 			mark, name = o, policies[i].Name
 		}
 	}
-	span.SetAttributes(policyKey.String(name), resultKey.String(resultNames[mark]))
+	span.SetAttributes(policyKey.String(name), resultKey.String(outcome.Names[mark]))
 }

@@ -1,4 +1,4 @@
-package metrics
+package outcome
 
 import (
 	"math"
@@ -7,7 +7,9 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-func TestNearUnits(t *testing.T) {
+// TestUnits: a fraction is the decimal it prints as, rounded up to 18
+// places, never to 0.
+func TestUnits(t *testing.T) {
 	for _, tc := range []struct {
 		fraction float64
 		want     uint64
@@ -21,11 +23,12 @@ func TestNearUnits(t *testing.T) {
 		{0.0033333333333333335, 3333333333333334},  // 19 places, rounded up
 		{math.Nextafter(1, 0), 999999999999999900}, // prints as 0.9999999999999999
 	} {
-		assert.Equal(t, tc.want, nearUnits(tc.fraction), "nearUnits(%v)", tc.fraction)
+		assert.Equal(t, tc.want, Units(tc.fraction), "Units(%v)", tc.fraction)
 	}
 }
 
-func TestNearLimitArithmetic(t *testing.T) {
+// TestNear: the test is exact integer arithmetic, in 128 bits.
+func TestNear(t *testing.T) {
 	const maxInt = math.MaxInt64
 	for _, tc := range []struct {
 		remaining, burst int64
@@ -40,6 +43,6 @@ func TestNearLimitArithmetic(t *testing.T) {
 		{maxInt / 5, maxInt, 2e17, true}, // maxInt/5 rounds down, below maxInt × 0.2
 		{maxInt/5 + 1, maxInt, 2e17, false},
 	} {
-		assert.Equal(t, tc.want, nearLimit(tc.remaining, tc.burst, tc.units), "nearLimit(%d, %d, %d)", tc.remaining, tc.burst, tc.units)
+		assert.Equal(t, tc.want, Near(tc.remaining, tc.burst, tc.units), "Near(%d, %d, %d)", tc.remaining, tc.burst, tc.units)
 	}
 }
