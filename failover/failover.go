@@ -126,7 +126,10 @@ type Options struct {
 // names the part of each key with a method Part(p *ratelimit.Policy, key
 // string) string; the Store then keeps each part's health apart, so that
 // one dead Cluster primary degrades only the keys of its slots. A key of
-// the part "" shares the health of the whole.
+// the part "" shares the health of the whole. A primary that may answer
+// from caches of its own (redisstore's leases and refusal cache) has a
+// method Probe(ctx, p, key) error that asks its server; a probe calls it
+// first, so that a cached answer never passes for health.
 //
 // Store is safe for concurrent use.
 type Store struct {
@@ -234,13 +237,37 @@ func (f *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 	var cause error
 	h := f.health(p, key)
 	if ask, probe := f.askPrimary(h); ask {
-		res, err := f.primary.Take(ctx, p, key, cost)
-		if !f.failed(ctx, h, err, probe) {
-			return res, err
+		if cause = f.probeFails(ctx, h, p, key, probe); cause == nil {
+			res, err := f.primary.Take(ctx, p, key, cost)
+			if !f.failed(ctx, h, err, probe) {
+				return res, err
+			}
+			cause = err
 		}
-		cause = err
 	}
 	return f.fallback(ctx, p, key, cost, cause)
+}
+
+// prober is a primary store whose answers may come from a cache of its
+// own (redisstore: a lease, or the refusal cache), which proves nothing of
+// its health: Probe asks the store itself, for the part of key.
+type prober interface {
+	Probe(ctx context.Context, p *ratelimit.Policy, key string) error
+}
+
+// probeFails, for a probe (probe ≠ 0) of a primary that is a prober, asks
+// it for the part of key and records the answer (failed); it returns the
+// error of a failed probe, else nil, and then the call goes on to the
+// primary.
+func (f *Store) probeFails(ctx context.Context, h *health, p *ratelimit.Policy, key string, probe int64) error {
+	pr, ok := f.primary.(prober)
+	if probe == 0 || !ok {
+		return nil
+	}
+	if err := pr.Probe(ctx, p, key); f.failed(ctx, h, err, probe) {
+		return err
+	}
+	return nil
 }
 
 // TakeAll implements [ratelimit.BatchStore]: with the primary's TakeAll
@@ -255,18 +282,25 @@ func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.BatchItem, results
 		h = f.health(reqs[0].Policy, reqs[0].Key)
 	}
 	if ask, probe := f.askPrimary(h); ask {
-		err := errors.ErrUnsupported
-		if bs, ok := f.primary.(ratelimit.BatchStore); ok {
-			err = bs.TakeAll(ctx, reqs, results)
-		}
-		if errors.Is(err, errors.ErrUnsupported) {
+		bs, ok := f.primary.(ratelimit.BatchStore)
+		if !ok {
 			h.handBack(probe) // no I/O was done: the Limiter's next Take probes
-			return err
+			return errors.ErrUnsupported
 		}
-		if !f.failed(ctx, h, err, probe) {
-			return err
+		if len(reqs) > 0 {
+			cause = f.probeFails(ctx, h, reqs[0].Policy, reqs[0].Key, probe)
 		}
-		cause = err
+		if cause == nil {
+			err := bs.TakeAll(ctx, reqs, results)
+			if errors.Is(err, errors.ErrUnsupported) {
+				h.handBack(probe) // no I/O was done: the Limiter's next Take probes
+				return err
+			}
+			if !f.failed(ctx, h, err, probe) {
+				return err
+			}
+			cause = err
+		}
 	}
 	switch f.cfg.Mode {
 	case Local:

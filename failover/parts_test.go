@@ -98,3 +98,62 @@ func TestFailoverParts(t *testing.T) {
 		})
 	}
 }
+
+// cachedStore is a primary that answers some calls from a cache of its own
+// even while its server is down, as redisstore's leases and refusal cache
+// do, and tells its health only through Probe.
+type cachedStore struct {
+	inner  ratelimit.Store
+	down   atomic.Bool
+	probes atomic.Int64
+}
+
+func (s *cachedStore) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
+	if s.down.Load() && key != "cached" {
+		return ratelimit.Result{}, errDown
+	}
+	return s.inner.Take(ctx, p, key, cost) // "cached" answers without the server
+}
+
+func (s *cachedStore) Probe(context.Context, *ratelimit.Policy, string) error {
+	s.probes.Add(1)
+	if s.down.Load() {
+		return errDown
+	}
+	return nil
+}
+
+// A probe asks a primary with Probe directly: a call that its cache
+// answers while its server is down proves nothing, and never makes the
+// store healthy again; a Probe that succeeds does.
+func TestFailoverProbeSkipsCaches(t *testing.T) {
+	clock := new(storetest.Clock)
+	primary := &cachedStore{inner: memoryStore(t, clock.Now)}
+	store, err := failover.New(primary, &failover.Options{Mode: failover.Closed, Logger: discard, Clock: clock.Now, ProbeInterval: time.Second})
+	require.NoError(t, err)
+	l, err := ratelimit.New(store, ratelimit.Policy{Limit: ratelimit.PerSecond(1000)})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	primary.down.Store(true)
+	_, err = l.Take(ctx, "k", 1)
+	require.ErrorIs(t, err, ratelimit.ErrStore)
+	require.False(t, store.Healthy())
+	for range 3 {
+		clock.Advance(time.Second)
+		_, err = l.Take(ctx, "cached", 1) // the probe's turn: its cache would answer
+		require.ErrorIs(t, err, ratelimit.ErrStore, "refused: the probe failed")
+		assert.False(t, store.Healthy(), "a cached answer is no sign of health")
+	}
+	assert.Equal(t, int64(3), primary.probes.Load(), "one Probe a ProbeInterval")
+
+	primary.down.Store(false)
+	clock.Advance(time.Second)
+	res, err := l.Take(ctx, "cached", 1)
+	require.NoError(t, err)
+	assert.True(t, res.Allowed)
+	assert.True(t, store.Healthy(), "the Probe succeeded")
+	_, err = l.Take(ctx, "k", 1)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), primary.probes.Load(), "no Probe while healthy")
+}

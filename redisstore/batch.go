@@ -257,6 +257,9 @@ func (s *Store) trip(ctx context.Context, cmds []*redis.Cmd) {
 			_ = pipe.Process(ctx, cmd)
 		}
 		_, _ = pipe.Exec(ctx)
+		for _, cmd := range cmds {
+			s.reload(cmd.Err())
+		}
 		return
 	}
 	// A WAIT counts the writes of its own connection: it goes in one
@@ -270,6 +273,10 @@ func (s *Store) trip(ctx context.Context, cmds []*redis.Cmd) {
 		wait := s.waitCmd(ctx)
 		_ = pipe.Process(ctx, wait)
 		_, _ = pipe.Exec(ctx)
+		for _, cmd := range cmds {
+			s.reload(cmd.Err())
+		}
+		s.reload(wait.Err())
 		s.acked(wait, cmds...)
 	}
 }

@@ -17,6 +17,7 @@ func (s *Store) within(parent context.Context, f func(ctx context.Context) error
 	err := f(ctx)
 	s.dials.done(&w) // before reading w.cause
 	if err != nil {
+		s.reload(err)
 		return s.failure(parent, ctx, &w, err)
 	}
 	return nil

@@ -76,3 +76,39 @@ func TestFailoverRecoversDespiteCanceledRequests(t *testing.T) {
 		})
 	}
 }
+
+// TestFailoverProbeAsksRedis: while Redis is down, the probe of a
+// failover.Store asks Redis itself (Store.Probe), so that a key whose
+// lease still answers without Redis does not make the store healthy; once
+// Redis is back, the probe does.
+func TestFailoverProbeAsksRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := new(storetest.Clock)
+	primary := newStore(t, srv.Client(), &redisstore.Options{Timeout: callTimeout, Lease: 10 * time.Second, Clock: clock.Now})
+	fo, err := failover.New(primary, &failover.Options{Mode: failover.Closed, Clock: clock.Now, ProbeInterval: time.Second,
+		Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	lim, err := ratelimit.New(fo, ratelimit.Policy{Limit: ratelimit.PerSecond(100).WithBurst(1000)})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for range 20 { // a busy key: it holds a lease
+		_, err := lim.Take(ctx, "busy", 1)
+		require.NoError(t, err)
+	}
+
+	srv.Kill()
+	_, err = lim.Take(ctx, "quiet", 1)
+	require.ErrorIs(t, err, ratelimit.ErrStore)
+	require.False(t, fo.Healthy())
+	clock.Advance(time.Second)
+	_, err = lim.Take(ctx, "busy", 1) // the probe: its lease would answer
+	require.ErrorIs(t, err, ratelimit.ErrStore, "Closed refuses: the probe reached no Redis")
+	assert.False(t, fo.Healthy(), "a lease's answer is no sign of Redis's health")
+
+	srv.Restart()
+	clock.Advance(time.Second)
+	res, err := lim.Take(ctx, "busy", 1)
+	require.NoError(t, err)
+	assert.True(t, res.Allowed)
+	assert.True(t, fo.Healthy(), "the probe reached Redis")
+}

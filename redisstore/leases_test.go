@@ -345,7 +345,9 @@ func TestLeasesSeveralPolicies(t *testing.T) {
 	with := leaseSeveralPolicies(t, 40*time.Millisecond)
 	without := leaseSeveralPolicies(t, 0)
 	t.Logf("script calls: %d with leases, %d without", with, without)
-	assert.Less(t, with, without/2, "most decisions from leases")
+	// Half on a quiet machine (1 809 of 3 551 on a loaded one); without
+	// leases, or with leases that never pay, as many.
+	assert.Less(t, with, without*3/4, "far fewer round trips with leases")
 }
 
 // leaseSeveralPolicies runs TestLeasesSeveralPolicies's load with the

@@ -2,8 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,26 +20,88 @@ import (
 // own batcher, so that a round trip to a dead node holds none of the calls
 // of a live one, and Part names the primary of a key, so that a
 // failover.Store keeps each one's health apart.
+//
+// And the store follows a failover by itself. A ClusterClient reloads its
+// slot map when a node answers MOVED, or when the map is older than
+// ClusterOptions.ClusterStateReloadInterval (a minute by default): a dead
+// primary answers nothing, so the calls of its keys would go on failing
+// at its address for that long after a replica took its slots. A call
+// that fails as it would with a stale map asks the client for the map
+// again (see Store.reload).
 
 // maxNodes bounds the batchers kept, one per primary address seen; the
 // calls of a node past it share the Store's own batcher.
 const maxNodes = 256
 
-// nodes is the batchers of a Store over a ClusterClient, per primary.
+// reloadEvery bounds how often a Store asks its ClusterClient for the slot
+// map, however many of its calls fail: the calls of a dead primary's keys
+// go on failing until a replica takes over, and a store under load makes
+// many. (go-redis, asked more often, waits 200 ms after a reload anyway.)
+const reloadEvery = 200 * time.Millisecond
+
+// nodes is what a Store over a ClusterClient keeps of its nodes: a batcher
+// per primary, and when it last asked for the slot map.
 type nodes struct {
+	client   *redis.ClusterClient
 	mu       sync.Mutex
 	batchers map[string]*batcher
+	reloaded atomic.Int64 // Unix ns
+}
+
+// reload asks the client of a Store over a Redis Cluster (else it does
+// nothing) for the slot map again when err, the error of a command sent
+// to a node, says that the map may be out of date (see stale); once per
+// reloadEvery at most. The client reloads in the background, once for all
+// the requests that arrive meanwhile (ClusterClient.ReloadState): the
+// call that failed is not held up. Cheap enough for every error: on
+// success it costs a comparison.
+func (s *Store) reload(err error) {
+	if err != nil && s.nodes != nil {
+		s.nodes.reload(err)
+	}
+}
+
+func (n *nodes) reload(err error) {
+	if !stale(err) {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := n.reloaded.Load()
+	if now-last < int64(reloadEvery) || !n.reloaded.CompareAndSwap(last, now) {
+		return
+	}
+	n.client.ReloadState(context.Background())
+}
+
+// stale reports whether err, the error of a command sent to a Cluster
+// node, says that the client's slot map may be out of date: the node did
+// not answer (no connection, a connection lost, no answer in time: it may
+// be dead, and a replica promoted), or it answered that it does not serve
+// the key's slot, or not now (MOVED and ASK, which go-redis follows only
+// so many times; CLUSTERDOWN, TRYAGAIN; READONLY: a primary demoted to a
+// replica). A call canceled by its caller says nothing of the node, nor
+// does any other answer (NOSCRIPT, WRONGTYPE, …).
+func stale(err error) bool {
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask || redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsReadOnlyError(err)
 }
 
 // node returns the address of the Cluster primary that serves key, as
 // the client's slot map has it now, or "" when the client is no
 // ClusterClient or its slot map cannot be had by ctx's deadline.
 func (s *Store) node(ctx context.Context, key string) string {
-	cc, ok := s.client.(*redis.ClusterClient)
-	if !ok {
+	if s.nodes == nil {
 		return ""
 	}
-	n, err := cc.MasterForKey(ctx, key)
+	n, err := s.nodes.client.MasterForKey(ctx, key)
 	if err != nil {
 		return ""
 	}
@@ -112,13 +178,12 @@ func (s *Store) acked(wait *redis.IntCmd, cmds ...*redis.Cmd) {
 // all on the Store's client, but on a Cluster each on its key's primary
 // (nil: the slot map could not be had; they fail).
 func (s *Store) byPrimary(ctx context.Context, cmds []*redis.Cmd) map[processor][]*redis.Cmd {
-	cc, ok := s.client.(*redis.ClusterClient)
-	if !ok {
+	if s.nodes == nil {
 		return map[processor][]*redis.Cmd{s.proc: cmds}
 	}
 	out := make(map[processor][]*redis.Cmd, 1)
 	for _, cmd := range cmds {
-		n, err := cc.MasterForKey(ctx, keyOf(cmd.Args()[3])) // EVALSHA sha n key…
+		n, err := s.nodes.client.MasterForKey(ctx, keyOf(cmd.Args()[3])) // EVALSHA sha n key…
 		if err != nil {
 			cmd.SetErr(err)
 			continue

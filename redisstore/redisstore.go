@@ -50,7 +50,7 @@ type Store struct {
 	seed     maphash.Seed // of the fingerprints the refusal cache and the leases know keys by
 	refusals *refusals    // nil with Options.NoRefusalCache
 	leases   *leases      // nil without Options.Lease
-	nodes    *nodes       // on a ClusterClient: a batcher per primary
+	nodes    *nodes       // on a ClusterClient: a batcher per primary, the slot map's reloads
 	replicas int64        // Options.WaitReplicas
 }
 
@@ -105,10 +105,16 @@ type Options struct {
 	// Timeout), so that a primary's death loses none of them when Sentinel
 	// or the Cluster promotes a replica that has them; a decision not
 	// acknowledged in time fails with ratelimit.ErrStore (a failover.Store
-	// applies its Mode), its tokens spent. A network partition can still
-	// lose writes, as Redis documents. It costs the replicas' round trip
-	// on every decision. Only on a *redis.Client (a Sentinel failover
-	// client is one) or a *redis.ClusterClient. Default: 0, no wait.
+	// applies its Mode), its tokens spent. Without it, a failover gives
+	// back to each key the tokens that the dead primary granted within its
+	// replicas' lag, which may be the whole burst. Only a WaitReplicas of
+	// every replica of a primary makes sure the promoted one has every
+	// write; decisions then fail while one is missing, also after a
+	// failover until enough replicas serve the new primary. A network
+	// partition can still lose writes, as Redis documents. It costs the
+	// replicas' acknowledgement on every round trip, no round trip more.
+	// Only on a *redis.Client (a Sentinel failover client is one) or a
+	// *redis.ClusterClient. Default: 0, no wait.
 	WaitReplicas int
 	// SkipContextTimeoutCheck lets New accept a client created without
 	// ContextTimeoutEnabled, on which a hung Redis holds a call for the
@@ -159,8 +165,8 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 	}
 	s.proc, _ = client.(processor)
 	s.replicas = int64(o.WaitReplicas)
-	if _, ok := client.(*redis.ClusterClient); ok {
-		s.nodes = &nodes{batchers: make(map[string]*batcher)}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		s.nodes = &nodes{client: cc, batchers: make(map[string]*batcher)}
 	}
 	s.dials = watchDials(client)
 	if s.dials != nil && s.batching {

@@ -397,6 +397,7 @@ func (s *Store) process(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
 			cmd = evalOf(ctx, cmd)
 			_ = s.proc.Process(ctx, cmd)
 		}
+		s.reload(cmd.Err())
 		return cmd
 	}
 	cmds := []*redis.Cmd{cmd}

@@ -45,6 +45,15 @@ func (s *Store) Take(ctx context.Context, p *ratelimit.Policy, key string, cost 
 	return s.takeOne(ctx, fp, p, key, cost)
 }
 
+// Probe asks Redis itself, the server or the Cluster primary of key,
+// whether it answers: a look at key's bucket under p (cost 0), never
+// answered by a lease or the refusal cache, which answer without Redis. A
+// failover.Store probes a degraded part of it so.
+func (s *Store) Probe(ctx context.Context, p *ratelimit.Policy, key string) error {
+	_, err := s.takeOne(ctx, 0, p, key, 0)
+	return err
+}
+
 // leasable reports whether p's tokens may be leased: those of a token
 // bucket or a leaky bucket policing, but a calendar quota's, whose tokens
 // all come back at once at its reset, leased or not. A penalty box's

@@ -27,6 +27,7 @@ type Server struct {
 	Addr string // host:port on 127.0.0.1
 	dir  string
 	args []string
+	conf string // a config file, passed before the options (a Sentinel's)
 	cmd  *exec.Cmd
 }
 
@@ -58,6 +59,9 @@ func (s *Server) start() {
 	_, port, _ := net.SplitHostPort(s.Addr)
 	args := append([]string{"--port", port, "--bind", "127.0.0.1", "--dir", s.dir,
 		"--save", "", "--appendonly", "no", "--loglevel", "warning"}, s.args...)
+	if s.conf != "" {
+		args = append([]string{s.conf}, args...)
+	}
 	s.cmd = exec.Command("redis-server", args...)
 	s.cmd.Stdout, s.cmd.Stderr = nil, nil
 	if err := s.cmd.Start(); err != nil {
