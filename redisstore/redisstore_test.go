@@ -50,6 +50,19 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestConformanceWaitReplicas runs the whole suite, the randomized model
+// included, against a primary whose every decision waits for its replica
+// (Options.WaitReplicas): the wait changes no decision.
+func TestConformanceWaitReplicas(t *testing.T) {
+	primary, _ := startReplicated(t)
+	client := primary.Client()
+	var n atomic.Int64
+	storetest.Run(t, func(t *testing.T, now func() time.Time) ratelimit.Store {
+		return newStore(t, client, &redisstore.Options{Clock: now, Prefix: fmt.Sprintf("test%d:", n.Add(1)),
+			Timeout: 2 * time.Second, WaitReplicas: 1})
+	})
+}
+
 func TestConformanceCluster(t *testing.T) {
 	client, _ := redistest.StartCluster(t, 3)
 	var n atomic.Int64
