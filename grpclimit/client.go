@@ -21,38 +21,18 @@ import (
 )
 
 // UnaryClientInterceptor paces the unary calls of a grpc.ClientConn to the
-// limits its server declares, and retries a refused call after the wait
-// the server names, as pace.Transport does for HTTP (opts as there; nil:
-// the defaults):
+// limits its server declares, and retries a RESOURCE_EXHAUSTED after the
+// wait the server names, as pace.Transport does for HTTP (opts as there;
+// nil: the defaults, a budget per target):
 //
 //	grpc.NewClient(target, grpc.WithChainUnaryInterceptor(grpclimit.UnaryClientInterceptor(nil)))
 //
-// Each call goes through one pace.Transport of the interceptor as a
-// request that Options.Key sees: method POST, URL.Host the ClientConn's
-// Target, URL.Path the full method, and Header the outgoing metadata
-// (canonical names: X-Api-Key for x-api-key). By default every target has
-// a budget, shared by all the ClientConns to it that use this interceptor.
-//
-// The ratelimit-policy and ratelimit metadata (and the older ratelimit-*
-// and x-ratelimit-* forms) of an answer's headers, else its trailers, are
-// read as pace reads the HTTP fields. A RESOURCE_EXHAUSTED with a
-// google.rpc.RetryInfo or a grpc-retry-pushback-ms trailer (the longer of
-// the two, rounded up to the second) holds every call of its budget until
-// then, and is made again after it, up to Options.MaxRetries times, whatever
-// the method: a limiter refuses a call before its handler runs, so a
-// retry cannot run it twice. A negative pushback, or a RetryInfo that is
-// negative or invalid with no pushback, means no retry: the refusal comes
-// back as it came. No other status is retried, UNAVAILABLE neither: its
-// handler may have run. A call that would wait longer than Options.MaxWait,
-// or past its deadline, fails at once with an error whose code is
-// RESOURCE_EXHAUSTED and that errors.As finds a *pace.WaitError in.
-// Otherwise the caller gets the last call's own error, or nil.
-//
-// Use this interceptor or grpc-go's retry policy (a service config's
-// retryPolicy) for RESOURCE_EXHAUSTED, never both: each retries the
-// other's retries, and the attempts multiply. Streams are not paced.
-//
-// The interceptor is safe for concurrent use and starts no goroutine.
+// A call that would wait past Options.MaxWait or its deadline fails at once
+// with a RESOURCE_EXHAUSTED error in which errors.As finds a
+// *pace.WaitError; otherwise the caller gets its last attempt's error, or
+// nil. Use it or grpc-go's retryPolicy, never both. Streams are not paced.
+// docs/grpc.md gives its retry rules. It is safe for concurrent use and
+// starts no goroutine.
 func UnaryClientInterceptor(opts *pace.Options) grpc.UnaryClientInterceptor {
 	t := pace.New(invoker{}, opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {

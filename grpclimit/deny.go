@@ -20,37 +20,24 @@ import (
 	"github.com/tokenfair/ratelimit"
 )
 
-// OnDeny answers a refused RPC in the caller's protocol, for
-// ratelimit.MiddlewareOptions.OnDeny of a Middleware in front of Connect,
-// gRPC or gRPC-Web handlers (connect-go's, or grpc-go's served over
-// net/http), with every adapter (nethttp, ginlimit, echolimit) alike. The
-// status is RESOURCE_EXHAUSTED with a google.rpc.RetryInfo of the wait,
-// rounded up to the millisecond, and a google.rpc.QuotaFailure naming the
-// refusing policies:
-//   - gRPC and gRPC-Web: HTTP 200, trailers-only, the status in the header
-//     fields grpc-status, grpc-message and grpc-status-details-bin, and
-//     grpc-retry-pushback-ms, the wait in milliseconds (-1 past five
-//     minutes, a spent calendar quota);
-//   - Connect: HTTP 429 and a Connect error body for a unary call, an
-//     end-of-stream message for a streaming one.
+// OnDeny answers a refused RPC, for the MiddlewareOptions.OnDeny of a
+// Middleware in front of Connect, gRPC or gRPC-Web handlers, with any
+// adapter: RESOURCE_EXHAUSTED, with a RetryInfo and a QuotaFailure, in the
+// caller's protocol as its Content-Type says (Connect if none), keeping the
+// Middleware's rate-limit fields; it never reads the request's body.
+// docs/grpc.md shows each protocol's answer. With OnError:
 //
-// The protocol is read from Content-Type as connect-go reads it; a request
-// in none of the RPC protocols is answered as a Connect unary call, as
-// connect-go's ErrorWriter answers it. The rate-limit header fields and
-// Retry-After that the Middleware set are kept. OnDeny never reads the
-// request's body, and on HTTP/1.x it closes the connection of a request
-// whose body may still be on its way, so that the answer goes out at once.
+//	&ratelimit.MiddlewareOptions{OnDeny: grpclimit.OnDeny, OnError: grpclimit.OnError}
 func OnDeny(w http.ResponseWriter, r *http.Request, res ratelimit.Result) {
 	rf := refusal(res)
 	writeStatus(w, r, rf.st, rf.pushback[0])
 }
 
-// OnError answers, in the caller's protocol, an RPC that could not be
-// decided, for MiddlewareOptions.OnError: unauthenticated for
-// ratelimit.ErrMissingKey, invalid_argument for ErrBadRequest, unavailable
-// with a RetryInfo of 1 s for ErrStore and a wait abandoned (context.Canceled), internal
-// otherwise, never the error's text. It answers as OnDeny does, and with
-// Retry-After: 1 and grpc-retry-pushback-ms: 1000 when unavailable.
+// OnError answers as OnDeny does an RPC that could not be decided, for
+// MiddlewareOptions.OnError, with a fixed message, never the error's text:
+// ErrMissingKey is unauthenticated, ErrBadRequest invalid_argument,
+// ErrStore and an abandoned wait (context.Canceled) unavailable with a
+// RetryInfo of a second, and any other error internal.
 func OnError(w http.ResponseWriter, r *http.Request, err error) {
 	st, retry := failure(err), ""
 	if st.Code() == codes.Unavailable {

@@ -9,11 +9,10 @@ import (
 )
 
 // KeyByMethod is a ratelimit.KeyFunc that keys a call by its full method,
-// "/pkg.Service/Method" (the path of the request a [Server] makes of a
-// call, and of a Connect or gRPC request over HTTP), for limits per method:
-// join it with the client's key for a budget per client and method,
-// ratelimit.JoinKeyFuncs(grpclimit.KeyByMethod, byAPIKey). A path that is
-// not a full method gives an error wrapping ratelimit.ErrBadRequest.
+// "/pkg.Service/Method", the path of a Server's request and of a Connect or
+// gRPC request over HTTP; another path gives an error wrapping
+// ratelimit.ErrBadRequest. A budget per client and method:
+// ratelimit.JoinKeyFuncs(grpclimit.KeyByMethod, byAPIKey).
 func KeyByMethod(r *http.Request) (string, error) {
 	if m := r.URL.Path; isFullMethod(m) {
 		return m, nil

@@ -21,60 +21,24 @@ import (
 
 // Server limits the calls of a grpc.Server with a ratelimit.Middleware:
 // each unary call, and each message a stream receives, is decided as the
-// HTTP request made of it would be (see [NewServer]), so keys, costs,
-// policies and options work as over HTTP, and one Limiter holds one quota
-// per key across HTTP and gRPC. A Server is safe for concurrent use.
-//
-// A refused call ends with RESOURCE_EXHAUSTED, a RetryInfo of the wait
-// (rounded up to the millisecond), a QuotaFailure naming the refusing
-// policies, and the trailer grpc-retry-pushback-ms (-1, no retry, past
-// five minutes). A call that cannot be decided ends as the Middleware's
-// OnError would answer it, in gRPC codes and with a fixed message, never
-// the error's text: ErrMissingKey is UNAUTHENTICATED, ErrBadRequest
-// INVALID_ARGUMENT, ErrStore and a wait abandoned (context.Canceled) UNAVAILABLE with a
-// RetryInfo and a pushback of a second, any other error INTERNAL; a client
-// that MiddlewareOptions.Block lists is PERMISSION_DENIED. Every answer
-// carries the Middleware's rate-limit header fields as metadata, their
-// names in lower case (ratelimit-policy and ratelimit with HeadersIETF):
-// in the headers of an admitted call, in the trailers of a refusal.
-//
-// In a stream, opening costs nothing, and each message is decided when the
-// handler receives it: it waits its turn under a LeakyShape policy, counts
-// as a 200 response as soon as the handler has it, and holds an in-flight
-// slot only while it is decided. A refused message, or one that cannot be
-// decided, ends the stream: RecvMsg returns the refusal, and the stream
-// ends with it whatever its handler returns. The first admitted message's
-// metadata goes in the stream's headers, the last decision's in its
-// trailers. A stream's context carries no decision: ratelimit.ResultFrom
-// and ratelimit.Settle are for unary calls.
+// HTTP request made of it would be (see [NewServer]), so one Limiter holds
+// one quota per key across HTTP and gRPC. A refusal is RESOURCE_EXHAUSTED,
+// a call that cannot be decided a gRPC code with a fixed message (never
+// the error's text), and a refused stream message ends its stream;
+// ratelimit.ResultFrom and ratelimit.Settle work in unary calls only.
+// docs/grpc.md lists the codes and the stream rules. A Server is safe for
+// concurrent use.
 type Server struct {
 	m *ratelimit.Middleware
 }
 
-// NewServer returns a Server that limits calls with l, keyed by key (a
-// ratelimit.KeyFunc run on the request made of each call) and configured
-// by opts as a Middleware is (nil: the defaults). It returns an error
-// naming the value at fault, including for opts.OnDeny and opts.OnError: a
-// Server answers in gRPC status codes, so these HTTP answerers are refused.
-//
-// The request made of a call is a POST whose URL path is the full method
-// ("/pkg.Service/Method"), whose Header is the incoming metadata with each
-// name canonicalised (ratelimit.KeyByAPIKey("X-API-Key") reads x-api-key;
-// ratelimit.KeyByIP reads x-forwarded-for only from its TrustedProxies),
-// whose RemoteAddr is the peer's address, and whose context is the call's,
-// with the request message for [Message]. The key function, Cost, Costs,
-// Skip and LimiterFor see it; Observe is told of each decision.
-//
-// An admitted unary call runs its handler with the context of the request
-// that the Middleware passes on (so ResultFrom and Settle work with
-// ResultInContext), and MiddlewareOptions.CountIf sees the HTTP status of
-// the handler's code: OK 200; InvalidArgument, FailedPrecondition,
-// OutOfRange 400; Unauthenticated 401; PermissionDenied 403; NotFound 404;
-// AlreadyExists, Aborted 409; ResourceExhausted 429; Canceled 499;
-// Unimplemented 501; Unavailable 503; DeadlineExceeded 504; any other code
-// 500. The wire size of its answer is the bytes of its body, which a policy
-// of "content-bytes" is charged (a stream message is charged 1). A login guard counts only failed logins with
-// CountIf: func(s int) bool { return s == 401 }.
+// NewServer returns a Server that limits calls with l, keyed by key and
+// configured by opts as a Middleware is (nil: the defaults). key and the
+// options see a request made of each call (a POST to the full method, the
+// metadata as Header, the peer as RemoteAddr), and CountIf the HTTP status
+// of the handler's code; docs/grpc.md lists both. It returns an error
+// naming the value at fault; opts.OnDeny and opts.OnError must be nil: a
+// Server answers in gRPC codes.
 func NewServer(l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.MiddlewareOptions) (*Server, error) {
 	var o ratelimit.MiddlewareOptions
 	if opts != nil {
@@ -95,13 +59,14 @@ func NewServer(l *ratelimit.Limiter, key ratelimit.KeyFunc, opts *ratelimit.Midd
 }
 
 // UnaryInterceptor returns the interceptor that limits the unary calls of
-// a grpc.Server: grpc.NewServer(grpc.ChainUnaryInterceptor(s.UnaryInterceptor())).
-// Chain it before any interceptor that sets header metadata: grpc-go's
-// retry policy retries only a refusal answered with trailers alone.
+// a grpc.Server; chain it before any that sets header metadata, or
+// grpc-go's retry policy will not retry its refusals:
+// grpc.NewServer(grpc.ChainUnaryInterceptor(s.UnaryInterceptor())).
 func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor { return s.unary }
 
 // StreamInterceptor returns the interceptor that limits the messages the
-// streams of a grpc.Server receive: grpc.NewServer(grpc.ChainStreamInterceptor(s.StreamInterceptor())).
+// streams of a grpc.Server receive:
+// grpc.NewServer(grpc.ChainStreamInterceptor(s.StreamInterceptor())).
 func (s *Server) StreamInterceptor() grpc.StreamServerInterceptor { return s.stream }
 
 func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -193,11 +158,9 @@ func sizeOf(resp any, err error) int64 {
 // messageKey is the context key of the message that Message returns.
 type messageKey struct{}
 
-// Message returns the request message whose call (or stream message) is
-// being decided, from the context of the request that the Middleware's
-// Cost, Costs, Skip, LimiterFor and key functions receive (and that an
-// admitted unary call's handler receives, which has the message anyway);
-// nil otherwise.
+// Message returns the request message being decided, from the context
+// that the Middleware's key functions, Cost, Costs, Skip and LimiterFor
+// receive (or an admitted unary call's handler); nil otherwise.
 func Message(ctx context.Context) any { return ctx.Value(messageKey{}) }
 
 // call is one decision: the request made of a unary call or of a stream
