@@ -135,6 +135,7 @@ type Options struct {
 type Store struct {
 	primary ratelimit.Store
 	parted  parted // the primary's, if it has parts
+	prober  prober // the primary's, if it has Probe
 	cfg     Options
 	whole   health
 	parts   sync.Map     // string → *health
@@ -218,6 +219,7 @@ func New(primary ratelimit.Store, opts *Options) (*Store, error) {
 	}
 	f := &Store{primary: primary, cfg: cfg}
 	f.parted, _ = primary.(parted)
+	f.prober, _ = primary.(prober)
 	return f, nil
 }
 
@@ -260,11 +262,10 @@ type prober interface {
 // error of a failed probe, else nil, and then the call goes on to the
 // primary.
 func (f *Store) probeFails(ctx context.Context, h *health, p *ratelimit.Policy, key string, probe int64) error {
-	pr, ok := f.primary.(prober)
-	if probe == 0 || !ok {
+	if probe == 0 || f.prober == nil {
 		return nil
 	}
-	if err := pr.Probe(ctx, p, key); f.failed(ctx, h, err, probe) {
+	if err := f.prober.Probe(ctx, p, key); f.failed(ctx, h, err, probe) {
 		return err
 	}
 	return nil
