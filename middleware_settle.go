@@ -69,11 +69,12 @@ func Settle(ctx context.Context, unit string, cost int64) error {
 	return s.d.lim.adjust(context.WithoutCancel(ctx), "Settle", s.d.reserved(), s.d.res, bit, max(cost, 1))
 }
 
-// refund gives back, even if r's context has ended, all that d spent in
-// the units of the set units: the request turned out not to count
-// (MiddlewareOptions.CountIf) or could not run.
-func (d *decision) refund(r *http.Request, units uint64) {
-	_ = d.lim.adjust(context.WithoutCancel(r.Context()), "Refund", d.reserved(), d.res, units, 0)
+// refund gives back, even if r's context has ended, all that took, the
+// allowed result of d's take, spent in the units of the set units: the
+// request turned out not to count (MiddlewareOptions.CountIf), could not
+// run, or was refused after its take.
+func (d *decision) refund(r *http.Request, took Result, units uint64) {
+	_ = d.lim.adjust(context.WithoutCancel(r.Context()), "Refund", d.reserved(), took, units, 0)
 }
 
 // allUnits is the set of every unit of l.
@@ -85,7 +86,7 @@ func (l *Limiter) allUnits() uint64 { return 1<<len(l.units) - 1 }
 func (m *Middleware) finish(r *http.Request, next func(*http.Request) (int, int64), d *decision) {
 	switch {
 	case d.back.Allowed:
-		_ = d.lim.adjust(context.WithoutCancel(r.Context()), "Refund", d.reserved(), d.back, d.lim.allUnits(), 0)
+		d.refund(r, d.back, d.lim.allUnits())
 	case d.err != nil || !d.res.Allowed:
 	case !m.cfg.ResultInContext && !m.CountsResponses():
 		next(r)
@@ -131,7 +132,7 @@ func (m *Middleware) run(r *http.Request, next func(*http.Request) (int, int64),
 	defer func() {
 		if !done {
 			if units := complete() &^ bytes; m.cfg.CountIf != nil {
-				d.refund(r, units) // next panicked
+				d.refund(r, d.res, units) // next panicked
 			}
 		}
 	}()
@@ -139,7 +140,7 @@ func (m *Middleware) run(r *http.Request, next func(*http.Request) (int, int64),
 	done = true
 	units := complete()
 	if m.cfg.CountIf != nil && !m.cfg.CountIf(status) {
-		d.refund(r, units&^bytes)
+		d.refund(r, d.res, units&^bytes)
 	}
 	if r.Method == http.MethodHead {
 		written = min(written, 0) // net/http sends no body, whatever the handler wrote
