@@ -361,31 +361,29 @@ func (a *answer) metadata() metadata.MD {
 // without running it: the rate-limit metadata, and for a refusal or an
 // unavailable store the pushback.
 func (a *answer) ending() (metadata.MD, error) {
-	md := a.metadata()
-	var st *status.Status
-	var retry []string
+	var err error
+	var retry []string // the pushback, if any
 	switch {
 	case a.denied:
 		rf := refusal(a.refused) // shared: its error and pushback are made once
-		if md == nil {
-			md = make(metadata.MD, 1)
-		}
-		md[pushbackKey] = rf.pushback
-		return md, rf.err
+		err, retry = rf.err, rf.pushback
 	case a.err != nil:
-		if st = failure(a.err); st.Code() == codes.Unavailable {
+		st := failure(a.err)
+		if st.Code() == codes.Unavailable {
 			retry = []string{pushback(time.Second)} // unavailable's RetryInfo
 		}
+		err = st.Err()
 	case a.code == http.StatusForbidden:
-		st = status.New(codes.PermissionDenied, "ratelimit: the client's address is blocked")
+		err = status.Error(codes.PermissionDenied, "ratelimit: the client's address is blocked")
 	default:
-		st = status.New(codes.Internal, "ratelimit: the call could not be limited")
+		err = status.Error(codes.Internal, "ratelimit: the call could not be limited")
 	}
+	md := a.metadata()
 	if retry != nil {
 		if md == nil {
 			md = make(metadata.MD, 1)
 		}
 		md[pushbackKey] = retry
 	}
-	return md, st.Err()
+	return md, err
 }
