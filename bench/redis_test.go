@@ -144,13 +144,13 @@ func BenchmarkRedis(b *testing.B) {
 func runRedis(b *testing.B, srv *redistest.Server, peer redisPeer, parallel bool, key func(n int64) string) {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 64})
 	defer c.Close()
-	trips := new(roundTrips)
+	trips := new(redistest.RoundTrips)
 	c.AddHook(trips)
 	take := peer.new(b, c, redisLimit)
 	ctx := context.Background()
 	take(ctx, "warm-up") // loads the script
 	before := redistest.Commands(b, c)
-	trips.n.Store(0)
+	trips.N.Store(0)
 	var n, allowed atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -174,118 +174,6 @@ func runRedis(b *testing.B, srv *redistest.Server, peer redisPeer, parallel bool
 	if allowed.Load() != int64(b.N) {
 		b.Fatalf("%s allowed %d of %d", peer.name, allowed.Load(), b.N)
 	}
-	b.ReportMetric(float64(trips.n.Load())/float64(b.N), "round-trips/op")
+	b.ReportMetric(float64(trips.N.Load())/float64(b.N), "round-trips/op")
 	b.ReportMetric(float64(redistest.Commands(b, c)-before)/float64(b.N), "redis-commands/op")
-}
-
-// roundTrips counts the client's round trips to Redis: each command or
-// pipeline sent is one.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmds)
-	}
-}
-
-// TestRedisPeers checks each Redis decision wrapper against a real
-// redis-server: with three requests an hour, a key gets three, the fourth
-// is refused, and another key is unaffected. The baseline limits nothing:
-// it allows every request and counts each in its key.
-func TestRedisPeers(t *testing.T) {
-	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-	defer c.Close()
-	ctx := context.Background()
-	for _, p := range redisPeers {
-		t.Run(p.name, func(t *testing.T) {
-			take := p.new(t, c, small)
-			a, b := p.name+":a", p.name+":b"
-			if p.name == baseline {
-				for i := 1; i <= 4; i++ {
-					if !take(ctx, a) {
-						t.Fatalf("request %d of key %s refused, want allowed", i, a)
-					}
-				}
-				if n, err := c.Get(ctx, "incr:"+a).Int(); err != nil || n != 4 {
-					t.Fatalf("GET incr:%s = %d, %v, want 4", a, n, err)
-				}
-				return
-			}
-			for i := 1; i <= 3; i++ {
-				if !take(ctx, a) {
-					t.Fatalf("request %d of key %s refused, want allowed", i, a)
-				}
-			}
-			if take(ctx, a) {
-				t.Fatalf("request 4 of key %s allowed, want refused", a)
-			}
-			if !take(ctx, b) {
-				t.Fatalf("request 1 of key %s refused, want allowed", b)
-			}
-		})
-	}
-}
-
-// deniedPeers are the rows of BenchmarkRedisDenied: the bare INCR floor,
-// ours with its refusal cache and without, and redis_rate.
-var deniedPeers = []redisPeer{
-	redisPeers[0],
-	{"tokenfair", tokenfairRedis(redisstore.Options{})},
-	{"tokenfair-no-refusal-cache", tokenfairRedis(redisstore.Options{NoRefusalCache: true})},
-	redisPeers[3],
-}
-
-// floods numbers the keys of BenchmarkRedisDenied's runs.
-var floods atomic.Int64
-
-// BenchmarkRedisDenied measures a denied flood: 8×GOMAXPROCS goroutines
-// sending one key's requests, the key's quota (one an hour) spent before
-// timing, so that every decision timed is a refusal (the incr floor allows
-// and counts each). It reports the commands Redis ran per decision.
-func BenchmarkRedisDenied(b *testing.B) {
-	srv := redistest.Start(b)
-	for _, peer := range deniedPeers {
-		b.Run("parallel/"+peer.name, func(b *testing.B) {
-			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 64})
-			defer c.Close()
-			take := peer.new(b, c, denyAll)
-			ctx := context.Background()
-			key := "flood-" + strconv.FormatInt(floods.Add(1), 10) // a fresh quota for each run
-			if !take(ctx, key) {
-				b.Fatalf("%s refused the first request", peer.name)
-			}
-			before := redistest.Commands(b, c)
-			var refused atomic.Int64
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.SetParallelism(8)
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if !take(ctx, key) {
-						refused.Add(1)
-					}
-				}
-			})
-			b.StopTimer()
-			want := int64(b.N) // every request refused
-			if peer.name == baseline {
-				want = 0 // the floor allows every one
-			}
-			if refused.Load() != want {
-				b.Fatalf("%s refused %d of %d", peer.name, refused.Load(), b.N)
-			}
-			b.ReportMetric(float64(redistest.Commands(b, c)-before)/float64(b.N), "redis-commands/op")
-		})
-	}
 }

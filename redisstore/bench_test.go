@@ -66,7 +66,7 @@ func BenchmarkTakeWaitReplicas(b *testing.B) {
 	primary, _ := startReplicated(b)
 	c := redis.NewClient(&redis.Options{Addr: primary.Addr, ContextTimeoutEnabled: true})
 	b.Cleanup(func() { c.Close() })
-	trips := new(roundTrips)
+	trips := new(redistest.RoundTrips)
 	c.AddHook(trips)
 	admin := primary.Client()
 	p := &ratelimit.Policy{Name: "bench", Limit: ratelimit.PerSecond(1e9).WithBurst(1e9)}
@@ -77,12 +77,12 @@ func BenchmarkTakeWaitReplicas(b *testing.B) {
 		}
 		// report adds the round trips and WAITs per decision since the start.
 		report := func(b *testing.B, trips0, waits0 int64) {
-			b.ReportMetric(float64(trips.n.Load()-trips0)/float64(b.N), "round-trips/op")
+			b.ReportMetric(float64(trips.N.Load()-trips0)/float64(b.N), "round-trips/op")
 			b.ReportMetric(float64(redistest.Commands(b, admin, "wait")-waits0)/float64(b.N), "waits/op")
 		}
 		b.Run("WaitReplicas="+strconv.Itoa(n)+"/serial", func(b *testing.B) {
 			b.ReportAllocs()
-			trips0, waits0 := trips.n.Load(), redistest.Commands(b, admin, "wait")
+			trips0, waits0 := trips.N.Load(), redistest.Commands(b, admin, "wait")
 			for b.Loop() {
 				if _, err := s.Take(context.Background(), p, "k", 1); err != nil {
 					b.Fatal(err)
@@ -93,7 +93,7 @@ func BenchmarkTakeWaitReplicas(b *testing.B) {
 		b.Run("WaitReplicas="+strconv.Itoa(n)+"/parallel", func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetParallelism(8)
-			trips0, waits0 := trips.n.Load(), redistest.Commands(b, admin, "wait")
+			trips0, waits0 := trips.N.Load(), redistest.Commands(b, admin, "wait")
 			var k atomic.Int64
 			b.RunParallel(func(pb *testing.PB) {
 				key := "k" + strconv.Itoa(int(k.Add(1)%64))
@@ -106,25 +106,5 @@ func BenchmarkTakeWaitReplicas(b *testing.B) {
 			})
 			report(b, trips0, waits0)
 		})
-	}
-}
-
-// roundTrips is a go-redis hook that counts a client's round trips: each
-// command sent alone, and each pipeline.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		r.n.Add(1)
-		return next(ctx, cmds)
 	}
 }

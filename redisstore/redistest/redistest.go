@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -192,4 +193,27 @@ func Commands(tb testing.TB, c *redis.Client, names ...string) int64 {
 		n += v
 	}
 	return n
+}
+
+// RoundTrips is a go-redis hook that counts a client's round trips to
+// Redis: each command sent alone, and each pipeline (client.AddHook).
+type RoundTrips struct{ N atomic.Int64 }
+
+// DialHook implements [redis.Hook]: it counts nothing.
+func (r *RoundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements [redis.Hook]: a command sent alone is a round trip.
+func (r *RoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.N.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook implements [redis.Hook]: a pipeline is a round trip.
+func (r *RoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.N.Add(1)
+		return next(ctx, cmds)
+	}
 }
