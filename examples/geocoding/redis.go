@@ -182,35 +182,27 @@ func parseAddrs(list string) ([]string, error) {
 // client of -redis-url, each with the deadlines of redisOptions. cfg must
 // have passed check.
 func newRedisClient(cfg config) (redis.UniversalClient, error) {
-	switch {
-	case cfg.redisSentinel != "":
-		master, addrs, err := parseSentinel(cfg.redisSentinel)
+	if cfg.redisSentinel == "" && cfg.redisCluster == "" {
+		opts, err := redisOptions(cfg.redisURL)
 		if err != nil {
 			return nil, err
 		}
-		return redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName: master, SentinelAddrs: addrs,
-			ContextTimeoutEnabled: true, DialTimeout: redisClientTimeout, DialerRetries: 1,
-			ReadTimeout: redisClientTimeout, WriteTimeout: redisClientTimeout, PoolTimeout: redisClientTimeout,
-			MaxRetries: -1,
-		}), nil
-	case cfg.redisCluster != "":
-		addrs, err := parseCluster(cfg.redisCluster)
-		if err != nil {
-			return nil, err
-		}
-		return redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs:                 addrs,
-			ContextTimeoutEnabled: true, DialTimeout: redisClientTimeout, DialerRetries: 1,
-			ReadTimeout: redisClientTimeout, WriteTimeout: redisClientTimeout, PoolTimeout: redisClientTimeout,
-			MaxRetries: -1,
-		}), nil
+		return redis.NewClient(opts), nil
 	}
-	opts, err := redisOptions(cfg.redisURL)
-	if err != nil {
+	t := redisClientTimeout
+	u := &redis.UniversalOptions{ContextTimeoutEnabled: true, DialTimeout: t, DialerRetries: 1,
+		ReadTimeout: t, WriteTimeout: t, PoolTimeout: t, MaxRetries: -1}
+	var err error
+	if cfg.redisSentinel != "" {
+		if u.MasterName, u.Addrs, err = parseSentinel(cfg.redisSentinel); err != nil {
+			return nil, err
+		}
+		return redis.NewFailoverClient(u.Failover()), nil
+	}
+	if u.Addrs, err = parseCluster(cfg.redisCluster); err != nil {
 		return nil, err
 	}
-	return redis.NewClient(opts), nil
+	return redis.NewClusterClient(u.Cluster()), nil
 }
 
 // redisAttrs returns the log attributes that say where cfg's Redis is:
