@@ -143,3 +143,18 @@ func (l *Limiter) index(p *Policy) int {
 	}
 	return -1
 }
+
+// owns reports whether q decides for policy i: the policy itself, or a
+// copy of it that policyFor made.
+func (l *Limiter) owns(i int, q *Policy) bool {
+	p := &l.policies[i]
+	if q == p {
+		return true
+	}
+	if p.LimitFor == nil || q == nil || q.Name != p.Name {
+		return false
+	}
+	c := &l.keyLimits[i]
+	kept, ok := c.get(q.Limit)
+	return ok && kept == q || c.full(maxKeyLimits)
+}

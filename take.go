@@ -19,18 +19,17 @@ import (
 // ErrBadRequest for a negative cost or one that an enforcing policy could
 // never allow, and ErrStore when the store fails.
 func (l *Limiter) Take(ctx context.Context, key string, cost int64) (res Result, err error) {
-	p := l.single
-	if p == nil || key == "" || cost < 0 || cost > p.Limit.burst {
-		return l.decideRound(ctx, &round{key: key, cost: cost})
+	if p := l.single; p != nil && key != "" && cost >= 0 && cost <= p.Limit.burst {
+		// l.ask(ctx, p, key, cost), by hand: the call would not be inlined.
+		if res, err = l.store.Take(ctx, p, bucketKey(p, key), cost); err != nil {
+			return Result{}, storeError(err)
+		}
+		if res.Policy == nil {
+			res.Policy = p
+		}
+		return res, nil
 	}
-	// l.ask(ctx, p, key, cost), by hand: the call would not be inlined.
-	if res, err = l.store.Take(ctx, p, bucketKey(p, key), cost); err != nil {
-		return Result{}, storeError(err)
-	}
-	if res.Policy == nil {
-		res.Policy = p
-	}
-	return res, nil
+	return l.decideRound(ctx, &round{key: key, cost: cost})
 }
 
 // TakeUnits is Take with a cost for each unit: every policy spends
@@ -120,6 +119,42 @@ func (l *Limiter) decideRound(ctx context.Context, rd *round) (Result, error) {
 		}
 	}
 	return l.decidePolicies(ctx, rd)
+}
+
+// keyLimits holds, for a policy with LimitFor, a copy of the policy for each
+// limit LimitFor gave, made once and shared in a map copied on write: a
+// key's decision goes to the store with the copy of its limit, and finding
+// it takes no lock and allocates nothing.
+type keyLimits = cowMap[Limit, *Policy]
+
+// maxKeyLimits bounds the limits a policy keeps a copy for, in case
+// LimitFor gives a different one to every key; past it a decision makes
+// its copy again each time: correct, only slower.
+const maxKeyLimits = 1024
+
+// policyFor returns the policy that decides key under policy i: the policy
+// itself, or its copy with the limit LimitFor gives key. It returns an
+// error naming the limit when the policy cannot apply it.
+func (l *Limiter) policyFor(i int, key string) (*Policy, error) {
+	p := &l.policies[i]
+	if p.LimitFor == nil {
+		return p, nil
+	}
+	lim, ok := p.LimitFor(key)
+	if !ok || lim == p.Limit {
+		return p, nil
+	}
+	c := &l.keyLimits[i]
+	if q, ok := c.get(lim); ok {
+		return q, nil
+	}
+	if err := p.checkLimit(lim); err != nil {
+		return nil, &clientkey.Error{Err: fmt.Errorf("ratelimit: policy %q: %w", p.Name, err), Kind: clientkey.KindLimitFor}
+	}
+	q := new(Policy)
+	*q = *p
+	q.Limit = lim
+	return c.add(lim, q, maxKeyLimits), nil
 }
 
 // decidePolicies is Take for a Limiter of several policies, or only dry-run ones,
