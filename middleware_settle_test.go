@@ -187,3 +187,33 @@ func TestCountBytesOverTenMinutes(t *testing.T) {
 	assert.Equal(t, 20_000, served)
 	assert.LessOrEqual(t, served, 10*1000+1000+10_000, "the exact bucket's bound: the rate, the burst and the response that crosses it")
 }
+
+// One Middleware writes every policy with its unit, reserves each unit's
+// cost, and names the binding one; a refusal's Retry-After is the longest
+// wait of the refusing policies.
+func TestMiddlewareUnits(t *testing.T) {
+	lim := meters(t)
+	h := newHarness(t, setup{limiter: lim, opts: &ratelimit.MiddlewareOptions{
+		Costs: map[string]func(*http.Request) (int64, error){"tokens": func(r *http.Request) (int64, error) {
+			return strconv.ParseInt(r.Header.Get("X-Tokens"), 10, 64)
+		}},
+	}})
+	w := h.get("a", "X-Tokens", "30")
+	require.Equal(t, http.StatusOK, w.Code)
+	assert.Equal(t, `"calls";q=10;w=60,"tokens";q=100;qu="tokens";w=60,"bytes";q=1000;qu="content-bytes";w=60`, field(w.Header(), "RateLimit-Policy"))
+	assert.Equal(t, `"tokens";r=70;t=1`, field(w.Header(), "RateLimit"))
+	assert.Equal(t, []int64{9, 70, 998}, remaining(t, lim, "a"), "1 request, 30 tokens, and the 2 bytes of the body")
+
+	w = h.get("a", "X-Tokens", "0")
+	assert.Equal(t, http.StatusBadRequest, w.Code)
+	assert.Contains(t, w.Body.String(), "the request's cost in tokens, 0, is below 1")
+	w = h.get("a", "X-Tokens", "x")
+	assert.Equal(t, http.StatusBadRequest, w.Code)
+	assert.Contains(t, w.Body.String(), "the cost in tokens function failed")
+
+	w = h.get("a", "X-Tokens", "80")
+	assert.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, `"tokens";r=70;t=6`, field(w.Header(), "RateLimit"), "10 tokens come back in 6 s")
+	assert.Equal(t, "6", w.Header().Get("Retry-After"))
+	assert.Equal(t, []int64{9, 70, 998}, remaining(t, lim, "a"), "nothing spent")
+}
