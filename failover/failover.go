@@ -99,8 +99,9 @@ type Options struct {
 	// Local mode each allows 1/Instances of it. Default: 1.
 	Instances int64
 	// ProbeInterval is how often, while the primary fails, one request is
-	// sent to it to see whether it is back; all other requests go straight
-	// to the Mode without waiting for the primary. Default: 250 ms.
+	// sent to it to see whether it is back, counted from the end of the
+	// last, so probes never overlap; all other requests go straight to the
+	// Mode without waiting for the primary. Default: 250 ms.
 	ProbeInterval time.Duration
 	// OnError, if set, is called with every error of the primary store.
 	OnError func(err error)
@@ -116,8 +117,8 @@ type Options struct {
 
 // Store is a [ratelimit.Store] that forwards to a primary store and, while
 // that fails, decides by its [Mode]. While degraded it sends the primary
-// one probe request every ProbeInterval, and the first that succeeds makes
-// it healthy again. A call whose own context ended, and an error about one
+// one probe request at a time, ProbeInterval after the last ended, and the
+// first that succeeds makes it healthy again. A call whose own context ended, and an error about one
 // key's stored value (a Redis key of another type, say), are no failure of
 // the primary.
 //
@@ -333,19 +334,26 @@ func (f *Store) TakeAll(ctx context.Context, reqs []ratelimit.BatchItem, results
 // askPrimary reports whether this call, to the part of health h, should go
 // to the primary store: always while healthy; while degraded, for one call
 // per ProbeInterval, the probe, for which it also returns the probe's slot
-// (else 0) to hand back should the probe learn nothing.
+// (else 0), to hand back should the probe learn nothing. A probe in flight
+// holds the next one back until it ends (failed), however slow the
+// primary, or for probeHold intervals should it never end.
 func (f *Store) askPrimary(h *health) (ask bool, probe int64) {
 	if !h.degraded.Load() {
 		return true, 0
 	}
 	now := f.cfg.Clock().UnixNano()
 	next := h.nextProbe.Load()
-	probe = now + int64(f.cfg.ProbeInterval)
+	probe = now + probeHold*int64(f.cfg.ProbeInterval)
 	if now < next || !h.nextProbe.CompareAndSwap(next, probe) {
 		return false, 0
 	}
 	return true, probe
 }
+
+// probeHold is how many ProbeIntervals a probe in flight holds the next
+// one back at most: one that has not ended by then hangs, and no longer
+// stops the store from seeing the primary come back.
+const probeHold = 8
 
 // handBack lets the next call probe at once, when probe, the slot of a
 // probe that learned nothing of the part's health, is still the latest.
@@ -381,6 +389,9 @@ func (f *Store) failed(ctx context.Context, h *health, err error, probe int64) b
 	}
 	if f.cfg.OnError != nil {
 		f.cfg.OnError(err)
+	}
+	if probe != 0 { // the next probe, an interval after this one ended
+		h.nextProbe.CompareAndSwap(probe, f.cfg.Clock().UnixNano()+int64(f.cfg.ProbeInterval))
 	}
 	if h.degraded.CompareAndSwap(false, true) {
 		h.nextProbe.Store(f.cfg.Clock().UnixNano() + int64(f.cfg.ProbeInterval))

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -34,6 +35,7 @@ type flakyStore struct {
 	inner ratelimit.Store
 	down  atomic.Bool
 	calls atomic.Int64
+	stall atomic.Pointer[chan struct{}] // if set, a Take waits until it is closed: a slow primary
 }
 
 var errDown = errors.New("connection refused")
@@ -60,6 +62,9 @@ func (f *flakyStore) Reset(ctx context.Context, p *ratelimit.Policy, key string)
 
 func (f *flakyStore) Take(ctx context.Context, p *ratelimit.Policy, key string, cost int64) (ratelimit.Result, error) {
 	f.calls.Add(1)
+	if stall := f.stall.Load(); stall != nil {
+		<-*stall
+	}
 	if f.down.Load() {
 		return ratelimit.Result{}, errDown
 	}
@@ -553,6 +558,50 @@ func TestDryRunStoreError(t *testing.T) {
 	res, err := lim.Take(context.Background(), "k", 1)
 	require.NoError(t, err)
 	assert.False(t, res.Allowed, "the enforcing policy counted both")
+}
+
+// TestFailoverSlowProbesDoNotOverlap: while a probe waits on a slow
+// primary, no other request probes, however many intervals go by, up to
+// the bound at which it is taken to hang; the next probe is an interval
+// after the last one ended. (Before, a primary that took a second to fail
+// had four probes of 250 ms in flight at once.)
+func TestFailoverSlowProbesDoNotOverlap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rig := newFailover(t, failover.Open, 1)
+		p := &ratelimit.Policy{Name: "p", Limit: ratelimit.PerSecond(1)}
+		take := func() {
+			res, err := rig.store.Take(context.Background(), p, "k", 1)
+			assert.True(t, err == nil && res.Allowed && res.Degraded, "Take = %+v, %v; want an unchecked allow", res, err)
+		}
+		rig.primary.down.Store(true)
+		_, _ = rig.store.Take(context.Background(), p, "k", 1) // degrades
+		slow := make(chan struct{})
+		rig.primary.stall.Store(&slow)
+		rig.clock.Advance(250 * time.Millisecond)
+		go take() // the probe, which waits on the primary
+		synctest.Wait()
+		require.Equal(t, int64(2), rig.primary.calls.Load())
+		for range 7 {
+			rig.clock.Advance(250 * time.Millisecond)
+			take()
+		}
+		assert.Equal(t, int64(2), rig.primary.calls.Load(), "no probe while one is in flight, for 7 intervals")
+		rig.clock.Advance(250 * time.Millisecond)
+		go take() // 8 intervals: the first probe is taken to hang
+		synctest.Wait()
+		assert.Equal(t, int64(3), rig.primary.calls.Load(), "a probe after the bound")
+
+		rig.primary.stall.Store(nil)
+		close(slow) // both probes find the primary down
+		synctest.Wait()
+		take()
+		rig.clock.Advance(249 * time.Millisecond)
+		take()
+		assert.Equal(t, int64(3), rig.primary.calls.Load(), "no probe until an interval after the last ended")
+		rig.clock.Advance(time.Millisecond)
+		take()
+		assert.Equal(t, int64(4), rig.primary.calls.Load())
+	})
 }
 
 // TestFailoverRecoversDespiteCanceledProbes: once the primary is back, a
