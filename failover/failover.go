@@ -118,9 +118,9 @@ type Options struct {
 // Store is a [ratelimit.Store] that forwards to a primary store and, while
 // that fails, decides by its [Mode]. While degraded it sends the primary
 // one probe request at a time, ProbeInterval after the last ended, and the
-// first that succeeds makes it healthy again. A call whose own context ended, and an error about one
-// key's stored value (a Redis key of another type, say), are no failure of
-// the primary.
+// first that succeeds makes it healthy again. A call whose own context
+// ended, and an error about one key's stored value (a Redis key of another
+// type, say), are no failure of the primary.
 //
 // A primary made of parts that fail alone, such as a
 // [github.com/tokenfair/ratelimit/redisstore.Store] over a Redis Cluster,
