@@ -76,21 +76,6 @@ func (l *Limiter) adjust(ctx context.Context, op string, rd *round, took Result,
 	return first
 }
 
-// charge takes cost past empty from key's bucket under policy i, which
-// allowed took, under the key's limit in force.
-func (l *Limiter) charge(ctx context.Context, i int, key string, cost int64, took Result) error {
-	p, err := l.policyFor(i, key)
-	if err != nil {
-		p = took.Policy // the limit it was taken under
-	}
-	q := *p
-	q.Algorithm = debt
-	if _, err := l.ask(ctx, &q, key, cost); err != nil {
-		return storeError(err)
-	}
-	return nil
-}
-
 // spent returns the results of took, for a Refund or Settle (op) of key:
 // one per policy, nil when took spent nothing (or, unless degraded, was
 // decided while the store failed), or an error, such as for one policy's

@@ -134,17 +134,6 @@ func (c *ipConfig) log() *slog.Logger {
 	return slog.Default()
 }
 
-// isTrusted reports whether a, which is unmapped and has no zone, belongs to
-// a trusted proxy.
-func (c *ipConfig) isTrusted(a netip.Addr) bool {
-	for _, p := range c.trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
 // warnWide logs the wide-trusted-range warning for each trusted range that
 // covers much of the internet.
 func (c *ipConfig) warnWide() {
@@ -211,17 +200,4 @@ func (c *ipConfig) peer(r *http.Request) (peerKey, error) {
 	p := peerKey{a, clientkey.Addr(a, c.v6bits)}
 	c.peers.put(remote, h, p)
 	return p, nil
-}
-
-// forwarded returns the client address of r, whose TCP peer is the trusted
-// proxy peer, from the forwarding header.
-func (c *ipConfig) forwarded(r *http.Request, peer netip.Addr) (netip.Addr, error) {
-	switch c.header {
-	case headerForwarded:
-		return c.fromForwarded(r.Header["Forwarded"], peer)
-	case headerRealIP:
-		return fromRealIP(r.Header["X-Real-Ip"], peer)
-	default:
-		return c.fromXFF(r.Header["X-Forwarded-For"], peer)
-	}
 }

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -28,6 +29,30 @@ var (
 	errEmptyRealIP = noClientIP("the trusted proxy sent an empty X-Real-IP header",
 		fmt.Errorf("%w: empty X-Real-IP", errNoClientIP))
 )
+
+// forwarded returns the client address of r, whose TCP peer is the trusted
+// proxy peer, from the forwarding header.
+func (c *ipConfig) forwarded(r *http.Request, peer netip.Addr) (netip.Addr, error) {
+	switch c.header {
+	case headerForwarded:
+		return c.fromForwarded(r.Header["Forwarded"], peer)
+	case headerRealIP:
+		return fromRealIP(r.Header["X-Real-Ip"], peer)
+	default:
+		return c.fromXFF(r.Header["X-Forwarded-For"], peer)
+	}
+}
+
+// isTrusted reports whether a, which is unmapped and has no zone, belongs to
+// a trusted proxy.
+func (c *ipConfig) isTrusted(a netip.Addr) bool {
+	for _, p := range c.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
 
 // fromXFF walks the X-Forwarded-For lines from the right, without copying:
 // the lines of a field are one comma-separated list (RFC 9110 §5.3), so the

@@ -1,7 +1,8 @@
 package ratelimit
 
 // The take path: how a Limiter decides a request under its policies, its
-// penalty boxes included.
+// penalty boxes included, and the store calls that later give back
+// (giveBack) or charge past empty (charge) what a decision spent.
 
 import (
 	"context"
@@ -431,4 +432,19 @@ func (l *Limiter) giveBack(ctx context.Context, rs RefundStore, idx []int, rd *r
 		}
 	}
 	return first
+}
+
+// charge takes cost past empty from key's bucket under policy i, which
+// allowed took, under the key's limit in force.
+func (l *Limiter) charge(ctx context.Context, i int, key string, cost int64, took Result) error {
+	p, err := l.policyFor(i, key)
+	if err != nil {
+		p = took.Policy // the limit it was taken under
+	}
+	q := *p
+	q.Algorithm = debt
+	if _, err := l.ask(ctx, &q, key, cost); err != nil {
+		return storeError(err)
+	}
+	return nil
 }
