@@ -390,11 +390,12 @@ func (f *Store) failed(ctx context.Context, h *health, err error, probe int64) b
 	if f.cfg.OnError != nil {
 		f.cfg.OnError(err)
 	}
-	if probe != 0 { // the next probe, an interval after this one ended
-		h.nextProbe.CompareAndSwap(probe, f.cfg.Clock().UnixNano()+int64(f.cfg.ProbeInterval))
+	next := f.cfg.Clock().UnixNano() + int64(f.cfg.ProbeInterval) // the next probe: an interval after this call ended
+	if probe != 0 {
+		h.nextProbe.CompareAndSwap(probe, next)
 	}
 	if h.degraded.CompareAndSwap(false, true) {
-		h.nextProbe.Store(f.cfg.Clock().UnixNano() + int64(f.cfg.ProbeInterval))
+		h.nextProbe.Store(next)
 		f.cfg.Logger.Warn("ratelimit: store failed; degraded", "mode", f.cfg.Mode.String(), "decides", f.cfg.Mode.decides(), "part", h.name, "err", err)
 		if f.cfg.OnHealthChange != nil {
 			f.cfg.OnHealthChange(false, err)
