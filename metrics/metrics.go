@@ -79,12 +79,12 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ratelimit_decision_duration_seconds",
 			Help:    "Time taken to decide a request, store round trip included.",
-			Buckets: []float64{.00001, .00005, .0001, .0005, .001, .005, .01, .05, .1, .5},
+			Buckets: outcome.DecisionSeconds(),
 		}),
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ratelimit_shaping_delay_seconds",
 			Help:    "Time admitted requests waited in a shaping queue.",
-			Buckets: []float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10},
+			Buckets: outcome.QueueSeconds(),
 		}),
 		degraded: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ratelimit_store_degraded",

@@ -130,32 +130,32 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 			errs = append(errs, fmt.Errorf("otellimit: New: %s: %w", name, err))
 		}
 	}
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		check(name, err)
+		return c
+	}
+	histogram := func(name, desc string, bounds []float64) metric.Float64Histogram {
+		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(bounds...))
+		check(name, err)
+		return h
+	}
+	upDown := func(name, desc string) metric.Int64ObservableUpDownCounter {
+		c, err := meter.Int64ObservableUpDownCounter(name, metric.WithUnit("{request}"), metric.WithDescription(desc))
+		check(name, err)
+		return c
+	}
+	m.requests = counter("rate_limiting.requests", "{request}", "Rate-limit decisions, by policy and result.")
+	m.nearLimit = counter("rate_limiting.near_limit_requests", "{request}",
+		"Allowed rate-limit decisions that left fewer tokens than the near-limit fraction of the policy's burst, by policy.")
+	m.inQueue = histogram("rate_limiting.request.time_in_queue", "Time admitted requests waited in a shaping queue.", outcome.QueueSeconds())
+	m.queued = upDown("rate_limiting.queued_requests", "Requests waiting in shaping queues.")
+	m.active = upDown("rate_limiting.active_requests", "Requests holding an in-flight slot of MaxInFlight or MaxInFlightTotal.")
+	m.duration = histogram("rate_limiting.store.duration", "Time taken to decide a request, store round trips included.", outcome.DecisionSeconds())
+	m.errors = counter("rate_limiting.store.errors", "{error}", "Errors of the rate-limit store.")
 	var err error
-	m.requests, err = meter.Int64Counter("rate_limiting.requests", metric.WithUnit("{request}"),
-		metric.WithDescription("Rate-limit decisions, by policy and result."))
-	check("rate_limiting.requests", err)
-	m.nearLimit, err = meter.Int64Counter("rate_limiting.near_limit_requests", metric.WithUnit("{request}"),
-		metric.WithDescription("Allowed rate-limit decisions that left fewer tokens than the near-limit fraction of the policy's burst, by policy."))
-	check("rate_limiting.near_limit_requests", err)
-	m.inQueue, err = meter.Float64Histogram("rate_limiting.request.time_in_queue", metric.WithUnit("s"),
-		metric.WithDescription("Time admitted requests waited in a shaping queue."),
-		metric.WithExplicitBucketBoundaries(.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10))
-	check("rate_limiting.request.time_in_queue", err)
-	m.queued, err = meter.Int64ObservableUpDownCounter("rate_limiting.queued_requests", metric.WithUnit("{request}"),
-		metric.WithDescription("Requests waiting in shaping queues."))
-	check("rate_limiting.queued_requests", err)
-	m.active, err = meter.Int64ObservableUpDownCounter("rate_limiting.active_requests", metric.WithUnit("{request}"),
-		metric.WithDescription("Requests holding an in-flight slot of MaxInFlight or MaxInFlightTotal."))
-	check("rate_limiting.active_requests", err)
-	m.duration, err = meter.Float64Histogram("rate_limiting.store.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time taken to decide a request, store round trips included."),
-		metric.WithExplicitBucketBoundaries(.00001, .00005, .0001, .0005, .001, .005, .01, .05, .1, .5))
-	check("rate_limiting.store.duration", err)
-	m.errors, err = meter.Int64Counter("rate_limiting.store.errors", metric.WithUnit("{error}"),
-		metric.WithDescription("Errors of the rate-limit store."))
-	check("rate_limiting.store.errors", err)
 	m.degraded, err = meter.Int64Gauge("rate_limiting.store.degraded", metric.WithUnit("1"),
-		metric.WithDescription("1 while the rate-limit store fails and a outcome.Fallback decides, else 0."))
+		metric.WithDescription("1 while the rate-limit store fails and a fallback decides, else 0."))
 	check("rate_limiting.store.degraded", err)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

@@ -84,3 +84,16 @@ func Near(remaining, burst int64, units uint64) bool {
 	bh, bl := bits.Mul64(uint64(burst), units)
 	return rh < bh || rh == bh && rl < bl
 }
+
+// DecisionSeconds returns the bucket boundaries, in seconds, of both
+// observers' histogram of the time a decision takes: µs for a memory
+// store, ms for Redis, up to a store's deadline.
+func DecisionSeconds() []float64 {
+	return []float64{.00001, .00005, .0001, .0005, .001, .005, .01, .05, .1, .5}
+}
+
+// QueueSeconds returns the bucket boundaries, in seconds, of both
+// observers' histogram of the waits in shaping queues: ms to 10 s.
+func QueueSeconds() []float64 {
+	return []float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10}
+}
