@@ -12,6 +12,7 @@
 package sfv
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -140,7 +141,7 @@ func ParseDictionary(v string) ([]Member, bool) {
 				return nil, false
 			}
 		}
-		if i := IndexMember(members, key); i >= 0 {
+		if i := slices.IndexFunc(members, func(m Member) bool { return m.Key == key }); i >= 0 {
 			members[i] = m
 		} else if len(members) == maxMembers {
 			return nil, false
@@ -152,15 +153,6 @@ func ParseDictionary(v string) ([]Member, bool) {
 		}
 	}
 	return members, true
-}
-
-func IndexMember(ms []Member, key string) int {
-	for i := range ms {
-		if ms[i].Key == key {
-			return i
-		}
-	}
-	return -1
 }
 
 // ParseItem parses a field value as an Item.
